@@ -1,0 +1,86 @@
+"""microformers: the Transformers API on a plugin microkernel.
+
+Importing this package is cheap: torch, tokenizers and plugins load only when a name that needs
+them is first used (module ``__getattr__`` below).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._version import KERNEL_API_VERSION, __version__
+from .errors import (
+    CheckpointError,
+    ConfigError,
+    FileMissingError,
+    GenerationError,
+    MicroformersError,
+    PluginConflictWarning,
+    PluginError,
+    RemoteCodeError,
+    ShapeMismatchError,
+    UnknownModelTypeError,
+)
+from .plugins import hookimpl, prefer, registry
+
+_LAZY: dict[str, str] = {
+    "PretrainedConfig": "configuration",
+    "PreTrainedConfig": "configuration",
+    "PreTrainedModel": "modeling",
+    "ModelOutput": "outputs",
+    "AutoConfig": "auto",
+    "AutoModel": "auto",
+    "AutoModelForCausalLM": "auto",
+    "AutoModelForMaskedLM": "auto",
+    "AutoModelForSequenceClassification": "auto",
+    "AutoModelForTokenClassification": "auto",
+    "AutoModelForQuestionAnswering": "auto",
+    "AutoModelForNextSentencePrediction": "auto",
+    "AutoTokenizer": "auto",
+    "AutoProcessor": "auto",
+    "GenerationConfig": "generation",
+    "GenerationMixin": "generation",
+    "LogitsProcessor": "generation",
+    "LogitsProcessorList": "generation",
+    "StoppingCriteria": "generation",
+    "StoppingCriteriaList": "generation",
+    "TextStreamer": "generation",
+    "TextIteratorStreamer": "generation",
+    "Pipeline": "pipelines",
+    "pipeline": "pipelines",
+    "PIPELINE_REGISTRY": "pipelines",
+    "set_seed": "utils",
+}
+
+__all__ = [
+    "KERNEL_API_VERSION",
+    "CheckpointError",
+    "ConfigError",
+    "FileMissingError",
+    "GenerationError",
+    "MicroformersError",
+    "PluginConflictWarning",
+    "PluginError",
+    "RemoteCodeError",
+    "ShapeMismatchError",
+    "UnknownModelTypeError",
+    "__version__",
+    "hookimpl",
+    "prefer",
+    "registry",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'microformers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

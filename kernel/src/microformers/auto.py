@@ -1,0 +1,253 @@
+"""Auto classes: read the ``model_type`` and dispatch to whatever plugin registered it.
+
+Resolution order for a model class: remote code in ``auto_map`` when the user passed
+``trust_remote_code=True`` (or when no plugin knows the model_type, which then requires consent),
+then the registry (entry-point plugins and in-process ``register`` calls).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .configuration import CONFIG_NAME, PretrainedConfig, read_json
+from .errors import ConfigError, MicroformersError
+from .hub import resolve_file, resolve_folder, split_hub_kwargs
+from .plugins import IN_PROCESS, registry
+
+TOKENIZER_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.model",
+    "config.json",
+]
+
+
+def resolve_source(pretrained: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Turn a registered model alias (``register_model_sources``) into a folder and its loading kwargs."""
+    if isinstance(pretrained, (str, os.PathLike)) and not Path(pretrained).exists():
+        reg = registry.get("model_sources", str(pretrained))
+        if reg is not None:
+            path, source_kwargs = reg.load()()
+            return path, {**source_kwargs, **kwargs}
+    return pretrained, kwargs
+
+
+def _format_config_dict(pretrained: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """Config carried inside a weights file (GGUF), when a format for it was asked for."""
+    gguf_file = kwargs.get("gguf_file")
+    if not gguf_file:
+        return None
+    hub_kwargs, _ = split_hub_kwargs(kwargs)
+    fmt = registry.require("checkpoint_formats", "gguf", what="checkpoint format")
+    folder = resolve_folder(pretrained, [str(gguf_file)], **hub_kwargs)
+    return fmt.load_config(fmt.find(folder, gguf_file=gguf_file))
+
+
+class AutoConfig:
+    """``AutoConfig.from_pretrained(path)`` returns the registered config class for its ``model_type``."""
+
+    @staticmethod
+    def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> PretrainedConfig:
+        pretrained, kwargs = resolve_source(pretrained, kwargs)
+        hub_kwargs, rest = split_hub_kwargs(kwargs)
+        trust_remote_code = rest.pop("trust_remote_code", None)
+        code_options = {k: rest.pop(k) for k in ("code_revision", "code_sha256") if k in rest}
+        config_dict = _format_config_dict(pretrained, kwargs)
+        rest.pop("gguf_file", None)
+        where = f"{pretrained}/{CONFIG_NAME}"
+        if config_dict is None:
+            path = resolve_file(pretrained, CONFIG_NAME, **hub_kwargs)
+            config_dict = read_json(path, what="model configuration")
+            where = str(path)
+        model_type = config_dict.get("model_type")
+        remote_ref = (config_dict.get("auto_map") or {}).get("AutoConfig")
+        if remote_ref and (trust_remote_code or registry.get("configs", model_type) is None):
+            from .remote import load_remote_class
+
+            config_cls = load_remote_class(
+                remote_ref, pretrained, trust_remote_code, hub_kwargs, code_options, kind="AutoConfig"
+            )
+        elif not model_type:
+            raise ConfigError(
+                f"{where} has no 'model_type'; add one (e.g. \"llama\") so the matching plugin can be found"
+            )
+        else:
+            config_cls = registry.require("configs", model_type, what="model_type")
+        config = config_cls.from_dict(config_dict, **rest)
+        config.name_or_path = str(pretrained)
+        return config
+
+    @staticmethod
+    def for_model(model_type: str, **kwargs: Any) -> PretrainedConfig:
+        return registry.require("configs", model_type, what="model_type")(**kwargs)
+
+    @staticmethod
+    def register(model_type: str, config_class: type[PretrainedConfig], exist_ok: bool = False) -> None:
+        if getattr(config_class, "model_type", model_type) != model_type:
+            raise ConfigError(
+                f"AutoConfig.register('{model_type}', {config_class.__name__}): the class says model_type "
+                f"'{config_class.model_type}'; they must match"
+            )
+        existing = registry.get("configs", model_type)
+        if existing is not None and existing.plugin == IN_PROCESS and not exist_ok:
+            raise ConfigError(f"model_type '{model_type}' is already registered in-process; pass exist_ok=True")
+        registry.add("configs", model_type, config_class)
+
+
+class _AutoModel:
+    auto_name: ClassVar[str] = "AutoModel"
+
+    def __init__(self) -> None:
+        raise MicroformersError(f"use {self.auto_name}.from_pretrained(...) or .from_config(...)")
+
+    @classmethod
+    def _model_class(
+        cls, config: PretrainedConfig, pretrained: Any, trust_remote_code: Any, hub_kwargs: dict[str, Any], code: dict
+    ) -> Any:
+        remote_ref = (getattr(config, "auto_map", None) or {}).get(cls.auto_name)
+        known = registry.get("models", (config.model_type, cls.auto_name))
+        if remote_ref and (trust_remote_code or known is None):
+            from .remote import load_remote_class
+
+            return load_remote_class(remote_ref, pretrained, trust_remote_code, hub_kwargs, code, kind=cls.auto_name)
+        if known is not None:
+            return known.load()
+        if registry.get("configs", config.model_type) is not None:
+            heads = sorted(n[1] for n in registry.names("models") if n[0] == config.model_type)
+            raise ConfigError(
+                f"model_type '{config.model_type}' has no {cls.auto_name} head in plugin "
+                f"'{registry.get('configs', config.model_type).plugin}'; available: {', '.join(heads) or 'none'}"
+            )
+        raise registry.missing_error("configs", config.model_type, what="model_type")
+
+    @classmethod
+    def from_pretrained(cls, pretrained: str | os.PathLike[str], *model_args: Any, **kwargs: Any) -> Any:
+        pretrained, kwargs = resolve_source(pretrained, kwargs)
+        config = kwargs.pop("config", None)
+        hub_kwargs, _ = split_hub_kwargs(kwargs)
+        trust_remote_code = kwargs.get("trust_remote_code")
+        code = {k: kwargs.pop(k) for k in ("code_revision", "code_sha256") if k in kwargs}
+        if not isinstance(config, PretrainedConfig):
+            config_kwargs = {
+                k: kwargs[k] for k in ("gguf_file", "trust_remote_code", "revision", "cache_dir", "token") if k in kwargs
+            }
+            config_kwargs.update({k: kwargs[k] for k in ("local_files_only", "subfolder") if k in kwargs})
+            config = AutoConfig.from_pretrained(config or pretrained, **config_kwargs, **code)
+            for key in list(kwargs):
+                if hasattr(config, key) and key not in ("dtype", "torch_dtype"):
+                    setattr(config, key, kwargs.pop(key))
+        model_cls = cls._model_class(config, pretrained, trust_remote_code, hub_kwargs, code)
+        return model_cls.from_pretrained(pretrained, *model_args, config=config, **kwargs)
+
+    @classmethod
+    def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> Any:
+        trust_remote_code = kwargs.pop("trust_remote_code", None)
+        model_cls = cls._model_class(config, config.name_or_path, trust_remote_code, {}, {})
+        return model_cls.from_config(config, **kwargs)
+
+    @classmethod
+    def register(cls, config_class: type[PretrainedConfig], model_class: type, exist_ok: bool = False) -> None:
+        model_type = config_class.model_type
+        key = (model_type, cls.auto_name)
+        existing = registry.get("models", key)
+        if existing is not None and existing.plugin == IN_PROCESS and not exist_ok:
+            raise ConfigError(f"{cls.auto_name} for '{model_type}' is already registered; pass exist_ok=True")
+        if registry.get("configs", model_type) is None:
+            registry.add("configs", model_type, config_class)
+        registry.add("models", key, model_class)
+        registry.add("architectures", model_class.__name__, model_class, model_type=model_type)
+
+
+def _auto(name: str) -> type[_AutoModel]:
+    return type(name, (_AutoModel,), {"auto_name": name, "__doc__": f"Dispatches to the registered {name} head."})
+
+
+AutoModel = _auto("AutoModel")
+AutoModelForCausalLM = _auto("AutoModelForCausalLM")
+AutoModelForMaskedLM = _auto("AutoModelForMaskedLM")
+AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification")
+AutoModelForTokenClassification = _auto("AutoModelForTokenClassification")
+AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering")
+AutoModelForNextSentencePrediction = _auto("AutoModelForNextSentencePrediction")
+
+
+class AutoTokenizer:
+    """Picks the registered tokenizer backend for a folder (or a GGUF file's embedded tokenizer)."""
+
+    def __init__(self) -> None:
+        raise MicroformersError("use AutoTokenizer.from_pretrained(...)")
+
+    @staticmethod
+    def from_pretrained(pretrained: str | os.PathLike[str], *inputs: Any, **kwargs: Any) -> Any:
+        pretrained, kwargs = resolve_source(pretrained, kwargs)
+        hub_kwargs, rest = split_hub_kwargs(kwargs)
+        rest.pop("trust_remote_code", None)
+        gguf_file = rest.pop("gguf_file", None)
+        if gguf_file:
+            fmt = registry.require("checkpoint_formats", "gguf", what="checkpoint format")
+            folder = resolve_folder(pretrained, [str(gguf_file)], **hub_kwargs)
+            files = fmt.load_tokenizer_files(fmt.find(folder, gguf_file=gguf_file))
+            backend = _backend_for(files.get("tokenizer_config.json", {}).get("tokenizer_class"), None)
+            return backend.from_files(files, *inputs, **rest)
+        folder = resolve_folder(pretrained, TOKENIZER_FILES, **hub_kwargs)
+        config_path = folder / "tokenizer_config.json"
+        tokenizer_class = None
+        if config_path.is_file():
+            tokenizer_class = read_json(config_path, what="tokenizer configuration").get("tokenizer_class")
+        backend = _backend_for(tokenizer_class, folder)
+        tokenizer = backend.from_pretrained(folder, *inputs, **rest)
+        if hasattr(tokenizer, "name_or_path"):
+            try:
+                tokenizer.name_or_path = str(pretrained)
+            except AttributeError:
+                pass
+        return tokenizer
+
+    @staticmethod
+    def register(name: str, tokenizer_class: type, tokenizer_classes: tuple[str, ...] = (), priority: int = 0) -> None:
+        registry.add("tokenizers", name, tokenizer_class, tokenizer_classes=tokenizer_classes, priority=priority)
+
+
+def _backend_for(tokenizer_class: str | None, folder: Path | None) -> Any:
+    backends = sorted(registry.all("tokenizers"), key=lambda r: -int(r.meta.get("priority", 0)))
+    if tokenizer_class:
+        for reg in backends:
+            if tokenizer_class in reg.meta.get("tokenizer_classes", ()) or tokenizer_class == reg.name:
+                return reg.load()
+    for reg in backends:
+        backend = reg.load()
+        if folder is None or getattr(backend, "can_load", lambda _p: True)(folder):
+            return backend
+    if backends:
+        raise ConfigError(
+            f"no installed tokenizer backend can load {folder} (tokenizer_class={tokenizer_class!r}); "
+            f"installed backends: {', '.join(r.name for r in backends)}. It needs tokenizer.json or vocab.txt."
+        )
+    raise registry.missing_error("tokenizers", "fast", what="tokenizer backend")
+
+
+class AutoProcessor:
+    """A registered processor for the folder's ``processor_class``, else its tokenizer."""
+
+    @staticmethod
+    def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> Any:
+        pretrained, kwargs = resolve_source(pretrained, kwargs)
+        hub_kwargs, _ = split_hub_kwargs(kwargs)
+        for file_name in ("processor_config.json", "preprocessor_config.json"):
+            path = resolve_file(pretrained, file_name, required=False, **hub_kwargs)
+            if path is None:
+                continue
+            data = read_json(path, what="processor configuration")
+            name = data.get("processor_class") or data.get("image_processor_type") or data.get("feature_extractor_type")
+            if name:
+                return registry.require("processors", name, what="processor").from_pretrained(pretrained, **kwargs)
+        return AutoTokenizer.from_pretrained(pretrained, **kwargs)

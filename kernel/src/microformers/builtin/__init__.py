@@ -1,0 +1,1 @@
+"""Built-ins of the kernel distribution, registered through its own entry point like any plugin."""

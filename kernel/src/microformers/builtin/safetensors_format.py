@@ -1,0 +1,103 @@
+"""safetensors: single-file and sharded (``model.safetensors.index.json``), memory-mapped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from microformers.configuration import read_json
+from microformers.errors import CheckpointError, FileMissingError
+from microformers.weights import parse_size, plan_shards, shard_file_names
+
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+
+
+class LazySafetensors(Mapping[str, Any]):
+    """Tensor name -> tensor, read from the memory-mapped files only when asked for."""
+
+    def __init__(self, files: list[Path]) -> None:
+        from safetensors import safe_open
+
+        self._handles: dict[Path, Any] = {}
+        self._where: dict[str, Path] = {}
+        for path in files:
+            try:
+                handle = safe_open(str(path), framework="pt")
+                names = list(handle.keys())
+            except Exception as exc:
+                raise CheckpointError(
+                    f"{path} is not a readable safetensors file ({exc}); it is truncated or corrupted. "
+                    "Re-download or re-save the checkpoint."
+                ) from exc
+            self._handles[path] = handle
+            for name in names:
+                self._where[name] = path
+
+    def file_of(self, name: str) -> Path:
+        return self._where[name]
+
+    def __getitem__(self, name: str) -> Any:
+        path = self._where[name]
+        try:
+            return self._handles[path].get_tensor(name)
+        except Exception as exc:
+            raise CheckpointError(f"cannot read tensor '{name}' from {path}: {exc}") from exc
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        return tuple(self._handles[self._where[name]].get_slice(name).get_shape())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+class SafetensorsFormat:
+    name = "safetensors"
+
+    def find(self, folder: Path, use_safetensors: bool | None = None, **_: Any) -> list[Path] | None:
+        if use_safetensors is False:
+            return None
+        index = folder / INDEX_NAME
+        if index.is_file():
+            weight_map = read_json(index, what="safetensors shard index").get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{index} has no 'weight_map' object; re-save the checkpoint")
+            shards = sorted(set(weight_map.values()))
+            for shard in shards:
+                if not (folder / shard).is_file():
+                    raise FileMissingError(
+                        f"shard {shard} named in {index} is missing from {folder}; download or copy all shards"
+                    )
+            return [folder / s for s in shards]
+        single = folder / WEIGHTS_NAME
+        return [single] if single.is_file() else None
+
+    def load(self, files: list[Path], **_: Any) -> LazySafetensors:
+        return LazySafetensors(files)
+
+    def save(
+        self, state_dict: Mapping[str, Any], folder: Path, max_shard_size: int | str, metadata: dict[str, str]
+    ) -> list[str]:
+        from safetensors.torch import save_file
+
+        sizes = {name: t.numel() * t.element_size() for name, t in state_dict.items()}
+        shards = plan_shards(sizes, parse_size(max_shard_size))
+        names = shard_file_names("model", ".safetensors", len(shards))
+        weight_map: dict[str, str] = {}
+        for file_name, shard in zip(names, shards):
+            tensors = {k: state_dict[k].detach().contiguous() for k in shard}
+            save_file(tensors, str(folder / file_name), metadata=metadata)
+            weight_map.update(dict.fromkeys(shard, file_name))
+        if len(names) > 1:
+            index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+            (folder / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+            return [*names, INDEX_NAME]
+        return names
+
+
+SAFETENSORS = SafetensorsFormat()

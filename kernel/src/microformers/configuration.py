@@ -1,0 +1,221 @@
+"""``PretrainedConfig``: a model's ``config.json`` as an object.
+
+Every key of the file becomes an attribute, known or not, and is written back on save, so a
+config survives a round trip through microformers unchanged (``auto_map`` and vendor keys included).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .errors import ConfigError
+from .hub import atomic_write_text, resolve_file, split_hub_kwargs
+
+CONFIG_NAME = "config.json"
+
+_DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8")
+
+
+def dtype_name(dtype: Any) -> str | None:
+    """``torch.float16`` / ``"torch.float16"`` / ``"float16"`` -> ``"float16"``."""
+    if dtype is None:
+        return None
+    name = str(dtype).removeprefix("torch.")
+    return name
+
+
+class PretrainedConfig:
+    """Base class of model configurations; subclasses set ``model_type`` and their defaults."""
+
+    model_type: ClassVar[str] = ""
+    # Alternative names of attributes (``{"n_embd": "hidden_size"}`` reads ``config.hidden_size``).
+    attribute_map: ClassVar[dict[str, str]] = {}
+    # Keys a subclass never serialises.
+    _transient_keys: ClassVar[tuple[str, ...]] = ("_name_or_path", "_attn_implementation_internal", "_commit_hash")
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.return_dict: bool = kwargs.pop("return_dict", True)
+        self.output_hidden_states: bool = kwargs.pop("output_hidden_states", False)
+        self.output_attentions: bool = kwargs.pop("output_attentions", False)
+        dtype = kwargs.pop("dtype", None)
+        torch_dtype = kwargs.pop("torch_dtype", None)
+        self.dtype = dtype_name(dtype if dtype is not None else torch_dtype)
+        self.architectures: list[str] | None = kwargs.pop("architectures", None)
+        self.bos_token_id: int | None = kwargs.pop("bos_token_id", None)
+        self.eos_token_id: int | list[int] | None = kwargs.pop("eos_token_id", None)
+        self.pad_token_id: int | None = kwargs.pop("pad_token_id", None)
+        self.sep_token_id: int | None = kwargs.pop("sep_token_id", None)
+        self.decoder_start_token_id: int | None = kwargs.pop("decoder_start_token_id", None)
+        self.tie_word_embeddings: bool = kwargs.pop("tie_word_embeddings", True)
+        self.is_encoder_decoder: bool = kwargs.pop("is_encoder_decoder", False)
+        self.is_decoder: bool = kwargs.pop("is_decoder", False)
+        self.problem_type: str | None = kwargs.pop("problem_type", None)
+        self._attn_implementation_internal: str | None = kwargs.pop("attn_implementation", None)
+        self._name_or_path: str = str(kwargs.pop("name_or_path", kwargs.pop("_name_or_path", "")))
+        id2label = kwargs.pop("id2label", None)
+        label2id = kwargs.pop("label2id", None)
+        num_labels = kwargs.pop("num_labels", None)
+        if id2label is not None:
+            self.id2label = {int(k): v for k, v in id2label.items()}
+        elif num_labels is not None:
+            self.id2label = {i: f"LABEL_{i}" for i in range(int(num_labels))}
+        else:
+            self.id2label = {0: "LABEL_0", 1: "LABEL_1"}
+        if num_labels is not None and len(self.id2label) != int(num_labels):
+            self.id2label = {i: f"LABEL_{i}" for i in range(int(num_labels))}
+        self.label2id = (
+            {k: int(v) for k, v in label2id.items()} if label2id else {v: k for k, v in self.id2label.items()}
+        )
+        kwargs.pop("model_type", None)
+        kwargs.pop("transformers_version", None)
+        for key, value in kwargs.items():
+            try:
+                setattr(self, key, value)
+            except AttributeError as exc:
+                raise ConfigError(f"cannot set config attribute '{key}' of {type(self).__name__}: {exc}") from exc
+
+    # -- attribute aliases -----------------------------------------------------------------------
+    def __setattr__(self, key: str, value: Any) -> None:
+        key = type(self).attribute_map.get(key, key)
+        super().__setattr__(key, value)
+
+    def __getattr__(self, key: str) -> Any:
+        # Only called when normal lookup fails.
+        mapped = type(self).attribute_map.get(key)
+        if mapped is not None:
+            return getattr(self, mapped)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{key}'")
+
+    # -- derived properties -----------------------------------------------------------------------
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    @num_labels.setter
+    def num_labels(self, value: int) -> None:
+        if len(self.id2label) != value:
+            self.id2label = {i: f"LABEL_{i}" for i in range(value)}
+            self.label2id = {v: k for k, v in self.id2label.items()}
+
+    @property
+    def use_return_dict(self) -> bool:
+        return self.return_dict
+
+    @property
+    def name_or_path(self) -> str:
+        return self._name_or_path
+
+    @name_or_path.setter
+    def name_or_path(self, value: str) -> None:
+        self._name_or_path = str(value)
+
+    @property
+    def _attn_implementation(self) -> str:
+        return self._attn_implementation_internal or "sdpa"
+
+    @_attn_implementation.setter
+    def _attn_implementation(self, value: str | None) -> None:
+        self._attn_implementation_internal = value
+
+    @property
+    def torch_dtype(self) -> str | None:
+        return self.dtype
+
+    @torch_dtype.setter
+    def torch_dtype(self, value: Any) -> None:
+        self.dtype = dtype_name(value)
+
+    # -- serialisation ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in self.__dict__.items():
+            if key in self._transient_keys:
+                continue
+            out[key] = copy.deepcopy(value)
+        out["dtype"] = dtype_name(self.dtype)
+        if self.model_type:
+            out["model_type"] = self.model_type
+        out["id2label"] = {str(k): v for k, v in self.id2label.items()}
+        for key, value in list(out.items()):
+            if isinstance(value, PretrainedConfig):
+                out[key] = value.to_dict()
+        return out
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_diff_dict(self) -> dict[str, Any]:
+        """Only the keys that differ from this class's defaults (plus model_type)."""
+        defaults = type(self)().to_dict()
+        diff = {k: v for k, v in self.to_dict().items() if k not in defaults or defaults[k] != v}
+        if self.model_type:
+            diff["model_type"] = self.model_type
+        return diff
+
+    def update(self, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def save_pretrained(self, save_directory: str | os.PathLike[str], **_: Any) -> None:
+        folder = Path(save_directory)
+        if folder.is_file():
+            raise ConfigError(f"save_pretrained: {folder} is a file; pass a folder to write config.json into")
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(folder / CONFIG_NAME, self.to_json_string())
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> PretrainedConfig:
+        merged = {**config_dict, **kwargs}
+        return cls(**merged)
+
+    @classmethod
+    def get_config_dict(cls, pretrained: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
+        hub_kwargs, _ = split_hub_kwargs(kwargs)
+        path = resolve_file(pretrained, CONFIG_NAME, **hub_kwargs)
+        return read_json(path, what="model configuration")
+
+    @classmethod
+    def from_pretrained(cls, pretrained: str | os.PathLike[str], **kwargs: Any) -> PretrainedConfig:
+        hub_kwargs, overrides = split_hub_kwargs(kwargs)
+        overrides.pop("trust_remote_code", None)
+        config_dict = cls.get_config_dict(pretrained, **hub_kwargs)
+        file_type = config_dict.get("model_type")
+        if cls.model_type and file_type and file_type != cls.model_type:
+            raise ConfigError(
+                f"{pretrained}/config.json has model_type '{file_type}', but {cls.__name__} is for "
+                f"'{cls.model_type}'; load it with AutoConfig instead"
+            )
+        config = cls.from_dict(config_dict, **overrides)
+        config.name_or_path = str(pretrained)
+        return config
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PretrainedConfig) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__} {self.to_json_string()}"
+
+
+PreTrainedConfig = PretrainedConfig
+
+
+def read_json(path: str | os.PathLike[str], what: str = "JSON file") -> dict[str, Any]:
+    """Read a JSON object from a file, with an error naming the file when it is malformed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} ({what}) is not UTF-8 text: {exc}. Replace it with a valid JSON file.") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path} ({what}) is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}. "
+            "Fix or re-download the file."
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} ({what}) must hold a JSON object, found {type(data).__name__}")
+    return data

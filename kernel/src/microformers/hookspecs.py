@@ -1,0 +1,127 @@
+"""The hook specifications: every way a plugin can extend microformers.
+
+A plugin is a module named by an entry point in the ``microformers`` group. It defines
+``MICROFORMERS_API_VERSION = 1`` (the kernel API it targets) and implements any of the hooks
+below with ``@microformers.hookimpl``. Each hook receives one argument, ``register``, a callable
+that records what the plugin provides. Nothing is imported from the plugin beyond this module
+until it is needed: wherever a hook takes a class or function, a ``"module.path:Name"`` string may
+be given instead and is imported on first use (an import error then names the plugin).
+
+Conflicts: when two plugins register the same name of the same kind, the registration made
+in-process (``AutoConfig.register`` and friends) wins; between plugins, the one whose entry-point
+name sorts first wins, a ``PluginConflictWarning`` says so, and ``microformers.prefer(kind, name,
+plugin)`` or the environment variable ``MICROFORMERS_PREFER="kind:name=plugin,..."`` chooses explicitly.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("microformers")
+
+
+@hookspec
+def register_models(register):
+    """Provide model architectures.
+
+    Call ``register(model_type, config, models)``: ``model_type`` is the ``config.json`` value
+    (``"llama"``), ``config`` the ``PretrainedConfig`` subclass, ``models`` a mapping from Auto class
+    name (``"AutoModel"``, ``"AutoModelForCausalLM"``, ``"AutoModelForMaskedLM"``,
+    ``"AutoModelForSequenceClassification"``, ``"AutoModelForTokenClassification"``,
+    ``"AutoModelForQuestionAnswering"``, or any other head name) to the model class. The class names
+    also resolve ``config.architectures`` entries.
+    """
+
+
+@hookspec
+def register_tokenizers(register):
+    """Provide tokenizer backends.
+
+    Call ``register(name, cls, tokenizer_classes=(...), priority=0)``. ``cls`` has
+    ``from_pretrained(path, **kwargs)`` (``path`` a local folder the kernel resolved) and
+    ``from_files(files: dict[str, str | dict], **kwargs)`` building a tokenizer from in-memory
+    ``tokenizer.json`` (a JSON string) / ``tokenizer_config.json`` (a dict) contents, which is how
+    checkpoint formats such as GGUF hand over an embedded tokenizer. ``tokenizer_classes`` lists the
+    ``tokenizer_config.json`` ``tokenizer_class`` values it serves; otherwise the highest-priority
+    backend whose ``can_load(path) -> bool`` accepts the folder is used.
+    """
+
+
+@hookspec
+def register_processors(register):
+    """Provide preprocessors (image, audio, multimodal).
+
+    Call ``register(name, cls)``; ``name`` is the ``processor_class`` / ``image_processor_type`` value
+    of a ``processor_config.json`` or ``preprocessor_config.json``. ``cls.from_pretrained(path, **kw)``.
+    """
+
+
+@hookspec
+def register_pipelines(register):
+    """Provide pipeline tasks.
+
+    Call ``register(task, cls, model_class="AutoModel...", default_model=None, aliases=())``.
+    ``cls`` subclasses ``microformers.Pipeline``; ``model_class`` names the Auto class used to load a
+    model given by name; ``default_model`` is a model id or source alias used when none is given.
+    """
+
+
+@hookspec
+def register_callbacks(register):
+    """Provide Trainer callbacks / integrations: ``register(name, cls)`` (``report_to=[name]``)."""
+
+
+@hookspec
+def register_quantizers(register):
+    """Provide quantizers: ``register(quant_method, cls)``, keyed by ``quantization_config.quant_method``."""
+
+
+@hookspec
+def register_generation_strategies(register):
+    """Provide decoding strategies for ``model.generate``.
+
+    Call ``register(name, strategy)``. ``strategy(model, input_ids, *, generation_config,
+    logits_processor, stopping_criteria, streamer, model_kwargs) -> GenerateOutput`` runs the decoding
+    loop; ``strategy.applies(generation_config) -> bool`` (optional) lets the kernel pick it from the
+    config. ``generation_config.strategy`` (or ``custom_generate="name"``) selects one by name.
+    """
+
+
+@hookspec
+def register_checkpoint_formats(register):
+    """Provide weight file formats (safetensors itself is registered this way).
+
+    Call ``register(name, fmt, priority=0)``. ``fmt`` offers ``find(folder, **kwargs) -> list[Path] | None``
+    (the files of this format in a resolved folder, or ``None``; formats are tried by descending
+    priority), ``load(files, **kwargs) -> StateDictSource`` and, when it can write,
+    ``save(state_dict, folder, max_shard_size, metadata)``. A format that also carries a config or
+    tokenizer (GGUF) implements ``load_config(files) -> dict`` and ``load_tokenizer_files(files)``.
+    """
+
+
+@hookspec
+def register_attention_implementations(register):
+    """Provide attention kernels: ``register(name, fn)``; chosen by ``attn_implementation=name``.
+
+    ``fn(query, key, value, attention_mask, *, scaling, dropout, is_causal, **kwargs) -> Tensor``
+    with ``query`` ``(batch, heads, q_len, head_dim)`` and key/value ``(batch, kv_heads, kv_len, head_dim)``.
+    """
+
+
+@hookspec
+def register_cli_commands(register):
+    """Provide ``microformers <name>`` subcommands.
+
+    Call ``register(name, command, help="...")``: ``command(subparsers_parser)`` is called with the
+    command's ``argparse.ArgumentParser`` to add arguments and must return the function that runs
+    it, ``run(args) -> int | None``.
+    """
+
+
+@hookspec
+def register_model_sources(register):
+    """Provide model aliases: ``register(alias, resolve)``.
+
+    ``resolve() -> (path_or_repo_id, kwargs)`` turns a short name such as ``"smollm2-135m-instruct"``
+    into a folder (or Hub id) plus loading arguments (e.g. ``{"gguf_file": "..."}``).
+    """

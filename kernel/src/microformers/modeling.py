@@ -1,0 +1,401 @@
+"""``PreTrainedModel``: the base class of every model a plugin provides.
+
+Loading builds the model with its parameters on the meta device (no memory, no random init) and
+then materialises each parameter straight from the (memory-mapped) checkpoint tensor, cast once to
+the requested dtype. Saving writes config and weights into a staging folder and moves them into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from .configuration import PretrainedConfig, dtype_name
+from .errors import CheckpointError, ConfigError, ShapeMismatchError
+from .generation import GenerationMixin
+from .hub import split_hub_kwargs, staged_folder
+from .plugins import registry
+from .weights import find_checkpoint
+
+logger = logging.getLogger("microformers")
+
+_CONSTRUCTING_ON_META = False
+
+
+@contextlib.contextmanager
+def meta_parameters() -> Iterator[None]:
+    """Within this block, module parameters are created on the meta device; buffers stay real."""
+    global _CONSTRUCTING_ON_META
+    original = nn.Module.register_parameter
+
+    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        original(module, name, param)
+        if param is not None:
+            kwargs = {"requires_grad": param.requires_grad}
+            module._parameters[name] = type(param)(param.to("meta"), **kwargs)
+
+    previous = _CONSTRUCTING_ON_META
+    nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign]
+    _CONSTRUCTING_ON_META = True
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+        _CONSTRUCTING_ON_META = previous
+
+
+def to_torch_dtype(dtype: Any) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    name = dtype_name(dtype)
+    value = getattr(torch, name or "", None)
+    if not isinstance(value, torch.dtype):
+        raise ConfigError(f"dtype={dtype!r} is not a torch dtype; use e.g. 'float32', 'bfloat16' or 'auto'")
+    return value
+
+
+class PreTrainedModel(nn.Module, GenerationMixin):
+    """Base class for models; see hookspecs and docs/plugin-authoring.md for what subclasses set."""
+
+    config_class: ClassVar[type[PretrainedConfig] | None] = None
+    base_model_prefix: ClassVar[str] = ""
+    main_input_name: ClassVar[str] = "input_ids"
+    # target parameter name -> source parameter name, tied when config.tie_word_embeddings is true
+    _tied_weights_keys: ClassVar[dict[str, str]] = {}
+    _no_split_modules: ClassVar[list[str]] = []
+    # regex patterns of checkpoint keys that are fine to be missing / unexpected
+    _keys_to_ignore_on_load_missing: ClassVar[list[str]] = []
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = []
+    supports_gradient_checkpointing: ClassVar[bool] = False
+
+    def __init__(self, config: PretrainedConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        if not isinstance(config, PretrainedConfig):
+            raise ConfigError(
+                f"{type(self).__name__}(config) needs a PretrainedConfig, got {type(config).__name__}; "
+                f"build one with {self.config_class.__name__ if self.config_class else 'AutoConfig'}(...)"
+            )
+        self.config = config
+        self.name_or_path = config.name_or_path
+
+    # -- construction ------------------------------------------------------------------------------
+    def post_init(self) -> None:
+        """Call at the end of ``__init__``: initialises weights (skipped while loading) and ties them."""
+        if not _CONSTRUCTING_ON_META:
+            self.apply(self._init_weights)
+        self.tie_weights()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = getattr(self.config, "initializer_range", 0.02)
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            if module.weight is not None:
+                nn.init.ones_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif "RMSNorm" in type(module).__name__ and isinstance(getattr(module, "weight", None), nn.Parameter):
+            nn.init.ones_(module.weight)
+
+    def tie_weights(self) -> None:
+        if not getattr(self.config, "tie_word_embeddings", False):
+            return
+        for target, source in self._tied_weights_keys.items():
+            owner_name, _, param_name = target.rpartition(".")
+            try:
+                source_param = self.get_parameter(source)
+                owner = self.get_submodule(owner_name)
+            except AttributeError:
+                continue
+            setattr(owner, param_name, source_param)
+
+    def tied_parameter_names(self) -> set[str]:
+        if not getattr(self.config, "tie_word_embeddings", False):
+            return set()
+        return set(self._tied_weights_keys)
+
+    # -- conveniences users know ------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        for param in self.parameters():
+            return param.device
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        for param in self.parameters():
+            if param.is_floating_point():
+                return param.dtype
+        return torch.get_default_dtype()
+
+    @property
+    def base_model(self) -> nn.Module:
+        return getattr(self, self.base_model_prefix, self)
+
+    def get_input_embeddings(self) -> nn.Module:
+        base = self.base_model
+        if base is not self:
+            return base.get_input_embeddings()
+        raise NotImplementedError(f"{type(self).__name__} does not define get_input_embeddings()")
+
+    def get_output_embeddings(self) -> nn.Module | None:
+        return None
+
+    def num_parameters(self, only_trainable: bool = False) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not only_trainable)
+
+    @classmethod
+    def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
+        dtype = to_torch_dtype(kwargs.pop("dtype", kwargs.pop("torch_dtype", None)))
+        if kwargs.get("attn_implementation"):
+            config._attn_implementation = kwargs.pop("attn_implementation")
+        model = cls(config)
+        return model.to(dtype) if dtype is not None else model
+
+    # -- loading ---------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike[str],
+        *model_args: Any,
+        config: PretrainedConfig | str | None = None,
+        dtype: Any = "auto",
+        torch_dtype: Any = None,
+        device: Any = None,
+        device_map: Any = None,
+        attn_implementation: str | None = None,
+        ignore_mismatched_sizes: bool = False,
+        output_loading_info: bool = False,
+        strict: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        from .auto import resolve_source
+
+        pretrained, kwargs = resolve_source(pretrained_model_name_or_path, kwargs)
+        hub_kwargs, kwargs = split_hub_kwargs(kwargs)
+        kwargs.pop("trust_remote_code", None)
+        kwargs.pop("low_cpu_mem_usage", None)
+        format_kwargs = {k: kwargs.pop(k) for k in ("use_safetensors", "gguf_file", "variant") if k in kwargs}
+        if torch_dtype is not None:
+            dtype = torch_dtype
+
+        from .hub import resolve_folder
+
+        patterns = ["*.json", "*.safetensors", "*.jinja"]
+        if format_kwargs.get("gguf_file"):
+            patterns.append(str(format_kwargs["gguf_file"]))
+        if format_kwargs.get("use_safetensors") is False:
+            patterns.append("*.bin")
+        folder = resolve_folder(pretrained, patterns, **hub_kwargs)
+        fmt_reg, files = find_checkpoint(folder, **format_kwargs)
+        fmt = fmt_reg.load()
+
+        if not isinstance(config, PretrainedConfig):
+            config_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in ("state_dict",)}
+            config = cls._load_config(config or folder, fmt, files, config_kwargs)
+        if attn_implementation is not None:
+            config._attn_implementation = attn_implementation
+        config.name_or_path = str(pretrained)
+
+        target_dtype = cls._pick_dtype(dtype, config)
+        with meta_parameters():
+            model = cls(config, *model_args)
+        source = fmt.load(files, dtype=target_dtype)
+        info = model._materialise(source, target_dtype, ignore_mismatched_sizes, strict, files)
+        model.tie_weights()
+        model.eval()
+        model._after_load(folder, hub_kwargs)
+        if device is None and isinstance(device_map, (str, torch.device)) and device_map != "auto":
+            device = device_map
+        if device is not None:
+            model.to(device)
+        return (model, info) if output_loading_info else model
+
+    @classmethod
+    def _load_config(cls, source: Any, fmt: Any, files: list[Path], overrides: dict[str, Any]) -> PretrainedConfig:
+        if cls.config_class is None:
+            raise ConfigError(f"{cls.__name__} has no config_class; pass config=... to from_pretrained")
+        if hasattr(fmt, "load_config"):
+            config_dict = fmt.load_config(files)
+            return cls.config_class.from_dict(config_dict, **overrides)
+        return cls.config_class.from_pretrained(source, **overrides)
+
+    @staticmethod
+    def _pick_dtype(dtype: Any, config: PretrainedConfig) -> torch.dtype:
+        if dtype == "auto":
+            return to_torch_dtype(config.dtype) or torch.float32
+        return to_torch_dtype(dtype) or torch.float32
+
+    def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
+        """Model parameter name -> checkpoint key, bridging a base-model prefix present on one side only."""
+        own = self.state_dict(keep_vars=True).keys()
+        prefix = self.base_model_prefix
+        mapping: dict[str, str] = {}
+        for name in own:
+            if name in checkpoint_keys:
+                mapping[name] = name
+            elif prefix and name.startswith(prefix + ".") and name[len(prefix) + 1 :] in checkpoint_keys:
+                mapping[name] = name[len(prefix) + 1 :]
+            elif prefix and f"{prefix}.{name}" in checkpoint_keys:
+                mapping[name] = f"{prefix}.{name}"
+        return mapping
+
+    def _materialise(
+        self,
+        source: Mapping[str, torch.Tensor],
+        dtype: torch.dtype,
+        ignore_mismatched_sizes: bool,
+        strict: bool,
+        files: list[Path],
+    ) -> dict[str, list[Any]]:
+        import re
+
+        checkpoint_keys = set(source.keys())
+        key_map = self._checkpoint_key_map(checkpoint_keys)
+        tied = self.tied_parameter_names()
+        where = files[0] if len(files) == 1 else files[0].parent
+        mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
+        missing: list[str] = []
+        state = self.state_dict(keep_vars=True)
+        for name, current in state.items():
+            if name in tied:
+                continue
+            key = key_map.get(name)
+            if key is None:
+                missing.append(name)
+                continue
+            tensor = source[key]
+            if tuple(tensor.shape) != tuple(current.shape):
+                if not ignore_mismatched_sizes:
+                    raise ShapeMismatchError(
+                        f"tensor '{key}' in {getattr(source, 'file_of', lambda _k: where)(key)} has shape "
+                        f"{tuple(tensor.shape)}, but the model built from config.json expects {tuple(current.shape)} "
+                        "for it. The config does not match the weights; fix config.json, or pass "
+                        "ignore_mismatched_sizes=True to re-initialise this tensor."
+                    )
+                mismatched.append((name, tuple(tensor.shape), tuple(current.shape)))
+                missing.append(name)
+                continue
+            if tensor.is_floating_point() and current.is_floating_point():
+                tensor = tensor.to(dtype) if isinstance(current, nn.Parameter) else tensor.to(current.dtype)
+            self._set_tensor(name, tensor)
+
+        ignore_missing = [re.compile(p) for p in self._keys_to_ignore_on_load_missing]
+        missing = [m for m in missing if not any(p.search(m) for p in ignore_missing)]
+        prefix = self.base_model_prefix
+        base_missing = [
+            m for m in missing if (not prefix or m.startswith(prefix + ".") or type(self) is self._base_class())
+        ]
+        mismatched_names = {m[0] for m in mismatched}
+        hard_missing = [m for m in base_missing if m not in mismatched_names and self._is_persistent_param(m)]
+        if hard_missing and strict:
+            shown = ", ".join(hard_missing[:8]) + (f" and {len(hard_missing) - 8} more" if len(hard_missing) > 8 else "")
+            raise CheckpointError(
+                f"checkpoint {where} is missing {len(hard_missing)} tensor(s) the model needs: {shown}. "
+                "The checkpoint is incomplete or for a different architecture; pass strict=False to "
+                "initialise them randomly instead."
+            )
+        self._initialise_missing(missing, dtype)
+        used = set(key_map.values())
+        ignore_unexpected = [re.compile(p) for p in self._keys_to_ignore_on_load_unexpected]
+        unexpected = sorted(k for k in checkpoint_keys - used if not any(p.search(k) for p in ignore_unexpected))
+        if unexpected:
+            logger.warning("Unused weights in %s: %s", where, ", ".join(unexpected[:20]))
+        if missing:
+            logger.warning("Newly initialised weights (not in %s): %s", where, ", ".join(missing[:20]))
+        return {"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": mismatched}
+
+    def _base_class(self) -> type:
+        base = getattr(self, self.base_model_prefix, None) if self.base_model_prefix else None
+        return type(base) if isinstance(base, nn.Module) else type(self)
+
+    def _is_persistent_param(self, name: str) -> bool:
+        owner_name, _, attr = name.rpartition(".")
+        owner = self.get_submodule(owner_name)
+        return attr in owner._parameters or attr not in owner._non_persistent_buffers_set
+
+    def _set_tensor(self, name: str, tensor: torch.Tensor) -> None:
+        owner_name, _, attr = name.rpartition(".")
+        owner = self.get_submodule(owner_name)
+        if attr in owner._parameters:
+            old = owner._parameters[attr]
+            requires_grad = old.requires_grad if old is not None and tensor.is_floating_point() else False
+            owner._parameters[attr] = nn.Parameter(tensor, requires_grad=requires_grad)
+        else:
+            owner._buffers[attr] = tensor
+
+    def _initialise_missing(self, missing: list[str], dtype: torch.dtype) -> None:
+        modules: dict[str, nn.Module] = {}
+        for name in missing:
+            owner_name, _, attr = name.rpartition(".")
+            owner = self.get_submodule(owner_name)
+            current = owner._parameters.get(attr)
+            if current is not None and current.device.type == "meta":
+                fresh = torch.empty(current.shape, dtype=dtype if current.is_floating_point() else current.dtype)
+                owner._parameters[attr] = nn.Parameter(fresh, requires_grad=current.requires_grad)
+                modules[owner_name] = owner
+        for module in modules.values():
+            self._init_weights(module)
+
+    def _after_load(self, folder: Path, hub_kwargs: dict[str, Any]) -> None:
+        """Extension point run after weights are in place (generation reads generation_config.json)."""
+        loader = getattr(self, "_load_generation_config", None)
+        if loader is not None:
+            loader(folder, hub_kwargs)
+
+    # -- saving ----------------------------------------------------------------------------------
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike[str],
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        max_shard_size: int | str = "50GB",
+        safe_serialization: bool = True,
+        is_main_process: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if not is_main_process:
+            return
+        if not safe_serialization:
+            raise ConfigError("save_pretrained writes safetensors only; drop safe_serialization=False")
+        target = Path(save_directory)
+        if target.is_file():
+            raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")
+        fmt = registry.require("checkpoint_formats", "safetensors", what="checkpoint format")
+        state = dict(state_dict if state_dict is not None else self.state_dict())
+        for name in self.tied_parameter_names():
+            state.pop(name, None)
+        self.config.architectures = [type(self).__name__]
+        self.config.dtype = dtype_name(self.dtype)
+        old_weights = _weight_files(target)
+        with staged_folder(target) as staging:
+            written = fmt.save(state, staging, max_shard_size, {"format": "pt"})
+            self.config.save_pretrained(staging)
+            saver = getattr(self, "_save_generation_config", None)
+            if saver is not None:
+                saver(staging)
+            extra = getattr(self, "_save_extra_files", None)
+            if extra is not None:
+                extra(staging)
+        for stale in old_weights - set(written):
+            (target / stale).unlink(missing_ok=True)
+
+
+def _weight_files(folder: Path) -> set[str]:
+    if not folder.is_dir():
+        return set()
+    patterns = ("model*.safetensors", "model.safetensors.index.json")
+    return {p.name for pattern in patterns for p in folder.glob(pattern)}

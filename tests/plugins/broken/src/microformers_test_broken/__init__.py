@@ -1,0 +1,1 @@
+"""Test-only misbehaving plugins."""
