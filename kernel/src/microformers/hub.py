@@ -97,16 +97,6 @@ def _hub_download(
             force_download=force_download,
         )
         return Path(path)
-    except hub_errors.EntryNotFoundError as exc:
-        if required:
-            raise FileMissingError(f"{filename} is not in Hub repo {where}: {exc}") from exc
-        return None
-    except hub_errors.RepositoryNotFoundError as exc:
-        raise FileMissingError(
-            f"'{repo_id}' is neither a local folder nor a Hub repo you can access; check the name or pass token=..."
-        ) from exc
-    except hub_errors.RevisionNotFoundError as exc:
-        raise FileMissingError(f"revision '{revision}' does not exist in Hub repo {repo_id}") from exc
     except hub_errors.LocalEntryNotFoundError as exc:
         if not required and _cached_snapshot_exists(repo_id, revision, cache_dir):
             return None
@@ -120,6 +110,16 @@ def _hub_download(
             f"could not download {filename} of {where} and it is not cached: {exc}. Check the network, or set "
             "HF_HUB_OFFLINE=1 and pass a local folder."
         ) from exc
+    except hub_errors.EntryNotFoundError as exc:
+        if required:
+            raise FileMissingError(f"{filename} is not in Hub repo {where}: {exc}") from exc
+        return None
+    except hub_errors.RepositoryNotFoundError as exc:
+        raise FileMissingError(
+            f"'{repo_id}' is neither a local folder nor a Hub repo you can access; check the name or pass token=..."
+        ) from exc
+    except hub_errors.RevisionNotFoundError as exc:
+        raise FileMissingError(f"revision '{revision}' does not exist in Hub repo {repo_id}") from exc
     except (OSError, ValueError) as exc:
         raise FileMissingError(f"could not get {filename} of {where}: {exc}") from exc
 

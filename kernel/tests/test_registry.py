@@ -1,0 +1,94 @@
+"""Discovery through real entry points: fault isolation, API versions, conflicts, in-process registration."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import microformers
+from microformers import PluginConflictWarning, PluginError, UnknownModelTypeError
+from microformers.plugins import Registry
+
+
+def test_broken_plugins_are_recorded_and_others_work():
+    reg = Registry()
+    reg.discover()
+    assert reg.plugins["broken-import"].broken
+    assert "microformers_dependency_that_is_not_installed" in reg.plugins["broken-import"].error
+    assert "kernel API 99" in reg.plugins["future-api"].error
+    assert not reg.plugins["toy"].broken
+    assert reg.get("configs", "toy") is not None
+    # the future-api plugin registered nothing
+    assert reg.get("model_sources", "from-the-future") is None
+
+
+def test_missing_name_error_names_broken_plugins_and_their_cause():
+    reg = Registry()
+    with pytest.raises(PluginError) as info:
+        reg.require("model_sources", "from-the-future", what="model alias")
+    message = str(info.value)
+    assert "from-the-future" in message
+    assert "broken-import" in message and "future-api" in message
+    assert "kernel API 99" in message
+
+
+def test_known_provider_is_named_when_missing():
+    reg = Registry()
+    with pytest.raises(PluginError, match="pip install microformers-bert"):
+        reg.require("configs", "bert", what="model_type")
+
+
+def test_unknown_model_type_lists_installed(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-arch"}')
+    with pytest.raises((UnknownModelTypeError, PluginError)) as info:
+        microformers.AutoConfig.from_pretrained(tmp_path)
+    assert "no-such-arch" in str(info.value)
+    assert "toy" in str(info.value)
+
+
+def test_conflict_rule_is_deterministic_with_warning_and_overridable(monkeypatch):
+    reg = Registry()
+    with pytest.warns(PluginConflictWarning, match="toy-shared-alias"):
+        winner = reg.get("model_sources", "toy-shared-alias")
+    assert winner.plugin == "toy"  # first by plugin name
+    assert winner.load()()[0] == "toy-from-toy-plugin"
+
+    reg.prefer("model_sources", "toy-shared-alias", "zz-conflicting")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reg.get("model_sources", "toy-shared-alias").plugin == "zz-conflicting"
+
+    monkeypatch.setenv("MICROFORMERS_PREFER", "model_sources:toy-shared-alias=zz-conflicting")
+    from_env = Registry()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert from_env.get("model_sources", "toy-shared-alias").plugin == "zz-conflicting"
+
+
+def test_in_process_registration_feeds_the_same_registry_and_wins(tmp_path):
+    from microformers_test_toy.modeling_toy import ToyConfig, ToyModel
+
+    class MyConfig(ToyConfig):
+        model_type = "my-in-process"
+
+    class MyModel(ToyModel):
+        config_class = MyConfig
+
+    microformers.AutoConfig.register("my-in-process", MyConfig)
+    microformers.AutoModel.register(MyConfig, MyModel)
+    with pytest.raises(microformers.ConfigError, match="exist_ok"):
+        microformers.AutoConfig.register("my-in-process", MyConfig)
+    model = microformers.AutoModel.from_config(MyConfig(hidden_size=8))
+    assert type(model) is MyModel
+    model.save_pretrained(tmp_path)
+    assert type(microformers.AutoModel.from_pretrained(tmp_path)) is MyModel
+    assert microformers.registry.get("models", ("my-in-process", "AutoModel")).plugin == "<in-process>"
+
+
+def test_lazy_reference_import_error_names_plugin():
+    reg = Registry()
+    reg.discover()
+    reg.add("configs", "ghost", "no_such_module_xyz:Ghost", plugin="toy")
+    with pytest.raises(PluginError, match="plugin 'toy'.*no_such_module_xyz"):
+        reg.require("configs", "ghost")
