@@ -74,7 +74,7 @@ class AutoConfig:
             from .remote import load_remote_class
 
             config_cls = load_remote_class(
-                remote_ref, pretrained, trust_remote_code, hub_kwargs, code_options, kind="AutoConfig"
+                remote_ref, pretrained, trust_remote_code, hub_kwargs, code_options, "AutoConfig", config_dict["auto_map"]
             )
         elif not model_type:
             raise ConfigError(
@@ -118,7 +118,9 @@ class _AutoModel:
         if remote_ref and (trust_remote_code or known is None):
             from .remote import load_remote_class
 
-            return load_remote_class(remote_ref, pretrained, trust_remote_code, hub_kwargs, code, kind=cls.auto_name)
+            return load_remote_class(
+                remote_ref, pretrained, trust_remote_code, hub_kwargs, code, cls.auto_name, config.auto_map
+            )
         if known is not None:
             return known.load()
         if registry.get("configs", config.model_type) is not None:

@@ -14,11 +14,9 @@ from typing import Any, ClassVar
 
 from .errors import ConfigError
 from .hub import atomic_write_text, resolve_file, split_hub_kwargs
+from .remote import RegisterForAutoClass, write_custom_code
 
 CONFIG_NAME = "config.json"
-
-_DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8")
-
 
 def dtype_name(dtype: Any) -> str | None:
     """``torch.float16`` / ``"torch.float16"`` / ``"float16"`` -> ``"float16"``."""
@@ -28,7 +26,7 @@ def dtype_name(dtype: Any) -> str | None:
     return name
 
 
-class PretrainedConfig:
+class PretrainedConfig(RegisterForAutoClass):
     """Base class of model configurations; subclasses set ``model_type`` and their defaults."""
 
     model_type: ClassVar[str] = ""
@@ -130,6 +128,10 @@ class PretrainedConfig:
         self.dtype = dtype_name(value)
 
     # -- serialisation ------------------------------------------------------------------------------
+    @classmethod
+    def register_for_auto_class(cls, auto_class: str = "AutoConfig") -> None:
+        super().register_for_auto_class(auto_class)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in self.__dict__.items():
@@ -165,6 +167,7 @@ class PretrainedConfig:
         if folder.is_file():
             raise ConfigError(f"save_pretrained: {folder} is a file; pass a folder to write config.json into")
         folder.mkdir(parents=True, exist_ok=True)
+        write_custom_code(self, self, folder)
         atomic_write_text(folder / CONFIG_NAME, self.to_json_string())
 
     @classmethod

@@ -22,6 +22,7 @@ from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import split_hub_kwargs, staged_folder
 from .plugins import registry
+from .remote import RegisterForAutoClass, write_custom_code
 from .weights import find_checkpoint
 
 logger = logging.getLogger("microformers")
@@ -61,7 +62,7 @@ def to_torch_dtype(dtype: Any) -> torch.dtype | None:
     return value
 
 
-class PreTrainedModel(nn.Module, GenerationMixin):
+class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     """Base class for models; see hookspecs and docs/plugin-authoring.md for what subclasses set."""
 
     config_class: ClassVar[type[PretrainedConfig] | None] = None
@@ -383,6 +384,7 @@ class PreTrainedModel(nn.Module, GenerationMixin):
         old_weights = _weight_files(target)
         with staged_folder(target) as staging:
             written = fmt.save(state, staging, max_shard_size, {"format": "pt"})
+            write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)
             saver = getattr(self, "_save_generation_config", None)
             if saver is not None:

@@ -1,0 +1,23 @@
+.PHONY: install install-test test chat lint bench
+
+install:
+	scripts/install.sh
+
+install-test:
+	scripts/install.sh --test
+
+# The test command (README and .ci/run): install everything, then run the whole suite.
+test: install-test
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile
+
+# The main job: chat with the embedded default model (SmolLM2-135M-Instruct).
+chat: install
+	.venv/bin/microformers chat
+
+lint:
+	.venv/bin/ruff check .
+
+bench: install-test
+	.venv/bin/python bench/import_time.py
+	.venv/bin/python bench/gguf_load.py
+	.venv/bin/python bench/tokenizer_overhead.py

