@@ -1,0 +1,1 @@
+"""Terminal chat and one-shot generation on top of the microformers kernel."""

@@ -1,0 +1,118 @@
+"""``microformers chat`` and ``microformers generate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gguf-file", default=None, help="GGUF file inside MODEL's folder")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--system", default=None, help="system prompt")
+
+
+class Session:
+    """A model, its tokenizer, and a conversation."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import microformers
+
+        if args.seed is not None:
+            microformers.set_seed(args.seed)
+        load_kwargs: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
+        self.tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load_kwargs)
+        self.model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **load_kwargs)
+        self.args = args
+        self.messages: list[dict[str, str]] = []
+        self.reset()
+
+    def reset(self) -> None:
+        self.messages = [{"role": "system", "content": self.args.system}] if self.args.system else []
+
+    def generation_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"max_new_tokens": self.args.max_new_tokens, "do_sample": self.args.do_sample}
+        for name in ("temperature", "top_k", "top_p"):
+            value = getattr(self.args, name)
+            if value is not None:
+                kwargs[name] = value
+        return kwargs
+
+    def answer(self, inputs: dict[str, Any], out: TextIO | None) -> str:
+        from microformers import TextStreamer
+
+        streamer = TextStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True) if out else None
+        output = self.model.generate(**inputs, streamer=streamer, **self.generation_kwargs())
+        new_tokens = output[0, inputs["input_ids"].shape[1] :]
+        return self.tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+
+    def reply(self, user_text: str, out: TextIO | None = None) -> str:
+        self.messages.append({"role": "user", "content": user_text})
+        inputs = self.tokenizer.apply_chat_template(
+            self.messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        text = self.answer(dict(inputs), out)
+        self.messages.append({"role": "assistant", "content": text})
+        return text
+
+
+def chat_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"folder, Hub id or alias ({DEFAULT_MODEL})")
+    _add_model_arguments(parser)
+    return run_chat
+
+
+def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    interactive = stdin.isatty()
+    session = Session(args)
+    print(f"Chatting with {args.model}. /reset starts over, /exit quits.", file=stdout, flush=True)
+    while True:
+        if interactive:
+            print("> ", end="", file=stdout, flush=True)
+        line = stdin.readline()
+        if not line:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text == "/exit":
+            break
+        if text == "/reset":
+            session.reset()
+            print("(conversation reset)", file=stdout, flush=True)
+            continue
+        if not interactive:
+            print(f"> {text}", file=stdout, flush=True)
+        session.reply(text, out=stdout)
+    return 0
+
+
+def generate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("words", nargs="+", metavar="[MODEL] PROMPT", help="optional model, then the prompt")
+    parser.add_argument("--raw", action="store_true", help="continue the prompt as plain text (no chat template)")
+    _add_model_arguments(parser)
+
+    def run(args: argparse.Namespace) -> int:
+        if len(args.words) > 2:
+            raise SystemExit("microformers generate: quote the prompt: microformers generate [MODEL] \"PROMPT\"")
+        args.model, args.prompt = args.words if len(args.words) == 2 else (DEFAULT_MODEL, args.words[0])
+        session = Session(args)
+        if args.raw:
+            inputs = dict(session.tokenizer(args.prompt, return_tensors="pt"))
+            print(session.answer(inputs, out=None))
+        else:
+            print(session.reply(args.prompt))
+        return 0
+
+    return run
