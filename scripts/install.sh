@@ -9,8 +9,8 @@ PY=${PYTHON:-python3}
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 # The CPU build of torch, pinned: a looser spec would pull GBs of CUDA wheels.
 .venv/bin/python -c "import torch" 2>/dev/null || "${PIP[@]}" torch==2.13.0
-editable=(-e kernel -e sdk)
-for dir in plugins/*/; do [ -f "$dir/pyproject.toml" ] && editable+=(-e "$dir"); done
+editable=(-e kernel)
+for dir in sdk/ plugins/*/; do [ -f "$dir/pyproject.toml" ] && editable+=(-e "$dir"); done
 if [ "${1:-}" = "--test" ]; then
   for dir in tests/plugins/*/; do [ -f "$dir/pyproject.toml" ] && editable+=(-e "$dir"); done
   "${PIP[@]}" "${editable[@]}" -r requirements-test.txt
