@@ -1,0 +1,38 @@
+"""microformers-llama: Llama, Mistral and Qwen2 (``model_type`` llama / mistral / qwen2) for microformers.
+
+Importing the package is cheap; the model classes load (with torch) on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "LlamaConfig": "configuration_llama",
+    "MistralConfig": "configuration_mistral",
+    "Qwen2Config": "configuration_qwen2",
+    **{
+        name: "modeling_llama"
+        for name in ("LlamaPreTrainedModel", "LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification")
+    },
+    **{name: "modeling_mistral" for name in ("MistralModel", "MistralForCausalLM", "MistralForSequenceClassification")},
+    **{name: "modeling_qwen2" for name in ("Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification")},
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'microformers_llama' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,136 @@
+"""``LlamaConfig``: the ``config.json`` of ``model_type: llama`` checkpoints (Llama 1-3, SmolLM, TinyLlama ...).
+
+Imports no torch, so ``AutoConfig`` stays cheap. Rotary settings are kept in the widely read
+spelling (``rope_theta`` plus ``rope_scaling``); files using ``rope_parameters`` are converted on load,
+and ``config.rope_parameters`` shows the merged view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microformers import PretrainedConfig
+from microformers.errors import ConfigError
+from microformers_sdk.rope_settings import normalize_rope_settings
+
+
+def _positive_int(config: PretrainedConfig, name: str) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name}={value!r} in {type(config).__name__} must be a positive integer; fix config.json")
+
+
+class LlamaConfig(PretrainedConfig):
+    """Decoder-only transformer with RMSNorm, rotary embeddings, grouped-query attention and a SwiGLU MLP."""
+
+    model_type = "llama"
+
+    def __init__(
+        self,
+        vocab_size: int = 32000,
+        hidden_size: int = 4096,
+        intermediate_size: int = 11008,
+        num_hidden_layers: int = 32,
+        num_attention_heads: int = 32,
+        num_key_value_heads: int | None = None,
+        head_dim: int | None = None,
+        hidden_act: str = "silu",
+        max_position_embeddings: int = 2048,
+        initializer_range: float = 0.02,
+        rms_norm_eps: float = 1e-6,
+        use_cache: bool = True,
+        rope_theta: float = 10000.0,
+        rope_scaling: dict[str, Any] | None = None,
+        attention_bias: bool = False,
+        attention_dropout: float = 0.0,
+        mlp_bias: bool = False,
+        pretraining_tp: int = 1,
+        pad_token_id: int | None = None,
+        bos_token_id: int | None = 1,
+        eos_token_id: int | list[int] | None = 2,
+        tie_word_embeddings: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        rope_parameters = kwargs.pop("rope_parameters", None)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_attention_heads if num_key_value_heads is None else num_key_value_heads
+        self.hidden_act = hidden_act
+        self.max_position_embeddings = max_position_embeddings
+        self.initializer_range = initializer_range
+        self.rms_norm_eps = rms_norm_eps
+        self.use_cache = use_cache
+        self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling
+        self.attention_bias = attention_bias
+        self.attention_dropout = attention_dropout
+        self.mlp_bias = mlp_bias
+        self.pretraining_tp = pretraining_tp
+        self._validate_heads(head_dim)
+        self.head_dim = head_dim if head_dim is not None else hidden_size // num_attention_heads
+        if rope_parameters is not None:
+            self.rope_parameters = rope_parameters
+        super().__init__(
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+        normalize_rope_settings(
+            head_dim=self.head_dim,
+            max_position_embeddings=self.max_position_embeddings,
+            rope_theta=self.rope_theta,
+            rope_scaling=self.rope_scaling,
+            setting=f"{type(self).__name__}.rope_scaling",
+        )
+
+    def _validate_heads(self, head_dim: int | None) -> None:
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+            _positive_int(self, name)
+        _positive_int(self, "num_key_value_heads")
+        if head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}; "
+                "fix one of them in config.json (or set head_dim explicitly)"
+            )
+        if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0):
+            raise ConfigError(f"head_dim={head_dim!r} must be a positive integer; fix config.json")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}; grouped-query attention needs every key/value head "
+                "to serve the same number of query heads. Fix config.json"
+            )
+
+    # -- rotary settings in the newer spelling ------------------------------------------------------
+    @property
+    def rope_parameters(self) -> dict[str, Any]:
+        """``{"rope_type": ..., "rope_theta": ..., **scaling}``, the reference's current spelling."""
+        scaling = dict(self.rope_scaling or {})
+        rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
+        return {"rope_type": rope_type, "rope_theta": self.rope_theta, **scaling}
+
+    @rope_parameters.setter
+    def rope_parameters(self, value: dict[str, Any] | None) -> None:
+        if value is None:
+            return
+        if not isinstance(value, dict):
+            raise ConfigError(f"rope_parameters must be a JSON object, got {type(value).__name__}: {value!r}")
+        scaling = dict(value)
+        if "rope_theta" in scaling:
+            self.rope_theta = scaling.pop("rope_theta")
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+        self.rope_scaling = None if rope_type == "default" and not set(scaling) - {"rope_type", "type"} else scaling
+
+    # -- per-layer attention layout (overridden by variants) ------------------------------------------
+    def layer_sliding_window(self, layer_idx: int) -> int | None:
+        """The attention window of layer ``layer_idx`` in tokens, or ``None`` for full attention."""
+        return None
+
+    def layer_attention_bias(self) -> tuple[bool, bool]:
+        """Whether (q/k/v projections, output projection) carry a bias."""
+        return bool(self.attention_bias), bool(self.attention_bias)

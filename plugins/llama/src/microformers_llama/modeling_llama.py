@@ -1,0 +1,405 @@
+"""Llama-family decoder (Llama, and through small subclasses Mistral and Qwen2).
+
+Parameter names equal the checkpoint tensor names of the reference implementation
+(``model.embed_tokens.weight``, ``model.layers.{i}.self_attn.q_proj.weight``, ``model.layers.{i}.mlp.gate_proj.weight``,
+``model.norm.weight``, ``lm_head.weight``, ``score.weight``), so files load and save without renaming.
+
+One forward pass: embed, compute the rotary ``cos``/``sin`` once from the position ids, build one
+attention mask per distinct sliding window, run the decoder layers (pre-norm attention and SwiGLU MLP
+with residuals), final RMSNorm, then the head.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from microformers import PreTrainedModel
+from microformers.errors import GenerationError
+from microformers.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
+from microformers_sdk.attention import eager_attention, get_attention_function
+from microformers_sdk.cache import Cache, DynamicCache
+from microformers_sdk.layers import GatedMLP, RMSNorm
+from microformers_sdk.masks import build_attention_mask, position_ids_from_attention_mask
+from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
+
+from .configuration_llama import LlamaConfig
+
+__all__ = [
+    "LlamaAttention",
+    "LlamaConfig",
+    "LlamaDecoderLayer",
+    "LlamaForCausalLM",
+    "LlamaForSequenceClassification",
+    "LlamaModel",
+    "LlamaPreTrainedModel",
+]
+
+
+class LlamaAttention(nn.Module):
+    """Grouped-query self-attention with rotary positions; the kernel is chosen by ``attn_implementation``."""
+
+    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = float(config.attention_dropout or 0.0)
+        self.sliding_window = config.layer_sliding_window(layer_idx)
+        qkv_bias, output_bias = config.layer_attention_bias()
+        hidden = config.hidden_size
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=output_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        is_causal: bool,
+        past_key_values: Cache | None,
+        attention_fn: Any,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, q_len, _ = hidden_states.shape
+        query = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        query, key = apply_rotary_pos_emb(query, key, *rotary)
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+        dropout = self.attention_dropout if self.training else 0.0
+        weights = None
+        if output_attentions:
+            output, weights = eager_attention(
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal,
+                return_weights=True,
+            )  # fmt: skip
+        else:
+            output = attention_fn(
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal
+            )
+        output = output.transpose(1, 2).reshape(batch, q_len, -1)
+        return self.o_proj(output), weights
+
+
+class LlamaDecoderLayer(nn.Module):
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+
+    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = LlamaAttention(config, layer_idx)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        is_causal: bool,
+        past_key_values: Cache | None,
+        attention_fn: Any,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attended, weights = self.self_attn(
+            self.input_layernorm(hidden_states),
+            rotary,
+            attention_mask,
+            is_causal,
+            past_key_values,
+            attention_fn,
+            output_attentions,
+        )
+        hidden_states = hidden_states + attended
+        hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states, weights
+
+
+class LlamaPreTrainedModel(PreTrainedModel):
+    config_class = LlamaConfig
+    base_model_prefix = "model"
+    _no_split_modules: ClassVar[list[str]] = ["LlamaDecoderLayer"]
+    supports_gradient_checkpointing = False
+    # Llama-family checkpoints written by older exporters carry the rotary tables; they are recomputed.
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"rotary_emb\.inv_freq"]
+
+
+def _legacy_to_cache(past_key_values: Any) -> Cache | None:
+    if past_key_values is None or isinstance(past_key_values, Cache):
+        return past_key_values
+    if isinstance(past_key_values, list | tuple):
+        return DynamicCache.from_legacy_cache(past_key_values)
+    raise GenerationError(
+        f"past_key_values must be a microformers_sdk Cache (e.g. DynamicCache) or a tuple of (keys, values) per "
+        f"layer, got {type(past_key_values).__name__}"
+    )
+
+
+class LlamaModel(LlamaPreTrainedModel):
+    """The decoder stack without a head; returns ``BaseModelOutputWithPast``."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__(config)
+        pad = config.pad_token_id
+        padding_idx = pad if isinstance(pad, int) and 0 <= pad < config.vocab_size else None
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(rope_settings_from_config(config, head_dim=config.head_dim))
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutputWithPast | tuple[Any, ...]:
+        config = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise GenerationError(f"{type(self).__name__}.forward needs exactly one of input_ids or inputs_embeds")
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        use_cache = config.use_cache if use_cache is None else use_cache
+        return_dict = config.return_dict if return_dict is None else return_dict
+
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        past_key_values = _legacy_to_cache(past_key_values)
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        query_length = inputs_embeds.shape[1]
+        if position_ids is None:
+            position_ids = position_ids_from_attention_mask(
+                attention_mask, past_length, query_length, device=inputs_embeds.device
+            )
+        rotary = self.rotary_emb(position_ids, dtype=inputs_embeds.dtype)
+        attention_fn = get_attention_function(config)
+        masks: dict[int | None, tuple[torch.Tensor | None, bool]] = {}
+        for layer in self.layers:
+            window = layer.self_attn.sliding_window
+            if window not in masks:
+                masks[window] = build_attention_mask(
+                    attention_mask, query_length, past_length, sliding_window=window, device=inputs_embeds.device
+                )
+
+        hidden_states = inputs_embeds
+        all_hidden_states: list[torch.Tensor] = []
+        all_attentions: list[torch.Tensor] = []
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states.append(hidden_states)
+            mask, is_causal = masks[layer.self_attn.sliding_window]
+            hidden_states, weights = layer(
+                hidden_states, rotary, mask, is_causal, past_key_values, attention_fn, output_attentions
+            )
+            if output_attentions:
+                all_attentions.append(weights)
+        hidden_states = self.norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states.append(hidden_states)
+
+        output = BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
+            attentions=tuple(all_attentions) if output_attentions else None,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class LlamaForCausalLM(LlamaPreTrainedModel):
+    """Decoder plus a language-modelling head (``lm_head``, tied to the embeddings when configured)."""
+
+    base_model_class: ClassVar[type[LlamaModel]] = LlamaModel
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.lm_head = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast | tuple[Any, ...]:
+        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int):
+            if logits_to_keep > 0:
+                hidden_states = hidden_states[:, -logits_to_keep:]
+        else:
+            hidden_states = hidden_states[:, logits_to_keep]
+        logits = self.lm_head(hidden_states)
+        loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        output = CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+def causal_lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Next-token cross entropy: position ``t`` predicts ``labels[t + 1]``; ``-100`` labels are ignored."""
+    logits = logits.float()
+    shifted = F.pad(labels, (0, 1), value=-100)[..., 1:].to(logits.device)
+    reduction = "sum" if num_items_in_batch is not None else "mean"
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1), ignore_index=-100, reduction=reduction
+    )
+    if num_items_in_batch is not None:
+        loss = loss / num_items_in_batch
+    return loss
+
+
+class LlamaForSequenceClassification(LlamaPreTrainedModel):
+    """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
+
+    base_model_class: ClassVar[type[LlamaModel]] = LlamaModel
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = self.base_model_class(config)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> SequenceClassifierOutputWithPast | tuple[Any, ...]:
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.score(outputs.last_hidden_state)
+        batch = logits.shape[0]
+        pad = self.config.pad_token_id
+        if pad is None and batch != 1:
+            raise GenerationError(
+                f"{type(self).__name__} needs config.pad_token_id to find the last token of each row in a batch of "
+                f"{batch}; set model.config.pad_token_id (e.g. to the tokenizer's pad_token_id)"
+            )
+        if pad is None or input_ids is None:
+            # Without token ids (inputs_embeds) padding cannot be detected: the last position is used.
+            last = torch.full((batch,), logits.shape[1] - 1, device=logits.device)
+        else:
+            # The rightmost non-padding token; works for left and right padding alike.
+            positions = torch.arange(input_ids.shape[-1], device=logits.device)
+            last = (positions * (input_ids != pad).to(logits.device)).argmax(-1)
+        pooled = logits[torch.arange(batch, device=logits.device), last]
+        loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
+        output = SequenceClassifierOutputWithPast(
+            loss=loss,
+            logits=pooled,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, config: Any) -> torch.Tensor:
+    """Regression (MSE), single-label (cross entropy) or multi-label (BCE) by ``config.problem_type``."""
+    num_labels = config.num_labels
+    labels = labels.to(logits.device)
+    problem_type = config.problem_type
+    if problem_type is None:
+        if num_labels == 1:
+            problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem_type = "single_label_classification"
+        else:
+            problem_type = "multi_label_classification"
+    if problem_type == "regression":
+        if num_labels == 1:
+            return F.mse_loss(logits.squeeze().float(), labels.squeeze().float())
+        return F.mse_loss(logits.float(), labels.float())
+    if problem_type == "single_label_classification":
+        return F.cross_entropy(logits.view(-1, num_labels).float(), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())

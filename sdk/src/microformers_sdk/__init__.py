@@ -1,0 +1,61 @@
+"""microformers-sdk: what model plugins are built from.
+
+Layers (``RMSNorm``, ``GatedMLP``), rotary position embeddings (``RotaryEmbedding`` with default,
+linear, dynamic NTK, YaRN and llama3 scaling), attention through
+``torch.nn.functional.scaled_dot_product_attention`` (``sdpa_attention``, ``eager_attention``,
+``get_attention_function``), masks and position ids (``build_attention_mask``,
+``position_ids_from_attention_mask``), KV caches (``DynamicCache``, ``StaticCache``) and
+checkpoint-name helpers (``KeyRenamer``).
+
+Importing this package is cheap: submodules (and torch) load on first attribute access, so the
+entry-point module ``microformers_sdk.plugin`` can be imported at discovery time for free.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "RMSNorm": "layers",
+    "GatedMLP": "layers",
+    "ACTIVATIONS": "layers",
+    "get_activation": "layers",
+    "RotaryEmbedding": "rotary",
+    "RopeSettings": "rope_settings",
+    "SUPPORTED_ROPE_TYPES": "rope_settings",
+    "apply_rotary_pos_emb": "rotary",
+    "compute_inv_freq": "rotary",
+    "normalize_rope_settings": "rope_settings",
+    "rope_settings_from_config": "rope_settings",
+    "rotate_half": "rotary",
+    "eager_attention": "attention",
+    "get_attention_function": "attention",
+    "repeat_kv": "attention",
+    "sdpa_attention": "attention",
+    "AttentionMask": "masks",
+    "build_attention_mask": "masks",
+    "position_ids_from_attention_mask": "masks",
+    "Cache": "cache",
+    "DynamicCache": "cache",
+    "StaticCache": "cache",
+    "KeyRenamer": "weights",
+    "check_checkpoint_keys": "weights",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'microformers_sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

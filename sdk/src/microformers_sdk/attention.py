@@ -1,0 +1,144 @@
+"""Attention functions with the kernel's attention-hook signature, and their lookup by name.
+
+Every function takes ``query`` ``(batch, heads, q_len, head_dim)`` and ``key``/``value``
+``(batch, kv_heads, kv_len, head_dim)`` (``heads`` a multiple of ``kv_heads``: grouped-query
+attention), an ``attention_mask`` that is ``None``, a boolean tensor (``True`` = may attend) or an
+additive float tensor broadcastable to ``(batch, heads, q_len, kv_len)``, and keyword-only
+``scaling``, ``dropout`` and ``is_causal`` (only meaningful with no mask). It returns the output as
+``(batch, heads, q_len, head_dim)``. Passing ``return_weights=True`` to :func:`eager_attention`
+returns ``(output, weights)`` instead, which is how models implement ``output_attentions``.
+
+Models resolve ``config._attn_implementation`` (default ``"sdpa"``) with
+:func:`get_attention_function`, which asks the kernel registry, so a plugin can add its own
+implementation through ``register_attention_implementations``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+AttentionFunction = Callable[..., Any]
+
+DEFAULT_ATTENTION = "sdpa"
+
+
+def _sdpa_supports_gqa() -> bool:
+    probe = torch.zeros(1, 2, 1, 2)
+    try:
+        F.scaled_dot_product_attention(probe, probe[:, :1], probe[:, :1], enable_gqa=True)
+    except TypeError:  # torch < 2.5
+        return False
+    return True
+
+
+_SDPA_HAS_GQA = _sdpa_supports_gqa()
+
+
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """``(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim)``, each head repeated in place."""
+    if n_rep == 1:
+        return hidden_states
+    batch, kv_heads, seq_len, head_dim = hidden_states.shape
+    expanded = hidden_states[:, :, None].expand(batch, kv_heads, n_rep, seq_len, head_dim)
+    return expanded.reshape(batch, kv_heads * n_rep, seq_len, head_dim)
+
+
+def _group_size(query: torch.Tensor, key: torch.Tensor) -> int:
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads % kv_heads:
+        raise ValueError(f"query has {heads} heads, which is not a multiple of the {kv_heads} key/value heads")
+    return heads // kv_heads
+
+
+def sdpa_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """Attention through ``torch.nn.functional.scaled_dot_product_attention``."""
+    n_rep = _group_size(query, key)
+    extra: dict[str, Any] = {}
+    if n_rep > 1:
+        if _SDPA_HAS_GQA:
+            # Shares each key/value head across its query group without copying the cache per step.
+            extra["enable_gqa"] = True
+        else:
+            key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+    return F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        is_causal=is_causal and attention_mask is None and query.shape[2] > 1,
+        scale=scaling,
+        **extra,
+    )
+
+
+def eager_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+    return_weights: bool = False,
+    **kwargs: Any,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention written out with matmul and softmax (float32 softmax); can return the weights."""
+    n_rep = _group_size(query, key)
+    key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    q_len, kv_len = scores.shape[-2], scores.shape[-1]
+    if attention_mask is None and is_causal and q_len > 1:
+        attention_mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    if dropout > 0.0:
+        weights = F.dropout(weights, p=dropout)  # callers pass dropout=0.0 outside training
+    output = torch.matmul(weights, value)
+    return (output, weights) if return_weights else output
+
+
+_BUILTIN: dict[str, AttentionFunction] = {"sdpa": sdpa_attention, "eager": eager_attention}
+
+
+def attention_implementation_name(config: Any) -> str:
+    """``config._attn_implementation`` (or ``attn_implementation``), ``"sdpa"`` when unset."""
+    name = getattr(config, "_attn_implementation", None) or getattr(config, "attn_implementation", None)
+    return name or DEFAULT_ATTENTION
+
+
+def get_attention_function(config_or_name: Any) -> AttentionFunction:
+    """The attention function registered under the config's ``attn_implementation``.
+
+    Unknown names raise the registry's error, which lists what is installed and which plugin to get.
+    """
+    from microformers.plugins import registry
+
+    name = config_or_name if isinstance(config_or_name, str) else attention_implementation_name(config_or_name)
+    registration = registry.get("attention", name)
+    if registration is not None:
+        return registration.load()
+    if name in _BUILTIN:  # this SDK is importable but its entry point is not installed
+        return _BUILTIN[name]
+    return registry.require("attention", name, what="attention implementation")

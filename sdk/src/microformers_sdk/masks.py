@@ -1,0 +1,93 @@
+"""Attention masks and position ids from a ``(batch, past + new)`` padding mask.
+
+The conventions are the reference implementation's: ``attention_mask`` has 1 for real tokens and 0
+for padding and covers the cached tokens plus the new ones; queries sit at cache positions
+``past_length .. past_length + query_length - 1``; with left padding, position ids count real
+tokens only (``cumsum - 1``, padding set to 1).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from microformers.errors import GenerationError
+
+AttentionMask = tuple[torch.Tensor | None, bool]
+
+
+def _check_mask_length(attention_mask: torch.Tensor, needed: int, past_length: int, query_length: int) -> None:
+    if attention_mask.shape[-1] < needed:
+        raise GenerationError(
+            f"attention_mask has {attention_mask.shape[-1]} columns but must cover the {past_length} cached and "
+            f"{query_length} new tokens ({needed}); pass the mask for the whole sequence so far"
+        )
+
+
+def position_ids_from_attention_mask(
+    attention_mask: torch.Tensor | None,
+    past_length: int,
+    query_length: int,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """Position ids ``(batch, query_length)`` (or ``(1, query_length)`` without a mask) for the new tokens."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        positions = torch.arange(past_length, past_length + query_length, device=device, dtype=torch.long)
+        return positions.unsqueeze(0)
+    total = past_length + query_length
+    _check_mask_length(attention_mask, total, past_length, query_length)
+    mask = attention_mask[:, :total]
+    positions = mask.long().cumsum(-1) - 1
+    positions = positions.masked_fill(mask == 0, 1)
+    return positions[:, past_length:]
+
+
+def build_attention_mask(
+    attention_mask: torch.Tensor | None,
+    query_length: int,
+    past_length: int,
+    *,
+    sliding_window: int | None = None,
+    causal: bool = True,
+    device: torch.device | None = None,
+) -> AttentionMask:
+    """``(mask, is_causal)`` for the attention functions.
+
+    ``mask`` is ``None`` where none is needed (no padding and no window in reach): then
+    ``is_causal`` says whether the function must apply causality itself (a fresh prompt) or need
+    not (one new token, which may see everything cached). Otherwise it is a boolean
+    ``(batch or 1, 1, query_length, past_length + query_length)`` tensor, ``True`` where a query may
+    attend. Keys within ``sliding_window`` positions of a query stay visible (``q - k < window``).
+    Query rows that would see nothing (padding tokens under left padding) are allowed to see
+    everything instead, so no softmax row is all ``-inf`` and no NaN can reach real tokens.
+    A 4-D ``attention_mask`` is taken to be ready-made and is returned unchanged.
+    """
+    if attention_mask is not None and attention_mask.dim() == 4:
+        return attention_mask, False
+    kv_length = past_length + query_length
+    if device is None and attention_mask is not None:
+        device = attention_mask.device
+    padding = None
+    if attention_mask is not None:
+        _check_mask_length(attention_mask, kv_length, past_length, query_length)
+        padding = attention_mask[:, :kv_length]
+        if bool(padding.all()):
+            padding = None
+    window_in_reach = sliding_window is not None and causal and kv_length > sliding_window
+    if padding is None and not window_in_reach:
+        if not causal or query_length == 1:
+            return None, False
+        if past_length == 0:
+            return None, True
+    key_positions = torch.arange(kv_length, device=device)
+    query_positions = torch.arange(past_length, kv_length, device=device)[:, None]
+    if causal:
+        allowed = key_positions <= query_positions
+        if window_in_reach:
+            allowed = allowed & (key_positions > query_positions - sliding_window)
+    else:
+        allowed = torch.ones(query_length, kv_length, dtype=torch.bool, device=device)
+    allowed = allowed[None, None]
+    if padding is not None:
+        allowed = allowed & padding[:, None, None, :].bool()
+        allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+    return allowed, False

@@ -1,0 +1,127 @@
+"""Rotary-embedding settings from ``config.json``, without importing torch (configs validate with it).
+
+Checkpoints describe RoPE in one of two spellings, both accepted here:
+
+* ``"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, ...}`` (older files;
+  ``"type"`` instead of ``"rope_type"`` in the oldest), or
+* ``"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, ...}``.
+
+:func:`normalize_rope_settings` turns either into a :class:`RopeSettings`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from microformers.errors import ConfigError
+
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+
+# Keys each scaling type must find in the rope settings (after defaults are applied).
+_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": (),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
+
+
+@attrs.frozen
+class RopeSettings:
+    """Everything needed to compute rotary frequencies, with defaults resolved."""
+
+    rope_type: str
+    theta: float
+    dim: int
+    max_position_embeddings: int
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+
+def normalize_rope_settings(
+    *,
+    head_dim: int,
+    max_position_embeddings: int,
+    rope_theta: float | None = None,
+    rope_scaling: dict[str, Any] | None = None,
+    rope_parameters: dict[str, Any] | None = None,
+    partial_rotary_factor: float | None = None,
+    default_theta: float = 10000.0,
+    setting: str = "rope_scaling",
+) -> RopeSettings:
+    """Merge the two config spellings into :class:`RopeSettings`; errors name ``setting``."""
+    params: dict[str, Any] = {}
+    for source in (rope_scaling, rope_parameters):
+        if source is None:
+            continue
+        if not isinstance(source, dict):
+            raise ConfigError(f"{setting} must be a JSON object (or null), got {type(source).__name__}: {source!r}")
+        params.update(source)
+    rope_type = params.get("rope_type", params.get("type")) or "default"
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ConfigError(
+            f"{setting}.rope_type={rope_type!r} is not supported; supported rotary scaling types are "
+            f"{list(SUPPORTED_ROPE_TYPES)}"
+        )
+    theta = params.get("rope_theta", rope_theta)
+    theta = default_theta if theta is None else theta
+    partial = params.get("partial_rotary_factor", partial_rotary_factor)
+    dim = int(head_dim * partial) if partial is not None else int(head_dim)
+    if dim <= 0 or dim % 2:
+        raise ConfigError(
+            f"rotary dimension {dim} (head_dim={head_dim}, partial_rotary_factor={partial}) must be a positive even "
+            "number; fix head_dim or partial_rotary_factor in config.json"
+        )
+    missing = [key for key in _REQUIRED_KEYS[rope_type] if params.get(key) is None]
+    if missing:
+        raise ConfigError(f"{setting} with rope_type={rope_type!r} needs {missing}; add them to config.json")
+    original = params.get("original_max_position_embeddings")
+    if original is None and rope_type in ("yarn", "llama3"):
+        original = max_position_embeddings
+    factor = params.get("factor")
+    if rope_type == "yarn" and factor is None:
+        factor = max_position_embeddings / original
+    for key, value in (("factor", factor), ("rope_theta", theta)):
+        if value is not None and (not isinstance(value, int | float) or value <= 0):
+            raise ConfigError(f"{setting}.{key}={value!r} must be a positive number")
+    return RopeSettings(
+        rope_type=rope_type,
+        theta=float(theta),
+        dim=dim,
+        max_position_embeddings=int(max_position_embeddings),
+        factor=None if factor is None else float(factor),
+        original_max_position_embeddings=None if original is None else int(original),
+        low_freq_factor=params.get("low_freq_factor"),
+        high_freq_factor=params.get("high_freq_factor"),
+        beta_fast=params.get("beta_fast"),
+        beta_slow=params.get("beta_slow"),
+        attention_factor=params.get("attention_factor"),
+        mscale=params.get("mscale"),
+        mscale_all_dim=params.get("mscale_all_dim"),
+        truncate=bool(params.get("truncate", True)),
+    )
+
+
+def rope_settings_from_config(config: Any, head_dim: int | None = None) -> RopeSettings:
+    """:class:`RopeSettings` from a config with ``rope_theta``/``rope_scaling`` or ``rope_parameters``."""
+    if head_dim is None:
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return normalize_rope_settings(
+        head_dim=head_dim,
+        max_position_embeddings=config.max_position_embeddings,
+        rope_theta=getattr(config, "rope_theta", None),
+        rope_scaling=getattr(config, "rope_scaling", None),
+        rope_parameters=getattr(config, "rope_parameters", None),
+        partial_rotary_factor=getattr(config, "partial_rotary_factor", None),
+    )

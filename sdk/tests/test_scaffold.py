@@ -1,0 +1,133 @@
+"""``microformers new-plugin``: generated distributions install, pass their own tests and are discovered."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from microformers.errors import ConfigError
+from microformers_sdk.scaffold import new_plugin_command, plugin_names, scaffold_plugin
+
+
+def _run(args: list[str], cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("bad", ["", "My-Arch", "1arch", "my arch", "arch-", "my--arch", "microformers-foo", "a/b"])
+def test_invalid_names_are_refused(bad: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="new-plugin"):
+        scaffold_plugin(bad, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_names_derive_from_the_argument() -> None:
+    names = plugin_names("my-arch")
+    assert names["__DIST__"] == "microformers-my-arch"
+    assert names["__PACKAGE__"] == "microformers_my_arch"
+    assert names["__MODEL_TYPE__"] == "my_arch"
+    assert names["__PREFIX__"] == "MyArch"
+
+
+def test_generated_files(tmp_path: Path) -> None:
+    target = scaffold_plugin("toyarch", tmp_path)
+    assert target == tmp_path / "microformers-toyarch"
+    files = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()}
+    assert files == {
+        "pyproject.toml",
+        "README.md",
+        "src/microformers_toyarch/__init__.py",
+        "src/microformers_toyarch/plugin.py",
+        "src/microformers_toyarch/configuration_toyarch.py",
+        "src/microformers_toyarch/modeling_toyarch.py",
+        "tests/test_conformance.py",
+        "tests/test_plugin.py",
+    }
+    pyproject = (target / "pyproject.toml").read_text()
+    assert 'name = "microformers-toyarch"' in pyproject
+    assert 'toyarch = "microformers_toyarch.plugin"' in pyproject
+    leftovers = [p for p in target.rglob("*") if p.is_file() and "__" in p.read_text().replace("__init__", "")
+                 .replace("__future__", "").replace("__name__", "").replace("__version__", "")
+                 .replace("__all__", "").replace("__getattr__", "")]  # fmt: skip
+    assert not leftovers, f"unfilled placeholders in {leftovers}"
+    assert [p.name for p in tmp_path.iterdir()] == ["microformers-toyarch"], "the staging folder was left behind"
+
+
+def test_existing_target_needs_force(tmp_path: Path) -> None:
+    target = scaffold_plugin("toyarch", tmp_path)
+    (target / "mine.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="--force"):
+        scaffold_plugin("toyarch", tmp_path)
+    assert (target / "mine.txt").read_text() == "keep me"
+    scaffold_plugin("toyarch", tmp_path, force=True)
+    assert not (target / "mine.txt").exists()
+    assert (target / "pyproject.toml").is_file()
+
+
+def test_directory_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "file.txt"
+    not_a_folder.write_text("")
+    with pytest.raises(ConfigError, match="--directory"):
+        scaffold_plugin("toyarch", not_a_folder)
+
+
+def test_cli_command_function(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="microformers new-plugin")
+    run = new_plugin_command(parser)
+    assert run(parser.parse_args(["toyarch", "--directory", str(tmp_path)])) == 0
+    assert (tmp_path / "microformers-toyarch" / "pyproject.toml").is_file()
+    assert "pip install -e" in capsys.readouterr().out
+    with pytest.raises(ConfigError):
+        run(parser.parse_args(["toyarch", "--directory", str(tmp_path)]))
+
+
+def test_scaffolded_plugin_installs_passes_its_tests_and_is_discovered(tmp_path: Path) -> None:
+    name = f"scaffold{uuid.uuid4().hex[:8]}"
+    names = plugin_names(name)
+    target = scaffold_plugin(name, tmp_path)
+    pip = [sys.executable, "-m", "pip"]
+    install = _run([*pip, "install", "--no-deps", "--no-build-isolation", "-q", "-e", str(target)])
+    assert install.returncode == 0, install.stderr
+    try:
+        tests = _run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"], cwd=target)
+        assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+        assert " passed" in tests.stdout and "skipped" not in tests.stdout
+
+        listing = _run([sys.executable, "-m", "microformers.cli", "plugins", "--json"])
+        assert listing.returncode == 0, listing.stderr
+        plugins = {p["name"]: p for p in json.loads(listing.stdout)}
+        assert name in plugins, sorted(plugins)
+        assert plugins[name]["error"] is None
+        assert plugins[name]["distribution"] == names["__DIST__"]
+        assert f"configs:{names['__MODEL_TYPE__']}" in plugins[name]["registers"]
+
+        script = textwrap.dedent(
+            f"""
+            import sys, torch
+            from microformers import AutoConfig, AutoModel, AutoModelForCausalLM
+            config = AutoConfig.for_model({names["__MODEL_TYPE__"]!r}, vocab_size=40, hidden_size=16,
+                                          intermediate_size=24, num_hidden_layers=1, num_attention_heads=2)
+            model = AutoModelForCausalLM.from_config(config)
+            model.save_pretrained(sys.argv[1])
+            loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+            ids = torch.tensor([[1, 2, 3]])
+            assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
+            base = AutoModel.from_pretrained(sys.argv[1])
+            print(type(loaded).__name__, type(base).__name__)
+            """
+        )
+        loaded = _run([sys.executable, "-c", script, str(tmp_path / "saved")])
+        assert loaded.returncode == 0, loaded.stderr[-3000:]
+        prefix = names["__PREFIX__"]
+        assert loaded.stdout.split() == [f"{prefix}ForCausalLM", f"{prefix}Model"]
+    finally:
+        uninstall = _run([*pip, "uninstall", "-y", "-q", names["__DIST__"]])
+        assert uninstall.returncode == 0, uninstall.stderr
+    after = _run([sys.executable, "-m", "microformers.cli", "plugins", "--json"])
+    assert name not in {p["name"] for p in json.loads(after.stdout)}
