@@ -33,10 +33,13 @@ def test_missing_name_error_names_broken_plugins_and_their_cause():
     assert "kernel API 99" in message
 
 
-def test_known_provider_is_named_when_missing():
+def test_known_provider_is_named_when_missing(monkeypatch):
+    from microformers import plugins
+
+    monkeypatch.setitem(plugins.KNOWN_PROVIDERS, ("configs", "unobtainium"), "microformers-unobtainium")
     reg = Registry()
-    with pytest.raises(PluginError, match="pip install microformers-bert"):
-        reg.require("configs", "bert", what="model_type")
+    with pytest.raises(PluginError, match="pip install microformers-unobtainium"):
+        reg.require("configs", "unobtainium", what="model_type")
 
 
 def test_unknown_model_type_lists_installed(tmp_path):

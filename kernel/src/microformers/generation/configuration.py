@@ -187,7 +187,10 @@ class GenerationConfig:
             raise GenerationError(f"max_time={self.max_time!r} must be a positive number of seconds")
         if self.stop_strings is not None and not (
             isinstance(self.stop_strings, str)
-            or (isinstance(self.stop_strings, (list, tuple)) and all(isinstance(s, str) and s for s in self.stop_strings))
+            or (
+                isinstance(self.stop_strings, (list, tuple))
+                and all(isinstance(s, str) and s for s in self.stop_strings)
+            )
         ):
             raise GenerationError(f"stop_strings={self.stop_strings!r} must be a string or a list of non-empty strings")
         if self.bad_words_ids is not None and not (

@@ -1,0 +1,100 @@
+"""The default logits processors and stopping criteria for a generation config.
+
+The order follows the reference implementation, so processed scores match it: penalties and
+constraints first, then the caller's processors, then (when sampling) temperature, top-k, top-p,
+min-p and typical-p, and log-normalisation last. A caller's processor or criterion of the same
+class as a default one replaces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from microformers import GenerationConfig, GenerationError, LogitsProcessorList, StoppingCriteriaList
+from microformers.generation import merge_with_defaults
+
+from .logits_process import (
+    LogitNormalization,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    MinPLogitsWarper,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
+from .stopping_criteria import EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria
+
+
+def build_logits_processor(
+    model: Any,
+    config: GenerationConfig,
+    *,
+    input_ids_length: int,
+    attention_mask: torch.Tensor | None = None,
+    logits_processor: Iterable[Any] | None = None,
+) -> LogitsProcessorList:
+    eos = config.eos_token_ids
+    processors = LogitsProcessorList()
+    if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
+        padding = (attention_mask != 0).int().argmax(dim=1) if attention_mask is not None else None
+        processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty, prompt_ignore_length=padding))
+    if config.no_repeat_ngram_size:
+        processors.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
+    if config.bad_words_ids is not None:
+        processors.append(NoBadWordsLogitsProcessor(config.bad_words_ids, eos))
+    if config.min_length and eos:
+        processors.append(MinLengthLogitsProcessor(config.min_length, eos))
+    if config.min_new_tokens and eos:
+        processors.append(MinNewTokensLengthLogitsProcessor(input_ids_length, config.min_new_tokens, eos))
+    if config.suppress_tokens:
+        processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens))
+    processors = merge_with_defaults(processors, logits_processor, LogitsProcessorList)
+
+    if config.do_sample:
+        # Beam sampling must leave a non-eos continuation for every beam.
+        keep = (len(eos) + 1 if eos else 2) if (config.num_beams or 1) > 1 else 1
+        if config.temperature is not None and config.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(config.temperature))
+        if config.top_k:
+            processors.append(TopKLogitsWarper(config.top_k, min_tokens_to_keep=keep))
+        if config.top_p is not None and config.top_p < 1.0:
+            processors.append(TopPLogitsWarper(config.top_p, min_tokens_to_keep=keep))
+        if config.min_p is not None:
+            processors.append(MinPLogitsWarper(config.min_p, min_tokens_to_keep=keep))
+        if config.typical_p is not None and config.typical_p < 1.0:
+            processors.append(TypicalLogitsWarper(config.typical_p, min_tokens_to_keep=keep))
+    if config.renormalize_logits:
+        processors.append(LogitNormalization())
+    return processors
+
+
+def build_stopping_criteria(
+    model: Any,
+    config: GenerationConfig,
+    *,
+    tokenizer: Any = None,
+    stopping_criteria: Iterable[Any] | None = None,
+) -> StoppingCriteriaList:
+    criteria = StoppingCriteriaList()
+    if config.max_length is not None:
+        criteria.append(MaxLengthCriteria(config.max_length))
+    if config.max_time is not None:
+        criteria.append(MaxTimeCriteria(config.max_time))
+    if config.stop_strings is not None:
+        if tokenizer is None:
+            raise GenerationError(
+                f"stop_strings={config.stop_strings!r} need the model's tokenizer to read the generated text: "
+                "pass tokenizer=tokenizer to generate()"
+            )
+        criteria.append(StopStringCriteria(tokenizer, config.stop_strings))
+    if config.eos_token_ids:
+        criteria.append(EosTokenCriteria(config.eos_token_ids))
+    return merge_with_defaults(criteria, stopping_criteria, StoppingCriteriaList)

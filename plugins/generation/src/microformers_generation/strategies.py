@@ -1,0 +1,286 @@
+"""The standard decoding strategies: greedy, multinomial sampling and beam search.
+
+Each is a callable object following the kernel's strategy protocol (``register_generation_strategies``):
+``strategy(model, input_ids, *, generation_config, logits_processor, stopping_criteria, streamer,
+model_kwargs)``, plus ``applies(config)`` and the default processor / criteria builders the kernel
+also uses for strategies that bring none.
+
+The loops write tokens into a preallocated ``(rows, max_length)`` buffer and hand processors and
+criteria views of it; the model sees only the newest token (``IncrementalDecoder``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from microformers import GenerationConfig, GenerationError, LogitsProcessorList, StoppingCriteriaList
+from microformers.generation import GenerateBeamDecoderOnlyOutput, GenerateDecoderOnlyOutput, IncrementalDecoder
+
+from . import defaults
+
+# Beam scores of impossible candidates (finite, so sums and comparisons stay ordered).
+IMPOSSIBLE = -1.0e9
+
+
+class Strategy:
+    """Base class: the default builders; subclasses implement ``applies`` and ``__call__``."""
+
+    name = ""
+
+    def applies(self, config: GenerationConfig) -> bool:
+        raise NotImplementedError
+
+    def build_logits_processor(self, model: Any, config: GenerationConfig, **kwargs: Any) -> LogitsProcessorList:
+        return defaults.build_logits_processor(model, config, **kwargs)
+
+    def build_stopping_criteria(self, model: Any, config: GenerationConfig, **kwargs: Any) -> StoppingCriteriaList:
+        return defaults.build_stopping_criteria(model, config, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<generation strategy {self.name!r}>"
+
+
+class TokenByToken(Strategy):
+    """One token per row and step: the best one (greedy) or a draw from the processed distribution (sample)."""
+
+    def __init__(self, name: str, sample: bool) -> None:
+        self.name = name
+        self.sample = sample
+
+    def applies(self, config: GenerationConfig) -> bool:
+        return (config.num_beams or 1) == 1 and bool(config.do_sample) == self.sample
+
+    def __call__(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        *,
+        generation_config: GenerationConfig,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        streamer: Any = None,
+        model_kwargs: dict[str, Any],
+    ) -> Any:
+        config = generation_config
+        rows, prompt_length = input_ids.shape
+        max_length = _max_length(config, stopping_criteria, prompt_length)
+        pad = config.pad_token_id
+        fill_finished = pad is not None and any(hasattr(c, "eos_token_id") for c in stopping_criteria)
+        keep = bool(config.return_dict_in_generate)
+        scores: tuple[torch.Tensor, ...] | None = () if keep and config.output_scores else None
+        raw_logits: tuple[torch.Tensor, ...] | None = () if keep and config.output_logits else None
+
+        sequences = input_ids.new_empty((rows, max_length))
+        sequences[:, :prompt_length] = input_ids
+        unfinished = torch.ones(rows, dtype=torch.bool, device=input_ids.device)
+        decoder = IncrementalDecoder(model, model_kwargs, max_length)
+        length = prompt_length
+        logits = decoder.prefill(input_ids)
+        while True:
+            next_scores = logits_processor(sequences[:, :length], logits)
+            if scores is not None:
+                scores += (next_scores,)
+            if raw_logits is not None:
+                raw_logits += (logits,)
+            if self.sample:
+                next_tokens = torch.multinomial(next_scores.softmax(dim=-1), num_samples=1).squeeze(1)
+            else:
+                next_tokens = next_scores.argmax(dim=-1)
+            if fill_finished:
+                next_tokens = torch.where(unfinished, next_tokens, pad)
+            sequences[:, length] = next_tokens
+            length += 1
+            unfinished &= ~stopping_criteria(sequences[:, :length], scores)
+            if streamer is not None:
+                streamer.put(next_tokens.cpu())
+            if length >= max_length or not bool(unfinished.any()):
+                break
+            logits = decoder.step(sequences[:, :length])
+        if streamer is not None:
+            streamer.end()
+
+        sequences = sequences[:, :length].clone()
+        if not keep:
+            return sequences
+        return GenerateDecoderOnlyOutput(
+            sequences=sequences, scores=scores, logits=raw_logits, past_key_values=decoder.cache
+        )
+
+
+class BeamSearch(Strategy):
+    """Beam search (or beam sampling with ``do_sample``), with length penalty and early stopping.
+
+    Per step and batch item, the best ``k = max(2, 1 + number of eos ids) * num_beams`` continuations
+    of all beams are scored. Those that hit a stopping criterion become finished hypotheses, scored
+    as ``sum log p / (generated length ** length_penalty)`` and kept if among the ``num_beams`` best;
+    the best ``num_beams`` unfinished ones go on. ``early_stopping``: ``True`` stops a batch item as
+    soon as it has ``num_beams`` finished hypotheses; ``False`` stops when the best running beam,
+    at its current length, cannot beat the worst kept hypothesis; ``"never"`` assumes running beams
+    may reach ``max_length`` when the length penalty favours length.
+    """
+
+    name = "beam_search"
+
+    def applies(self, config: GenerationConfig) -> bool:
+        return (config.num_beams or 1) > 1
+
+    def __call__(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        *,
+        generation_config: GenerationConfig,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        streamer: Any = None,
+        model_kwargs: dict[str, Any],
+    ) -> Any:
+        config = generation_config
+        num_beams = config.num_beams or 1
+        num_return = config.num_return_sequences or 1
+        if num_return > num_beams:
+            raise GenerationError(
+                f"num_return_sequences={num_return} is larger than num_beams={num_beams}; raise num_beams"
+            )
+        if streamer is not None:
+            raise GenerationError("streamer= cannot be used with beam search (num_beams > 1)")
+        rows, prompt_length = input_ids.shape
+        if rows % num_beams:
+            raise GenerationError(f"beam search got {rows} rows, not a multiple of num_beams={num_beams}")
+        batch = rows // num_beams
+        max_length = _max_length(config, stopping_criteria, prompt_length)
+        early_stopping = config.early_stopping
+        length_penalty = float(config.length_penalty if config.length_penalty is not None else 1.0)
+        device = input_ids.device
+        eos = config.eos_token_ids
+        keep = bool(config.return_dict_in_generate)
+        all_scores: tuple[torch.Tensor, ...] | None = () if keep and config.output_scores else None
+        raw_logits: tuple[torch.Tensor, ...] | None = () if keep and config.output_logits else None
+
+        candidates = max(2, 1 + len(eos)) * num_beams
+        is_top_candidate = torch.zeros(candidates, dtype=torch.bool, device=device)
+        is_top_candidate[:num_beams] = True
+        # Unused positions of shorter returned sequences (the reference's choice: pad unless it is 0).
+        pad = config.pad_token_id
+        fill = (pad if pad else eos[0]) if eos else -1
+
+        running = torch.full((batch, num_beams, max_length), fill, dtype=torch.long, device=device)
+        running[:, :, :prompt_length] = input_ids.view(batch, num_beams, prompt_length)
+        finished = running.clone()
+        running_scores = torch.zeros((batch, num_beams), dtype=torch.float32, device=device)
+        running_scores[:, 1:] = IMPOSSIBLE  # all beams start identical: only the first may expand
+        finished_scores = torch.full((batch, num_beams), IMPOSSIBLE, dtype=torch.float32, device=device)
+        is_finished = torch.zeros((batch, num_beams), dtype=torch.bool, device=device)
+        can_improve = torch.ones((batch, 1), dtype=torch.bool, device=device)
+        generated_slots = max_length - prompt_length
+        running_origins = torch.full((batch, num_beams, generated_slots), -1, dtype=torch.int32, device=device)
+        finished_origins = running_origins.clone()
+        row_offset = (torch.arange(batch, device=device) * num_beams).view(-1, 1)
+        identity_rows = torch.arange(rows, device=device)
+
+        decoder = IncrementalDecoder(model, model_kwargs, max_length)
+        length = prompt_length
+        flat_running = input_ids
+        logits = decoder.prefill(input_ids)
+        while True:
+            log_probs = logits_processor(flat_running, logits.log_softmax(dim=-1))
+            if raw_logits is not None:
+                raw_logits += (logits,)
+            if all_scores is not None:
+                all_scores += (log_probs,)
+            vocab = log_probs.shape[-1]
+            totals = (log_probs.view(batch, num_beams, vocab) + running_scores[:, :, None]).view(batch, -1)
+
+            # 1. the best continuations over all beams of each batch item
+            if config.do_sample:
+                picked = torch.multinomial(totals.softmax(dim=-1), num_samples=candidates)
+                picked_scores = totals.gather(1, picked)
+            else:
+                picked_scores, picked = torch.topk(totals, candidates, dim=1)
+            source_beam = picked // vocab
+            cand_sequences = _take_beams(running, source_beam)
+            cand_sequences[:, :, length] = picked % vocab
+            cand_origins = _take_beams(running_origins, source_beam)
+            cand_origins[:, :, length - prompt_length] = (source_beam + row_offset).to(torch.int32)
+            hits_stop = stopping_criteria(cand_sequences[:, :, : length + 1].reshape(-1, length + 1), all_scores)
+            hits_stop = hits_stop.view(batch, candidates)
+
+            # 2. the best candidates that did not stop continue
+            continuing_scores = picked_scores + hits_stop.to(torch.float32) * IMPOSSIBLE
+            best = torch.topk(continuing_scores, num_beams, dim=1).indices
+            running = _take_beams(cand_sequences, best)
+            running_scores = _take_beams(continuing_scores, best)
+            running_origins = _take_beams(cand_origins, best)
+
+            # 3. candidates that stopped (among the top num_beams) compete with the kept hypotheses
+            just_finished = hits_stop & is_top_candidate[None, :]
+            penalised = picked_scores / ((length + 1 - prompt_length) ** length_penalty)
+            item_full = is_finished.all(dim=-1, keepdim=True) & (early_stopping is True)
+            penalised = penalised + item_full.to(torch.float32) * IMPOSSIBLE
+            penalised = penalised + (~can_improve).to(torch.float32) * IMPOSSIBLE
+            penalised = penalised + (~just_finished).to(torch.float32) * IMPOSSIBLE
+            merged_scores = torch.cat((finished_scores, penalised), dim=1)
+            best = torch.topk(merged_scores, num_beams, dim=1).indices
+            finished = _take_beams(torch.cat((finished, cand_sequences), dim=1), best)
+            finished_scores = _take_beams(merged_scores, best)
+            finished_origins = _take_beams(torch.cat((finished_origins, cand_origins), dim=1), best)
+            is_finished = _take_beams(torch.cat((is_finished, just_finished), dim=1), best)
+
+            # 4. the cache follows the beams that continue
+            beam_rows = running_origins[:, :, length - prompt_length].reshape(-1).long()
+            if not torch.equal(beam_rows, identity_rows):
+                decoder.reorder(beam_rows)
+            length += 1
+
+            # 5. stop when no batch item can still improve, or every candidate stopped
+            if early_stopping == "never" and length_penalty > 0.0:
+                best_length = max_length - prompt_length
+            else:
+                best_length = length - prompt_length
+            best_possible = running_scores[:, :1] / (best_length**length_penalty)
+            worst_kept = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True).values, IMPOSSIBLE)
+            can_improve = can_improve & (best_possible > worst_kept).any(dim=-1, keepdim=True)
+            all_full = bool(is_finished.all()) and early_stopping is True
+            if not bool(can_improve.any()) or all_full or bool(hits_stop.all()) or length >= max_length:
+                break
+            flat_running = running[:, :, :length].reshape(rows, length)
+            logits = decoder.step(flat_running)
+
+        sequences = finished[:, :num_return].reshape(batch * num_return, max_length)
+        sequence_scores = finished_scores[:, :num_return].reshape(-1)
+        origins = finished_origins[:, :num_return].reshape(batch * num_return, generated_slots)
+        generated = int((origins >= 0).sum(dim=1).max())
+        sequences = sequences[:, : prompt_length + generated].contiguous()
+        if not keep:
+            return sequences
+        return GenerateBeamDecoderOnlyOutput(
+            sequences=sequences,
+            sequences_scores=sequence_scores if config.output_scores else None,
+            scores=all_scores,
+            logits=raw_logits,
+            beam_indices=origins[:, :generated].contiguous(),
+            past_key_values=decoder.cache,
+        )
+
+
+def _take_beams(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``tensor[b, index[b, j], ...]`` for a ``(batch, beams, ...)`` tensor and ``(batch, k)`` index."""
+    while index.dim() < tensor.dim():
+        index = index.unsqueeze(-1)
+    return torch.take_along_dim(tensor, index, dim=1)
+
+
+def _max_length(config: GenerationConfig, criteria: StoppingCriteriaList, prompt_length: int) -> int:
+    max_length = config.max_length or criteria.max_length
+    if max_length is None:
+        raise GenerationError("generation needs max_length or max_new_tokens to bound the output")
+    if max_length <= prompt_length:
+        raise GenerationError(f"max_length={max_length} leaves no room after a prompt of {prompt_length} tokens")
+    return int(max_length)
+
+
+greedy = TokenByToken("greedy", sample=False)
+sample = TokenByToken("sample", sample=True)
+beam_search = BeamSearch()

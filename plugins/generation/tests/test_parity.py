@@ -1,0 +1,97 @@
+"""Token parity with the reference implementation (transformers' generate) on a tiny random Llama."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from microformers import set_seed
+
+
+@pytest.mark.parametrize("which", ["single", "batch"])
+def test_greedy_matches_reference(model, reference_model, prompts, which):
+    inputs = prompts[which]
+    expected = reference_model.generate(**inputs, max_new_tokens=16, do_sample=False)
+    ours = model.generate(**inputs, max_new_tokens=16)
+    assert torch.equal(ours, expected)
+
+
+@pytest.mark.parametrize("which", ["single", "batch"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"num_beams": 4, "length_penalty": 0.6, "num_return_sequences": 2},
+        {"num_beams": 4, "length_penalty": 1.8, "num_return_sequences": 2, "early_stopping": True},
+        {"num_beams": 3, "length_penalty": 1.5, "early_stopping": "never"},
+    ],
+)
+def test_beam_search_matches_reference(model, reference_model, prompts, which, settings):
+    inputs = prompts[which]
+    # several eos ids the model really produces, so beams finish at different lengths
+    eos = model.generate(**prompts["single"], max_new_tokens=6)[0, -6:].tolist()[1:4:2]
+    kwargs = {
+        **settings,
+        "eos_token_id": eos,
+        "max_new_tokens": 12,
+        "return_dict_in_generate": True,
+        "output_scores": True,
+    }
+    expected = reference_model.generate(**inputs, **kwargs)
+    ours = model.generate(**inputs, **kwargs)
+    assert torch.equal(ours.sequences, expected.sequences)
+    torch.testing.assert_close(ours.sequences_scores, expected.sequences_scores)
+    assert torch.equal(ours.beam_indices, expected.beam_indices)
+    assert len(ours.scores) == len(expected.scores)
+    torch.testing.assert_close(ours.scores[-1], expected.scores[-1])
+
+
+@pytest.mark.parametrize("which", ["single", "batch"])
+def test_processed_greedy_matches_reference(model, reference_model, prompts, which):
+    kwargs = {
+        "max_new_tokens": 14,
+        "repetition_penalty": 1.4,
+        "no_repeat_ngram_size": 2,
+        "min_new_tokens": 5,
+        "bad_words_ids": [[7], [9, 10]],
+        "return_dict_in_generate": True,
+        "output_scores": True,
+        "output_logits": True,
+    }
+    expected = reference_model.generate(**prompts[which], **kwargs)
+    ours = model.generate(**prompts[which], **kwargs)
+    assert torch.equal(ours.sequences, expected.sequences)
+    for mine, theirs in zip(ours.scores, expected.scores, strict=True):
+        torch.testing.assert_close(mine, theirs)
+    for mine, theirs in zip(ours.logits, expected.logits, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_sampling_with_a_seed_is_reproducible_and_matches_reference(model, reference_model, prompts):
+    kwargs = {"do_sample": True, "temperature": 0.8, "top_k": 20, "top_p": 0.9, "min_p": 0.05, "max_new_tokens": 12}
+    set_seed(11)
+    first = model.generate(**prompts["batch"], **kwargs)
+    set_seed(11)
+    second = model.generate(**prompts["batch"], **kwargs)
+    set_seed(11)
+    reference = reference_model.generate(**prompts["batch"], **kwargs)
+    set_seed(12)
+    other_seed = model.generate(**prompts["batch"], **kwargs)
+    assert torch.equal(first, second)
+    assert torch.equal(first, reference)
+    assert not torch.equal(first, other_seed)
+
+
+def test_sampling_several_return_sequences(model, prompts):
+    set_seed(3)
+    out = model.generate(**prompts["single"], do_sample=True, num_return_sequences=3, max_new_tokens=10)
+    assert out.shape[0] == 3
+    assert len({tuple(row) for row in out.tolist()}) > 1
+
+
+def test_beam_sampling_matches_reference(model, reference_model, prompts):
+    kwargs = {"do_sample": True, "num_beams": 3, "top_k": 10, "max_new_tokens": 8}
+    set_seed(5)
+    ours = model.generate(**prompts["batch"], **kwargs)
+    set_seed(5)
+    expected = reference_model.generate(**prompts["batch"], **kwargs)
+    assert torch.equal(ours, expected)

@@ -1,0 +1,1 @@
+"""Test-only plugin providing the ``least_likely`` generation strategy."""
