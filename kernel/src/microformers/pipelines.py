@@ -91,7 +91,7 @@ class Pipeline:
         raise NotImplementedError(f"{type(self).__name__} must implement postprocess")
 
     # -- running -----------------------------------------------------------------------------------
-    def is_single_input(self, inputs: Any) -> bool:
+    def is_single_input(self, inputs: Any, preprocess_params: dict[str, Any]) -> bool:
         """Whether ``inputs`` is one item (default: anything but a list, tuple or iterator)."""
         return not isinstance(inputs, (list, tuple)) and not _is_stream(inputs)
 
@@ -108,7 +108,7 @@ class Pipeline:
             {**self._postprocess_params, **post},
         )
         size = check_batch_size(batch_size) if batch_size is not None else self.batch_size
-        if self.is_single_input(inputs):
+        if self.is_single_input(inputs, params[0]):
             return next(self._run([inputs], size, *params))
         if _is_stream(inputs):
             return self._run(inputs, size, *params)

@@ -77,32 +77,31 @@ def collect_code_files(module: str, source: Any, hub_kwargs: dict[str, Any]) -> 
     return files
 
 
-def check_requirements(folder: Path) -> None:
-    """Refuse to run code whose ``requirements.txt`` is not satisfied, listing every problem."""
+def check_requirements(path: Path) -> None:
+    """Refuse to run code whose ``requirements.txt`` (at ``path``) is not satisfied, listing every problem."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    path = folder / "requirements.txt"
     if not path.is_file():
         return
     problems = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
+    for line_number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         try:
             req = Requirement(line)
         except InvalidRequirement as exc:
-            problems.append(f"'{line}' is not a valid requirement ({exc})")
+            problems.append(f"line {line_number} '{line}' is not a valid requirement ({exc})")
             continue
         if req.marker is not None and not req.marker.evaluate():
             continue
         try:
             installed = importlib.metadata.version(req.name)
         except importlib.metadata.PackageNotFoundError:
-            problems.append(f"{req} (not installed)")
+            problems.append(f"{line} (not installed)")
             continue
         if req.specifier and not req.specifier.contains(installed, prereleases=True):
-            problems.append(f"{req} (installed: {installed})")
+            problems.append(f"{line} (installed: {installed})")
     if problems:
         raise RemoteCodeError(
             f"{path} lists requirements that are not met: {'; '.join(problems)}. "
@@ -158,13 +157,13 @@ def load_remote_class(
                     "since you reviewed it. Nothing was run."
                 )
     folder = next(iter(files.values())).parent
-    check_requirements(folder)
+    check_requirements(folder / "requirements.txt")
     revision = hub_kwargs.get("revision") or ""
     identity = hashlib.sha256(
         (str(source) + "@" + revision + "".join(sorted(digests.values()))).encode()
     ).hexdigest()[:16]
     package = f"{NAMESPACE}.{re.sub(r'[^0-9a-zA-Z_]', '_', Path(str(source)).name)}_{identity}"
-    module_obj = _import_isolated(package, folder, module, files)
+    module_obj = import_isolated(package, folder, module, files)
     CODE_DIGESTS.update({str(path): digests[name] for name, path in files.items()})
     cls = getattr(module_obj, class_name, None)
     if not isinstance(cls, type):
@@ -185,7 +184,8 @@ def _ensure_namespace() -> None:
         sys.modules[NAMESPACE] = root
 
 
-def _import_isolated(package: str, folder: Path, module: str, files: dict[str, Path]) -> types.ModuleType:
+def import_isolated(package: str, folder: Path, module: str, files: dict[str, Path]) -> types.ModuleType:
+    """Import ``folder/module.py`` as ``package.module`` (a private package); undo everything on failure."""
     if f"{package}.{module}" in sys.modules:
         return sys.modules[f"{package}.{module}"]
     _ensure_namespace()

@@ -209,7 +209,7 @@ def test_custom_generate_requirements_are_checked(tiny_model, tmp_path):
     message = str(caught.value)
     assert "no-such-package-xyz>=1.0 (not installed)" in message
     assert "torch<0.1 (installed:" in message
-    assert "packaging" not in message.split("meet:")[1]
+    assert "packaging" not in message.split("not met:")[1]
 
 
 def test_custom_generate_folder_without_generate_py(tiny_model, tmp_path):

@@ -9,10 +9,7 @@ A string names either a registered strategy, or a folder (local, or a Hub reposi
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +17,7 @@ from typing import Any
 
 from ..errors import FileMissingError, GenerationError, RemoteCodeError
 from ..plugins import registry
+from ..remote import NAMESPACE, check_requirements, import_isolated
 
 GENERATE_FILE = "custom_generate/generate.py"
 REQUIREMENTS_FILE = "custom_generate/requirements.txt"
@@ -77,57 +75,12 @@ def load_generate_function(folder: Path, trust_remote_code: bool | None, origin:
     return function
 
 
-def check_requirements(path: Path) -> None:
-    """Raise :class:`RemoteCodeError` listing every requirement in ``path`` the environment does not meet."""
-    if not path.is_file():
-        return
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    problems: list[str] = []
-    for line_number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement as exc:
-            problems.append(f"line {line_number} {line!r} is not a valid requirement ({exc})")
-            continue
-        if requirement.marker is not None and not requirement.marker.evaluate():
-            continue
-        try:
-            installed = importlib.metadata.version(requirement.name)
-        except importlib.metadata.PackageNotFoundError:
-            problems.append(f"{line} (not installed)")
-            continue
-        if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
-            problems.append(f"{line} (installed: {installed})")
-    if problems:
-        raise RemoteCodeError(
-            f"{path} lists requirements this environment does not meet: {'; '.join(problems)}. "
-            "Install them (pip install " + " ".join(repr(p.split(" (")[0]) for p in problems) + ") and retry."
-        )
-
-
 def _import_folder_module(path: Path) -> ModuleType:
     key = (str(path.resolve()), path.stat().st_mtime)
     module = _loaded.get(key)
-    if module is not None:
-        return module
-    # A private package per folder, so generate.py can import its sibling files relatively.
-    package_name = "microformers_custom_generate_" + hashlib.sha256(key[0].encode()).hexdigest()[:16]
-    package = ModuleType(package_name)
-    package.__path__ = [str(path.parent)]
-    sys.modules[package_name] = package
-    spec = importlib.util.spec_from_file_location(f"{package_name}.generate", path)
-    if spec is None or spec.loader is None:
-        raise RemoteCodeError(f"{path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(spec.name, None)
-        raise RemoteCodeError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
-    _loaded[key] = module
+    if module is None:
+        # A private package per folder, so generate.py can import its sibling files relatively.
+        package = f"{NAMESPACE}.custom_generate_{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}"
+        module = import_isolated(package, path.parent, path.stem, {path.name: path})
+        _loaded[key] = module
     return module
