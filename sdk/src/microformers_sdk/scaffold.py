@@ -36,13 +36,24 @@ def plugin_names(name: str) -> dict[str, str]:
         )
     words = re.split(r"[-_]", name)
     snake = "_".join(words)
+    package = f"microformers_{snake}"
+    prefix = "".join(word[:1].upper() + word[1:] for word in words)
+    # Sorted like ruff/isort would, whichever side of "microformers_sdk" the package name falls.
+    test_imports = sorted(
+        [
+            f"from {package}.configuration_{snake} import {prefix}Config",
+            f"from {package}.modeling_{snake} import {prefix}ForCausalLM, {prefix}Model",
+            "from microformers_sdk.testing import ModelConformanceTests",
+        ]
+    )
     return {
         "__NAME__": name,
         "__DIST__": f"microformers-{'-'.join(words)}",
-        "__PACKAGE__": f"microformers_{snake}",
+        "__PACKAGE__": package,
         "__MODEL_TYPE__": snake,
         "__MODULE__": snake,
-        "__PREFIX__": "".join(word[:1].upper() + word[1:] for word in words),
+        "__PREFIX__": prefix,
+        "__TEST_IMPORTS__": "\n".join(test_imports),
     }
 
 
@@ -441,9 +452,7 @@ _TEST_CONFORMANCE = '''\
 
 from __future__ import annotations
 
-from __PACKAGE__.configuration___MODULE__ import __PREFIX__Config
-from __PACKAGE__.modeling___MODULE__ import __PREFIX__ForCausalLM, __PREFIX__Model
-from microformers_sdk.testing import ModelConformanceTests
+__TEST_IMPORTS__
 
 
 class Test__PREFIX__Conformance(ModelConformanceTests):

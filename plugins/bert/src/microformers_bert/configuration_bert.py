@@ -1,0 +1,71 @@
+"""``BertConfig``: the ``config.json`` of ``model_type: bert`` checkpoints (BERT, MiniLM, sentence-transformers ...).
+
+Imports no torch, so ``AutoConfig`` stays cheap. Settings this plugin cannot honour (relative
+position embeddings) are rejected here with a ``ConfigError`` naming the setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microformers import PretrainedConfig
+from microformers.errors import ConfigError
+
+SUPPORTED_POSITION_EMBEDDINGS = ("absolute",)
+
+
+class BertConfig(PretrainedConfig):
+    """Bidirectional transformer encoder with learned absolute positions and token type embeddings."""
+
+    model_type = "bert"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        hidden_size: int = 768,
+        num_hidden_layers: int = 12,
+        num_attention_heads: int = 12,
+        intermediate_size: int = 3072,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        max_position_embeddings: int = 512,
+        type_vocab_size: int = 2,
+        initializer_range: float = 0.02,
+        layer_norm_eps: float = 1e-12,
+        pad_token_id: int | None = 0,
+        position_embedding_type: str = "absolute",
+        use_cache: bool = True,
+        classifier_dropout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.position_embedding_type = position_embedding_type
+        self.use_cache = use_cache
+        self.classifier_dropout = classifier_dropout
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}={value!r} in BertConfig must be a positive integer; fix config.json")
+        if hidden_size % num_attention_heads:
+            raise ConfigError(
+                f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads} in "
+                "BertConfig; fix config.json so each head gets hidden_size / num_attention_heads dimensions"
+            )
+        if position_embedding_type not in SUPPORTED_POSITION_EMBEDDINGS:
+            raise ConfigError(
+                f"position_embedding_type={position_embedding_type!r} in BertConfig is not supported by "
+                f"microformers-bert (supported: {', '.join(SUPPORTED_POSITION_EMBEDDINGS)})"
+            )
+        super().__init__(pad_token_id=pad_token_id, **kwargs)

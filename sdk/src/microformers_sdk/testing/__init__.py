@@ -1,0 +1,42 @@
+"""The conformance kit: checks every model plugin runs against its own tiny config.
+
+``ModelConformanceTests`` is the pytest suite to subclass (see :mod:`.suite`); the ``check_*``
+functions in :mod:`.checks` are the same checks as plain functions. Importing this package imports
+pytest and torch, so only tests should import it.
+"""
+
+from __future__ import annotations
+
+from .checks import (
+    build_model,
+    check_batch_consistency,
+    check_cache_equivalence,
+    check_dtype_casting,
+    check_gradients_flow,
+    check_loss,
+    check_padding_invariance,
+    check_save_load_round_trip,
+    default_labels,
+    main_outputs,
+    pad_rows,
+    random_token_ids,
+    randomize_parameters,
+)
+from .suite import ModelConformanceTests
+
+__all__ = [
+    "ModelConformanceTests",
+    "build_model",
+    "check_batch_consistency",
+    "check_cache_equivalence",
+    "check_dtype_casting",
+    "check_gradients_flow",
+    "check_loss",
+    "check_padding_invariance",
+    "check_save_load_round_trip",
+    "default_labels",
+    "main_outputs",
+    "pad_rows",
+    "random_token_ids",
+    "randomize_parameters",
+]
