@@ -169,8 +169,18 @@ class _AutoModel:
         registry.add("architectures", model_class.__name__, model_class, model_type=model_type)
 
 
-def _auto(name: str) -> type[_AutoModel]:
-    return type(name, (_AutoModel,), {"auto_name": name, "__doc__": f"Dispatches to the registered {name} head."})
+_AUTO_CLASSES: dict[str, type[_AutoModel]] = {}
+
+
+def auto_class(name: str) -> type[_AutoModel]:
+    """The Auto class for a head name; plugins may register heads the kernel has no constant for."""
+    if name not in _AUTO_CLASSES:
+        doc = f"Dispatches to the registered {name} head."
+        _AUTO_CLASSES[name] = type(name, (_AutoModel,), {"auto_name": name, "__doc__": doc})
+    return _AUTO_CLASSES[name]
+
+
+_auto = auto_class
 
 
 AutoModel = _auto("AutoModel")
@@ -180,6 +190,7 @@ AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification")
 AutoModelForTokenClassification = _auto("AutoModelForTokenClassification")
 AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering")
 AutoModelForNextSentencePrediction = _auto("AutoModelForNextSentencePrediction")
+AutoModelForPreTraining = _auto("AutoModelForPreTraining")
 
 
 class AutoTokenizer:

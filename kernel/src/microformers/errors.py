@@ -38,6 +38,10 @@ class RemoteCodeError(MicroformersError):
     """Code shipped with a model folder cannot or may not run."""
 
 
+class InputError(MicroformersError, ValueError):
+    """Arguments passed to a model, tokenizer or pipeline call do not fit together."""
+
+
 class GenerationError(MicroformersError, ValueError):
     """Generation settings are contradictory or the inputs cannot be generated from."""
 

@@ -296,10 +296,10 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             self._set_tensor(name, tensor)
 
         ignore_missing = [re.compile(p) for p in self._keys_to_ignore_on_load_missing]
-        missing = [m for m in missing if not any(p.search(m) for p in ignore_missing)]
+        reported = [m for m in missing if not any(p.search(m) for p in ignore_missing)]
         prefix = self.base_model_prefix
         base_missing = [
-            m for m in missing if (not prefix or m.startswith(prefix + ".") or type(self) is self._base_class())
+            m for m in reported if (not prefix or m.startswith(prefix + ".") or type(self) is self._base_class())
         ]
         mismatched_names = {m[0] for m in mismatched}
         hard_missing = [m for m in base_missing if m not in mismatched_names and self._is_persistent_param(m)]
@@ -316,9 +316,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         unexpected = sorted(k for k in checkpoint_keys - used if not any(p.search(k) for p in ignore_unexpected))
         if unexpected:
             logger.warning("Unused weights in %s: %s", where, ", ".join(unexpected[:20]))
-        if missing:
-            logger.warning("Newly initialised weights (not in %s): %s", where, ", ".join(missing[:20]))
-        return {"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": mismatched}
+        if reported:
+            logger.warning("Newly initialised weights (not in %s): %s", where, ", ".join(reported[:20]))
+        return {"missing_keys": reported, "unexpected_keys": unexpected, "mismatched_keys": mismatched}
 
     def _base_class(self) -> type:
         base = getattr(self, self.base_model_prefix, None) if self.base_model_prefix else None

@@ -38,6 +38,8 @@ class Pipeline:
 
     #: Whether the task needs a tokenizer (``pipeline()`` loads one from the model's folder).
     needs_tokenizer: bool = True
+    #: Whether ``pipeline()`` must be given (or default to) a model; a task that builds its own sets False.
+    needs_model: bool = True
     #: Padding side used when batching; ``None`` means the tokenizer's ``padding_side``.
     padding_side: str | None = None
 
@@ -375,15 +377,17 @@ def pipeline(
     load_kwargs = {k: kwargs.pop(k) for k in _HUB_KWARGS if k in kwargs}
     if trust_remote_code is not None:
         load_kwargs["trust_remote_code"] = trust_remote_code
+    cls = pipeline_class or reg.load()
     if model is None:
         model = reg.meta.get("default_model")
-        if model is None:
+        if model is None and cls.needs_model:
             raise ConfigError(
                 f"task '{task}' has no default model: pass model='<folder, Hub id or alias>' "
                 f"(a checkpoint with a {' or '.join(heads)} head)"
             )
-    cls = pipeline_class or reg.load()
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+    if model is None:
+        pass
+    elif isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         model_name = str(model)
         model = _load_model(model_name, task, heads, config, dtype, load_kwargs, model_kwargs or {})
         dtype = None

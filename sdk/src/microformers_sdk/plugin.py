@@ -1,4 +1,5 @@
-"""Entry point ``sdk``: registers the attention implementations every model can choose from.
+"""Entry point ``sdk``: the attention implementations every model can choose from, and the
+``microformers new-plugin`` command.
 
 Only ``"module:name"`` strings are registered, so discovery imports neither torch nor the SDK layers.
 """
@@ -16,3 +17,12 @@ MICROFORMERS_API_VERSION = 1
 def register_attention_implementations(register: Any) -> None:
     register("sdpa", "microformers_sdk.attention:sdpa_attention")
     register("eager", "microformers_sdk.attention:eager_attention")
+
+
+@hookimpl
+def register_cli_commands(register: Any) -> None:
+    register(
+        "new-plugin",
+        "microformers_sdk.scaffold:new_plugin_command",
+        help="create a new model-plugin distribution (pyproject, model, conformance tests)",
+    )

@@ -288,6 +288,8 @@ class BertPreTrainedModel(PreTrainedModel):
     config_class = BertConfig
     base_model_prefix = "bert"
     _no_split_modules: ClassVar[list[str]] = ["BertLayer"]
+    # Checkpoints saved by heads without a pooler (e.g. BertForMaskedLM) load into models that have one.
+    _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
     # Older exporters saved the position/token-type id buffers, and tied files may repeat the MLM bias.
     _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [
         r"embeddings\.position_ids$",
