@@ -1,4 +1,4 @@
-"""Model folders with their own code: consent, isolation, pinning, requirements, clean failures."""
+"""Model folders with their own code: consent, isolation, pinning, requirements, clean failures, generation."""
 
 from __future__ import annotations
 
@@ -87,11 +87,9 @@ def make_custom_folder(root: Path, name: str = "shiny", scale: float = 2.0) -> P
         },
     }
     (folder / "config.json").write_text(json.dumps(config))
-    model_cls = microformers.AutoModelForCausalLM.from_pretrained
-    # weights: build once through the remote classes themselves
+    # weights: built once through the remote classes themselves
     config_obj = microformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
     torch.manual_seed(0)
-    cls = type(model_cls)  # noqa: F841 - keep linters quiet about the alias
     model = microformers.AutoModelForCausalLM.from_config(config_obj, trust_remote_code=True)
     from safetensors.torch import save_file
 
@@ -125,6 +123,14 @@ def test_loads_with_consent_isolated_and_round_trips(tmp_path):
     assert "modeling_shiny" not in sys.modules and "configuration_shiny" not in sys.modules
     ids = torch.tensor([[1, 2, 3, 4]])
     logits = model(ids).logits
+
+    # it generates (greedy, through the installed strategies), token for token like a hand-written argmax loop
+    generated = model.generate(ids, max_new_tokens=5, do_sample=False, use_cache=False)
+    expected = ids
+    for _ in range(5):
+        next_token = model(expected).logits[:, -1].argmax(-1, keepdim=True)
+        expected = torch.cat([expected, next_token], dim=1)
+    assert torch.equal(generated, expected)
     assert torch.equal(model.model(ids).last_hidden_state, base(ids).last_hidden_state)
 
     digests = type(model)._microformers_code_sha256
