@@ -195,7 +195,10 @@ def test_in_process_registration_and_alias(registered_task):
 
 def test_register_pipeline_records_head_and_default():
     PIPELINE_REGISTRY.register_pipeline(
-        "kernel-test-heads", SumPipeline, pt_model=microformers.AutoModelForMaskedLM, default={"pt": ("some/model", "main")}
+        "kernel-test-heads",
+        SumPipeline,
+        pt_model=microformers.AutoModelForMaskedLM,
+        default={"pt": ("some/model", "main")},
     )
     try:
         meta = registry.get("pipelines", "kernel-test-heads").meta

@@ -51,6 +51,7 @@ _LAZY: dict[str, str] = {
     "TextStreamer": "generation",
     "TextIteratorStreamer": "generation",
     "Pipeline": "pipelines",
+    "ChunkPipeline": "pipelines",
     "pipeline": "pipelines",
     "PIPELINE_REGISTRY": "pipelines",
     "set_seed": "utils",

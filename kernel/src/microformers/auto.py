@@ -180,17 +180,15 @@ def auto_class(name: str) -> type[_AutoModel]:
     return _AUTO_CLASSES[name]
 
 
-_auto = auto_class
 
-
-AutoModel = _auto("AutoModel")
-AutoModelForCausalLM = _auto("AutoModelForCausalLM")
-AutoModelForMaskedLM = _auto("AutoModelForMaskedLM")
-AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification")
-AutoModelForTokenClassification = _auto("AutoModelForTokenClassification")
-AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering")
-AutoModelForNextSentencePrediction = _auto("AutoModelForNextSentencePrediction")
-AutoModelForPreTraining = _auto("AutoModelForPreTraining")
+AutoModel = auto_class("AutoModel")
+AutoModelForCausalLM = auto_class("AutoModelForCausalLM")
+AutoModelForMaskedLM = auto_class("AutoModelForMaskedLM")
+AutoModelForSequenceClassification = auto_class("AutoModelForSequenceClassification")
+AutoModelForTokenClassification = auto_class("AutoModelForTokenClassification")
+AutoModelForQuestionAnswering = auto_class("AutoModelForQuestionAnswering")
+AutoModelForNextSentencePrediction = auto_class("AutoModelForNextSentencePrediction")
+AutoModelForPreTraining = auto_class("AutoModelForPreTraining")
 
 
 class AutoTokenizer:

@@ -61,8 +61,9 @@ def register_pipelines(register):
     """Provide pipeline tasks.
 
     Call ``register(task, cls, model_class="AutoModel...", default_model=None, aliases=())``.
-    ``cls`` subclasses ``microformers.Pipeline``; ``model_class`` names the Auto class used to load a
-    model given by name; ``default_model`` is a model id or source alias used when none is given.
+    ``cls`` subclasses ``microformers.Pipeline``; ``model_class`` names the Auto class (head) used to
+    load a model given by name, or a tuple of head names tried in order; ``default_model`` is a model id
+    or source alias used when none is given.
     """
 
 

@@ -385,27 +385,20 @@ def pipeline(
                 f"task '{task}' has no default model: pass model='<folder, Hub id or alias>' "
                 f"(a checkpoint with a {' or '.join(heads)} head)"
             )
-    if model is None:
-        pass
-    elif isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
         model_name = str(model)
         model = _load_model(model_name, task, heads, config, dtype, load_kwargs, model_kwargs or {})
         dtype = None
         if tokenizer is None and cls.needs_tokenizer:
             tokenizer = model_name
-    else:
+    elif model is not None:
         check_model_head(model, task, heads)
         if tokenizer is None and cls.needs_tokenizer:
             tokenizer = _tokenizer_source_of(model)
-    if isinstance(tokenizer, (str, bytes)) or hasattr(tokenizer, "__fspath__"):
+    if isinstance(tokenizer, str) or hasattr(tokenizer, "__fspath__"):
         tokenizer_kwargs = {k: v for k, v in load_kwargs.items() if k != "subfolder"}
         tokenizer = auto.AutoTokenizer.from_pretrained(str(tokenizer), **tokenizer_kwargs)
     return cls(model, tokenizer, task=task, device=device, dtype=dtype, batch_size=batch_size, **kwargs)
-
-
-def _auto_class(head: str) -> Any:
-    cls = getattr(auto, head, None)
-    return cls if cls is not None else auto._auto(head)
 
 
 def _load_model(
@@ -426,7 +419,7 @@ def _load_model(
     errors: list[str] = []
     for head in heads:
         try:
-            return _auto_class(head).from_pretrained(name, config=config, **kwargs)
+            return auto.auto_class(head).from_pretrained(name, config=config, **kwargs)
         except ConfigError as exc:  # this head is not available for the model_type; try the next
             if len(heads) == 1:
                 raise ConfigError(f"task '{task}' cannot use model '{name}': {exc}") from exc

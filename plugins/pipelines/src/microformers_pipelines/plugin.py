@@ -1,0 +1,66 @@
+"""Entry point ``pipelines``: tasks, the all-MiniLM-L6-v2 model alias and the ``run`` command.
+
+Everything is registered as ``"module:Name"`` strings, so discovery imports neither torch nor the tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microformers import hookimpl
+
+MICROFORMERS_API_VERSION = 1
+
+_PACKAGE = "microformers_pipelines"
+
+# task -> (module:class, Auto head(s), default model alias, aliases)
+TASK_TABLE: dict[str, tuple[str, tuple[str, ...], str | None, tuple[str, ...]]] = {
+    "text-generation": (
+        "text_generation:TextGenerationPipeline",
+        ("AutoModelForCausalLM",),
+        "smollm2-135m-instruct",
+        (),
+    ),
+    "fill-mask": ("fill_mask:FillMaskPipeline", ("AutoModelForMaskedLM",), None, ()),
+    "text-classification": (
+        "text_classification:TextClassificationPipeline",
+        ("AutoModelForSequenceClassification",),
+        None,
+        ("sentiment-analysis",),
+    ),
+    "token-classification": (
+        "token_classification:TokenClassificationPipeline",
+        ("AutoModelForTokenClassification",),
+        None,
+        ("ner",),
+    ),
+    "question-answering": (
+        "question_answering:QuestionAnsweringPipeline",
+        ("AutoModelForQuestionAnswering",),
+        None,
+        (),
+    ),
+    "feature-extraction": ("feature_extraction:FeatureExtractionPipeline", ("AutoModel",), "all-minilm-l6-v2", ()),
+    "zero-shot-classification": (
+        "zero_shot:ZeroShotClassificationPipeline",
+        ("AutoModelForSequenceClassification",),
+        None,
+        (),
+    ),
+}
+
+
+@hookimpl
+def register_pipelines(register: Any) -> None:
+    for task, (ref, heads, default, aliases) in TASK_TABLE.items():
+        register(task, f"{_PACKAGE}.{ref}", model_class=heads, default_model=default, aliases=aliases)
+
+
+@hookimpl
+def register_model_sources(register: Any) -> None:
+    register("all-minilm-l6-v2", f"{_PACKAGE}.sources:all_minilm_l6_v2")
+
+
+@hookimpl
+def register_cli_commands(register: Any) -> None:
+    register("run", f"{_PACKAGE}.cli:run_command", help="run a pipeline task on arguments or stdin lines (JSON lines)")

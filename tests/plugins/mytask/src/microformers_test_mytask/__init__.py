@@ -1,0 +1,1 @@
+"""Test-only plugin providing the ``my-task`` pipeline."""
