@@ -1,0 +1,161 @@
+"""The ``gguf`` checkpoint format: weights, config and tokenizer from one llama.cpp file."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from microformers.errors import CheckpointError, FileMissingError
+
+from .architectures import architecture_of, build_config, hf_tensor_name, is_derived_tensor, qk_row_permutation
+from .reader import GGUFFile, read_gguf
+
+_CACHE_SIZE = 2
+_cache: OrderedDict[tuple[str, int, int], GGUFFile] = OrderedDict()
+
+
+def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """Parse ``path``, reusing the last parse while the file is unchanged (from_pretrained reads it three times)."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except FileNotFoundError as exc:
+        raise FileMissingError(f"GGUF file {path} does not exist; check the folder and the gguf_file name") from exc
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    cached = _cache.get(key)
+    if cached is None:
+        cached = read_gguf(path)
+        _cache[key] = cached
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    _cache.move_to_end(key)
+    return cached
+
+
+def _single(files: list[Path] | tuple[Path, ...] | Path | str) -> Path:
+    if isinstance(files, (str, os.PathLike)):
+        return Path(files)
+    files = list(files)
+    if len(files) != 1:
+        raise CheckpointError(f"a GGUF checkpoint is one file, but {len(files)} were given: {files}")
+    return Path(files[0])
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    import torch
+
+    if dtype is None or dtype == "auto":
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise CheckpointError(f"dtype={dtype!r} is not a floating-point torch dtype; use e.g. torch.float32")
+    return value
+
+
+@contextmanager
+def _one_intra_op_thread() -> Iterator[None]:
+    """Run torch ops on one thread for a while.
+
+    Dequantising is hundreds of small element-wise ops; splitting each across OpenMP threads costs a
+    barrier per op, which on a busy machine (a descheduled worker thread) turns 0.2 s into seconds.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def load_state_dict(gguf: GGUFFile, dtype: Any = None) -> dict[str, Any]:
+    """Every mapped tensor, dequantised to ``dtype`` (float32 by default), under its Hugging Face name."""
+    with _one_intra_op_thread():
+        return _load_state_dict(gguf, dtype)
+
+
+def _load_state_dict(gguf: GGUFFile, dtype: Any) -> dict[str, Any]:
+    from .dequant import SUPPORTED_TYPES, dequantize, is_supported
+
+    torch_dtype = _torch_dtype(dtype)
+    arch = architecture_of(gguf)
+    wanted = [(info, hf_tensor_name(name)) for name, info in gguf.tensors.items()]
+    unknown = [info.name for info, hf in wanted if hf is None and not is_derived_tensor(info.name)]
+    if unknown:
+        warnings.warn(
+            f"GGUF file {gguf.path}: {len(unknown)} tensor(s) have no Hugging Face counterpart and are skipped: "
+            + ", ".join(unknown[:10]),
+            stacklevel=4,
+        )
+    unsupported = [info for info, hf in wanted if hf is not None and not is_supported(info.type_id)]
+    if unsupported:
+        shown = ", ".join(f"'{info.name}' ({info.type_name})" for info in unsupported[:5])
+        raise CheckpointError(
+            f"GGUF file {gguf.path} stores tensors in quantisation types microformers-gguf cannot dequantise: "
+            f"{shown}{' ...' if len(unsupported) > 5 else ''}. Supported types: {', '.join(SUPPORTED_TYPES)}. "
+            "Use a GGUF quantised to one of these (e.g. Q4_K_M, Q8_0) or the safetensors checkpoint."
+        )
+
+    heads = {"attn_q": "num_attention_heads", "attn_k": "num_key_value_heads"}
+    config = build_config(gguf) if arch.permutes_qk else {}
+    state: dict[str, Any] = {}
+    for info, hf_name in wanted:
+        if hf_name is None:
+            continue
+        raw = gguf.tensor_bytes(info)
+        kind = info.name.split(".")[-2] if info.name.startswith("blk.") else ""
+        if arch.permutes_qk and kind in heads:
+            rows = info.shape[0]
+            perm = qk_row_permutation(rows, config[heads[kind]])
+            if len(info.shape) == 2:
+                # Permute whole quantised rows (blocks never cross rows), then dequantise once.
+                raw = raw.view(rows, -1).index_select(0, perm).view(-1)
+                state[hf_name] = dequantize(raw, info.type_id, info.shape, torch_dtype)
+            else:
+                state[hf_name] = dequantize(raw, info.type_id, info.shape, torch_dtype)[perm]
+            continue
+        state[hf_name] = dequantize(raw, info.type_id, info.shape, torch_dtype)
+    return state
+
+
+class GGUFFormat:
+    """The object registered as checkpoint format ``gguf``."""
+
+    name = "gguf"
+
+    def find(self, folder: str | os.PathLike[str], gguf_file: str | None = None, **kwargs: Any) -> list[Path] | None:
+        """``[folder / gguf_file]`` when ``gguf_file`` is given (it must exist); otherwise not a GGUF load."""
+        if not gguf_file:
+            return None
+        path = Path(gguf_file)
+        if not path.is_absolute():
+            path = Path(folder) / path
+        if not path.is_file():
+            raise FileMissingError(
+                f"gguf_file '{gguf_file}' was not found in {folder} (looked for {path}); "
+                "check the file name, or download the .gguf file into that folder."
+            )
+        return [path]
+
+    def load(self, files: list[Path], dtype: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return load_state_dict(open_gguf(_single(files)), dtype)
+
+    def load_config(self, files: list[Path]) -> dict[str, Any]:
+        return build_config(open_gguf(_single(files)))
+
+    def load_tokenizer_files(self, files: list[Path]) -> dict[str, Any]:
+        from .tokenizer import build_tokenizer_files
+
+        return build_tokenizer_files(open_gguf(_single(files)))
+
+
+GGUF_FORMAT = GGUFFormat()
