@@ -42,14 +42,27 @@ def meta_parameters() -> Iterator[None]:
             kwargs = {"requires_grad": param.requires_grad}
             module._parameters[name] = type(param)(param.to("meta"), **kwargs)
 
+    # Layers' own reset_parameters() would "initialise" meta tensors: pointless, and the first such call
+    # costs seconds (it imports torch._dynamo). Make the init functions no-ops meanwhile.
+    init_functions = {
+        name: fn for name, fn in vars(nn.init).items() if name.endswith("_") and not name.startswith("_") and callable(fn)
+    }
     previous = _CONSTRUCTING_ON_META
     nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign]
+    for name in init_functions:
+        setattr(nn.init, name, _return_tensor)
     _CONSTRUCTING_ON_META = True
     try:
         yield
     finally:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
+        for name, fn in init_functions.items():
+            setattr(nn.init, name, fn)
         _CONSTRUCTING_ON_META = previous
+
+
+def _return_tensor(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return tensor
 
 
 def to_torch_dtype(dtype: Any) -> torch.dtype | None:
