@@ -15,7 +15,7 @@ import torch
 import microformers
 from microformers import RemoteCodeError
 
-CONFIG_CODE = '''
+CONFIG_CODE = """
 from microformers import PretrainedConfig
 
 
@@ -26,9 +26,9 @@ class ShinyConfig(PretrainedConfig):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         super().__init__(**kwargs)
-'''
+"""
 
-MODELING_CODE = '''
+MODELING_CODE = """
 import torch
 from torch import nn
 
@@ -66,7 +66,7 @@ class ShinyForCausalLM(PreTrainedModel):
 
     def forward(self, input_ids, **kwargs):
         return CausalLMOutput(logits=self.lm_head(self.model(input_ids).last_hidden_state))
-'''
+"""
 
 
 def make_custom_folder(root: Path, name: str = "shiny", scale: float = 2.0) -> Path:

@@ -74,7 +74,13 @@ class AutoConfig:
             from .remote import load_remote_class
 
             config_cls = load_remote_class(
-                remote_ref, pretrained, trust_remote_code, hub_kwargs, code_options, "AutoConfig", config_dict["auto_map"]
+                remote_ref,
+                pretrained,
+                trust_remote_code,
+                hub_kwargs,
+                code_options,
+                "AutoConfig",
+                config_dict["auto_map"],
             )
         elif not model_type:
             raise ConfigError(
@@ -140,7 +146,9 @@ class _AutoModel:
         code = {k: kwargs.pop(k) for k in ("code_revision", "code_sha256") if k in kwargs}
         if not isinstance(config, PretrainedConfig):
             config_kwargs = {
-                k: kwargs[k] for k in ("gguf_file", "trust_remote_code", "revision", "cache_dir", "token") if k in kwargs
+                k: kwargs[k]
+                for k in ("gguf_file", "trust_remote_code", "revision", "cache_dir", "token")
+                if k in kwargs
             }
             config_kwargs.update({k: kwargs[k] for k in ("local_files_only", "subfolder") if k in kwargs})
             config = AutoConfig.from_pretrained(config or pretrained, **config_kwargs, **code)
@@ -178,7 +186,6 @@ def auto_class(name: str) -> type[_AutoModel]:
         doc = f"Dispatches to the registered {name} head."
         _AUTO_CLASSES[name] = type(name, (_AutoModel,), {"auto_name": name, "__doc__": doc})
     return _AUTO_CLASSES[name]
-
 
 
 AutoModel = auto_class("AutoModel")

@@ -18,6 +18,7 @@ from .remote import RegisterForAutoClass, write_custom_code
 
 CONFIG_NAME = "config.json"
 
+
 def dtype_name(dtype: Any) -> str | None:
     """``torch.float16`` / ``"torch.float16"`` / ``"float16"`` -> ``"float16"``."""
     if dtype is None:

@@ -66,7 +66,9 @@ def resolve_file(
         raise FileMissingError(f"{name} is a file; pass the folder that contains {filename} instead")
     if _looks_like_path(name):
         raise FileMissingError(f"folder {name} does not exist; check the path (it is not a Hub repo id either)")
-    return _hub_download(name, filename, required, revision, cache_dir, local_files_only, token, subfolder, force_download)
+    return _hub_download(
+        name, filename, required, revision, cache_dir, local_files_only, token, subfolder, force_download
+    )
 
 
 def _hub_download(

@@ -45,7 +45,9 @@ def meta_parameters() -> Iterator[None]:
     # Layers' own reset_parameters() would "initialise" meta tensors: pointless, and the first such call
     # costs seconds (it imports torch._dynamo). Make the init functions no-ops meanwhile.
     init_functions = {
-        name: fn for name, fn in vars(nn.init).items() if name.endswith("_") and not name.startswith("_") and callable(fn)
+        name: fn
+        for name, fn in vars(nn.init).items()
+        if name.endswith("_") and not name.startswith("_") and callable(fn)
     }
     previous = _CONSTRUCTING_ON_META
     nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign]
@@ -317,7 +319,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         mismatched_names = {m[0] for m in mismatched}
         hard_missing = [m for m in base_missing if m not in mismatched_names and self._is_persistent_param(m)]
         if hard_missing and strict:
-            shown = ", ".join(hard_missing[:8]) + (f" and {len(hard_missing) - 8} more" if len(hard_missing) > 8 else "")
+            shown = ", ".join(hard_missing[:8]) + (
+                f" and {len(hard_missing) - 8} more" if len(hard_missing) > 8 else ""
+            )
             raise CheckpointError(
                 f"checkpoint {where} is missing {len(hard_missing)} tensor(s) the model needs: {shown}. "
                 "The checkpoint is incomplete or for a different architecture; pass strict=False to "

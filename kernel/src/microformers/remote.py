@@ -159,15 +159,17 @@ def load_remote_class(
     folder = next(iter(files.values())).parent
     check_requirements(folder / "requirements.txt")
     revision = hub_kwargs.get("revision") or ""
-    identity = hashlib.sha256(
-        (str(source) + "@" + revision + "".join(sorted(digests.values()))).encode()
-    ).hexdigest()[:16]
+    identity = hashlib.sha256((str(source) + "@" + revision + "".join(sorted(digests.values()))).encode()).hexdigest()[
+        :16
+    ]
     package = f"{NAMESPACE}.{re.sub(r'[^0-9a-zA-Z_]', '_', Path(str(source)).name)}_{identity}"
     module_obj = import_isolated(package, folder, module, files)
     CODE_DIGESTS.update({str(path): digests[name] for name, path in files.items()})
     cls = getattr(module_obj, class_name, None)
     if not isinstance(cls, type):
-        defined = sorted(n for n, v in vars(module_obj).items() if isinstance(v, type) and v.__module__ == module_obj.__name__)
+        defined = sorted(
+            n for n, v in vars(module_obj).items() if isinstance(v, type) and v.__module__ == module_obj.__name__
+        )
         _forget(package)
         raise RemoteCodeError(
             f"auto_map names {module}.{class_name}, but {files[f'{module}.py']} defines no class {class_name} "

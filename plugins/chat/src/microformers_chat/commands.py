@@ -105,7 +105,7 @@ def generate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
 
     def run(args: argparse.Namespace) -> int:
         if len(args.words) > 2:
-            raise SystemExit("microformers generate: quote the prompt: microformers generate [MODEL] \"PROMPT\"")
+            raise SystemExit('microformers generate: quote the prompt: microformers generate [MODEL] "PROMPT"')
         args.model, args.prompt = args.words if len(args.words) == 2 else (DEFAULT_MODEL, args.words[0])
         session = Session(args)
         if args.raw:
