@@ -33,11 +33,11 @@ from microformers.outputs import (
 )
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.layers import get_activation
+from microformers_sdk.losses import sequence_classification_loss, span_loss, token_cross_entropy
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.weights import KeyRenamer
 
 from .configuration_bert import BertConfig
-from .losses import sequence_classification_loss, span_loss, token_cross_entropy
 
 __all__ = [
     "BertConfig",
@@ -149,10 +149,15 @@ class BertSelfAttention(nn.Module):
         return output.transpose(1, 2).reshape(batch, length, -1), weights
 
 
-class BertSelfOutput(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
+class BertOutput(nn.Module):
+    """``LayerNorm(dropout(dense(x)) + residual)``: closes both the attention and the MLP half of a layer.
+
+    Serves as ``attention.output`` (input ``hidden_size``) and as ``output`` (input ``intermediate_size``).
+    """
+
+    def __init__(self, config: BertConfig, input_size: int) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(input_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -164,7 +169,7 @@ class BertAttention(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.self = BertSelfAttention(config)
-        self.output = BertSelfOutput(config)
+        self.output = BertOutput(config, config.hidden_size)
 
     def forward(
         self,
@@ -187,17 +192,6 @@ class BertIntermediate(nn.Module):
         return self.intermediate_act_fn(self.dense(hidden_states))
 
 
-class BertOutput(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
-
-
 class BertLayer(nn.Module):
     """Post-norm block: ``norm(x + attn(x))`` then ``norm(x + mlp(x))``."""
 
@@ -205,7 +199,7 @@ class BertLayer(nn.Module):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
-        self.output = BertOutput(config)
+        self.output = BertOutput(config, config.intermediate_size)
 
     def forward(
         self,
@@ -506,9 +500,7 @@ class BertForNextSentencePrediction(_BertHead):
             )
         )  # fmt: skip
         logits = self.cls.seq_relationship(encoded.pooler_output)
-        loss = None
-        if labels is not None:
-            loss = torch.nn.functional.cross_entropy(logits.float(), labels.to(logits.device).view(-1))
+        loss = token_cross_entropy(logits, labels) if labels is not None else None
         output = NextSentencePredictorOutput(
             loss=loss, logits=logits, hidden_states=encoded.hidden_states, attentions=encoded.attentions
         )
@@ -556,10 +548,8 @@ class BertForPreTraining(_BertHead):
         relationship_logits = self.cls.seq_relationship(encoded.pooler_output)
         loss = None
         if labels is not None and next_sentence_label is not None:
-            nsp = torch.nn.functional.cross_entropy(
-                relationship_logits.float(), next_sentence_label.to(relationship_logits.device).view(-1)
-            )
-            loss = token_cross_entropy(prediction_logits, labels) + nsp
+            masked_lm = token_cross_entropy(prediction_logits, labels)
+            loss = masked_lm + token_cross_entropy(relationship_logits, next_sentence_label)
         output = BertForPreTrainingOutput(
             loss=loss,
             prediction_logits=prediction_logits,

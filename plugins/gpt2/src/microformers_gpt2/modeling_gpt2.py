@@ -28,10 +28,10 @@ from microformers.outputs import (
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache, DynamicCache
 from microformers_sdk.layers import get_activation
+from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
 from microformers_sdk.masks import build_attention_mask, position_ids_from_attention_mask
 
 from .configuration_gpt2 import GPT2Config
-from .losses import causal_lm_loss, sequence_classification_loss
 
 __all__ = [
     "Conv1D",

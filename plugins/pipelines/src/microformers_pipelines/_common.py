@@ -19,6 +19,14 @@ def check_text(value: Any, task: str, what: str = "input") -> str:
     return value
 
 
+def check_choice(value: Any, task: str, name: str, allowed: tuple[str, ...]) -> str:
+    """``value`` (a string or an enum member), lower-cased, when it is one of ``allowed``; else an error."""
+    choice = str(getattr(value, "value", value)).lower()
+    if choice not in allowed:
+        raise ConfigError(f"{task}: {name}={value!r}; use one of {', '.join(allowed)}")
+    return choice
+
+
 def softmax(values: np.ndarray) -> np.ndarray:
     shifted = np.exp(values - values.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)

@@ -9,7 +9,7 @@ import numpy as np
 from microformers import ConfigError
 from microformers.pipelines import Pipeline
 
-from ._common import check_text, labels_of, logits_of, model_inputs, sigmoid, softmax
+from ._common import check_choice, check_text, labels_of, logits_of, model_inputs, sigmoid, softmax
 
 FUNCTIONS = ("softmax", "sigmoid", "none")
 _UNSET: Any = ""
@@ -37,12 +37,9 @@ class TextClassificationPipeline(Pipeline):
             postprocess["top_k"] = top_k
             postprocess["legacy"] = False
         if function_to_apply is not None:
-            name = str(getattr(function_to_apply, "value", function_to_apply)).lower()
-            if name not in FUNCTIONS:
-                raise ConfigError(
-                    f"text-classification: function_to_apply={function_to_apply!r}; use one of {', '.join(FUNCTIONS)}"
-                )
-            postprocess["function_to_apply"] = name
+            postprocess["function_to_apply"] = check_choice(
+                function_to_apply, "text-classification", "function_to_apply", FUNCTIONS
+            )
         return tokenizer_kwargs, {}, postprocess
 
     def __call__(self, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:

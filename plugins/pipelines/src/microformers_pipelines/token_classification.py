@@ -9,7 +9,7 @@ import numpy as np
 from microformers import ConfigError
 from microformers.pipelines import ChunkPipeline
 
-from ._common import check_text, labels_of, logits_of, model_inputs, softmax
+from ._common import check_choice, check_text, labels_of, logits_of, model_inputs, softmax
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 
@@ -46,12 +46,7 @@ class TokenClassificationPipeline(ChunkPipeline):
         postprocess: dict[str, Any] = {}
         strategy = None
         if aggregation_strategy is not None:
-            strategy = str(getattr(aggregation_strategy, "value", aggregation_strategy)).lower()
-            if strategy not in STRATEGIES:
-                raise ConfigError(
-                    f"token-classification: aggregation_strategy={aggregation_strategy!r}; "
-                    f"use one of {', '.join(STRATEGIES)}"
-                )
+            strategy = check_choice(aggregation_strategy, "token-classification", "aggregation_strategy", STRATEGIES)
             postprocess["aggregation_strategy"] = strategy
         if ignore_labels is not None:
             postprocess["ignore_labels"] = list(ignore_labels)

@@ -91,6 +91,16 @@ def _is_text_input(value: Any) -> bool:
     return False
 
 
+def _special_token(name: str) -> property:
+    """``tokenizer.<name>``: the special token's text (None when unset); assigning a str or AddedToken sets it."""
+    return property(lambda self: self._token(name), lambda self, value: self._set_token(name, value))
+
+
+def _special_token_id(name: str) -> property:
+    """``tokenizer.<name>_id``: the special token's id (None when unset); assigning an id sets the token."""
+    return property(lambda self: self._token_id(name), lambda self, value: self._set_token_id(name, value))
+
+
 class PreTrainedTokenizerFast:
     """A tokenizer backed by a ``tokenizers.Tokenizer`` with the Transformers tokenizer API.
 
@@ -399,34 +409,20 @@ class PreTrainedTokenizerFast:
     def _set_token_id(self, name: str, value: int | None) -> None:
         self._special[name] = None if value is None else self.convert_ids_to_tokens(int(value))
 
-    bos_token = property(lambda self: self._token("bos_token"), lambda self, v: self._set_token("bos_token", v))
-    eos_token = property(lambda self: self._token("eos_token"), lambda self, v: self._set_token("eos_token", v))
-    unk_token = property(lambda self: self._token("unk_token"), lambda self, v: self._set_token("unk_token", v))
-    sep_token = property(lambda self: self._token("sep_token"), lambda self, v: self._set_token("sep_token", v))
-    pad_token = property(lambda self: self._token("pad_token"), lambda self, v: self._set_token("pad_token", v))
-    cls_token = property(lambda self: self._token("cls_token"), lambda self, v: self._set_token("cls_token", v))
-    mask_token = property(lambda self: self._token("mask_token"), lambda self, v: self._set_token("mask_token", v))
-    bos_token_id = property(
-        lambda self: self._token_id("bos_token"), lambda self, v: self._set_token_id("bos_token", v)
-    )
-    eos_token_id = property(
-        lambda self: self._token_id("eos_token"), lambda self, v: self._set_token_id("eos_token", v)
-    )
-    unk_token_id = property(
-        lambda self: self._token_id("unk_token"), lambda self, v: self._set_token_id("unk_token", v)
-    )
-    sep_token_id = property(
-        lambda self: self._token_id("sep_token"), lambda self, v: self._set_token_id("sep_token", v)
-    )
-    pad_token_id = property(
-        lambda self: self._token_id("pad_token"), lambda self, v: self._set_token_id("pad_token", v)
-    )
-    cls_token_id = property(
-        lambda self: self._token_id("cls_token"), lambda self, v: self._set_token_id("cls_token", v)
-    )
-    mask_token_id = property(
-        lambda self: self._token_id("mask_token"), lambda self, v: self._set_token_id("mask_token", v)
-    )
+    bos_token = _special_token("bos_token")
+    eos_token = _special_token("eos_token")
+    unk_token = _special_token("unk_token")
+    sep_token = _special_token("sep_token")
+    pad_token = _special_token("pad_token")
+    cls_token = _special_token("cls_token")
+    mask_token = _special_token("mask_token")
+    bos_token_id = _special_token_id("bos_token")
+    eos_token_id = _special_token_id("eos_token")
+    unk_token_id = _special_token_id("unk_token")
+    sep_token_id = _special_token_id("sep_token")
+    pad_token_id = _special_token_id("pad_token")
+    cls_token_id = _special_token_id("cls_token")
+    mask_token_id = _special_token_id("mask_token")
 
     def __getattr__(self, name: str) -> Any:
         # Model-specific named tokens (e.g. ``image_token`` / ``image_token_id``) from the config.

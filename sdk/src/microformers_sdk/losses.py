@@ -1,6 +1,7 @@
-"""The training losses of the GPT-2 heads (the reference implementation's definitions).
+"""Training losses shared by the model heads (the reference implementation's definitions).
 
-Candidates for ``microformers_sdk.losses``: every decoder plugin needs the same ones.
+``-100`` marks a label to ignore everywhere, as in the reference. Logits are upcast to float32 first so
+half-precision models get the same loss as full-precision ones.
 """
 
 from __future__ import annotations
@@ -14,6 +15,19 @@ from microformers.errors import ConfigError
 
 IGNORE_INDEX = -100
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy over every row of ``logits`` whose label is not ``-100``.
+
+    ``logits`` is ``(..., num_classes)`` and ``labels`` the matching ``(...)``: masked LM and token
+    classification (one label per token), next-sentence prediction (one per sequence).
+    """
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(),
+        labels.to(logits.device).reshape(-1),
+        ignore_index=IGNORE_INDEX,
+    )
 
 
 def causal_lm_loss(
@@ -33,7 +47,11 @@ def causal_lm_loss(
 
 
 def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, config: Any) -> torch.Tensor:
-    """MSE, cross entropy or binary cross entropy as ``config.problem_type`` says (inferred when unset)."""
+    """MSE, cross entropy or binary cross entropy as ``config.problem_type`` says.
+
+    Without a ``problem_type``: one label means regression, integer labels single-label
+    classification, float labels multi-label classification.
+    """
     num_labels = config.num_labels
     labels = labels.to(logits.device)
     problem_type = config.problem_type
@@ -52,4 +70,22 @@ def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, con
         return F.cross_entropy(logits.view(-1, num_labels).float(), labels.view(-1))
     if problem_type == "multi_label_classification":
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-    raise ConfigError(f"problem_type={problem_type!r} in the model config is not one of {', '.join(PROBLEM_TYPES)}")
+    raise ConfigError(
+        f"problem_type={problem_type!r} in the model config is not one of {', '.join(PROBLEM_TYPES)}; "
+        "set config.problem_type to one of them or to None to infer it from the labels"
+    )
+
+
+def span_loss(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    start_positions: torch.Tensor,
+    end_positions: torch.Tensor,
+) -> torch.Tensor:
+    """Mean of the start and end cross entropies (extractive QA); positions outside the sequence are ignored."""
+    length = start_logits.shape[1]
+    start = start_positions.to(start_logits.device).reshape(-1).clamp(0, length)
+    end = end_positions.to(end_logits.device).reshape(-1).clamp(0, length)
+    start_loss = F.cross_entropy(start_logits.float(), start, ignore_index=length)
+    end_loss = F.cross_entropy(end_logits.float(), end, ignore_index=length)
+    return (start_loss + end_loss) / 2
