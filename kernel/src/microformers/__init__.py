@@ -6,9 +6,6 @@ them is first used (module ``__getattr__`` below).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from ._version import KERNEL_API_VERSION, __version__
 from .errors import (
     CheckpointError,
@@ -23,6 +20,7 @@ from .errors import (
     ShapeMismatchError,
     UnknownModelTypeError,
 )
+from .lazy import lazy_exports
 from .plugins import hookimpl, prefer, registry
 
 _LAZY: dict[str, str] = {
@@ -78,14 +76,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'microformers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

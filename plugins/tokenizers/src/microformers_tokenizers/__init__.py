@@ -6,8 +6,7 @@ one of the names below is first used, and ``torch`` only when ``return_tensors="
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from microformers.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -23,14 +22,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'microformers_tokenizers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
