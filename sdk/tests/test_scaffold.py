@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -52,9 +53,8 @@ def test_generated_files(tmp_path: Path) -> None:
     pyproject = (target / "pyproject.toml").read_text()
     assert 'name = "microformers-toyarch"' in pyproject
     assert 'toyarch = "microformers_toyarch.plugin"' in pyproject
-    leftovers = [p for p in target.rglob("*") if p.is_file() and "__" in p.read_text().replace("__init__", "")
-                 .replace("__future__", "").replace("__name__", "").replace("__version__", "")
-                 .replace("__all__", "").replace("__getattr__", "")]  # fmt: skip
+    placeholder = re.compile(r"__[A-Z][A-Z_]*__")
+    leftovers = [p for p in target.rglob("*") if p.is_file() and placeholder.search(p.read_text())]
     assert not leftovers, f"unfilled placeholders in {leftovers}"
     assert [p.name for p in tmp_path.iterdir()] == ["microformers-toyarch"], "the staging folder was left behind"
 

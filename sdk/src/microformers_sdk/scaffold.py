@@ -190,8 +190,7 @@ _INIT = '''\
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from microformers.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -203,14 +202,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = ["__version__", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module '__PACKAGE__' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 '''
 
 _PLUGIN = '''\
