@@ -18,6 +18,4 @@ lint:
 	.venv/bin/ruff check .
 
 bench: install-test
-	.venv/bin/python bench/import_time.py
-	.venv/bin/python bench/gguf_load.py
-	.venv/bin/python bench/tokenizer_overhead.py
+	.venv/bin/python bench/run_all.py

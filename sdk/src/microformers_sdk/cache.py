@@ -28,6 +28,10 @@ from microformers.errors import GenerationError
 class Cache:
     """Base class: per-layer key/value storage plus the number of positions filled."""
 
+    # Whether storage starts as zeros: code that attends over the whole storage (masking positions
+    # not written yet) must not meet NaN there, since a masked weight of 0 times NaN is still NaN.
+    _zero_filled = False
+
     def __init__(self) -> None:
         self._keys: list[torch.Tensor] = []
         self._values: list[torch.Tensor] = []
@@ -72,8 +76,9 @@ class Cache:
     def _reallocate(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor, capacity: int) -> None:
         start = self._lengths[layer_idx]
         batch, kv_heads, _, head_dim = key.shape
-        new_keys = key.new_empty(batch, kv_heads, capacity, head_dim)
-        new_values = value.new_empty(batch, value.shape[1], capacity, value.shape[3])
+        allocate = key.new_zeros if self._zero_filled else key.new_empty
+        new_keys = allocate(batch, kv_heads, capacity, head_dim)
+        new_values = allocate(batch, value.shape[1], capacity, value.shape[3])
         if start:
             new_keys[:, :, :start].copy_(self._keys[layer_idx][:, :, :start])
             new_values[:, :, :start].copy_(self._values[layer_idx][:, :, :start])
@@ -86,6 +91,18 @@ class Cache:
     def get_max_cache_shape(self) -> int | None:
         """The most positions the cache can hold, or ``None`` when it grows as needed."""
         return None
+
+    def layer_storage(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole preallocated ``(batch, kv_heads, capacity, head_dim)`` key and value storage of a layer.
+
+        Positions past ``get_seq_length(layer_idx)`` hold stale data. Code that writes new states
+        straight into this storage (a compiled decoding step) reports them with :meth:`advance`.
+        """
+        return self._keys[layer_idx], self._values[layer_idx]
+
+    def advance(self, count: int = 1) -> None:
+        """Count ``count`` more positions as filled in every layer (after writing them into the storage)."""
+        self._lengths = [length + count for length in self._lengths]
 
     @property
     def seen_tokens(self) -> int:
@@ -163,8 +180,11 @@ class StaticCache(Cache):
     """A cache preallocated for ``max_cache_len`` positions on first use; it never reallocates.
 
     ``batch_size``, ``dtype`` and ``device`` are taken from the first states written unless given
-    (they are accepted for call compatibility; the storage always matches the states).
+    (they are accepted for call compatibility; the storage always matches the states). The storage
+    starts as zeros, so a decoding step may attend over all of it with unwritten positions masked.
     """
+
+    _zero_filled = True
 
     def __init__(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -68,6 +69,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
+        if input_dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # The same arithmetic as below in one fused kernel (no casts are needed in float32).
+            return F.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
         hidden_states = hidden_states.to(torch.float32)
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
@@ -92,4 +96,51 @@ class GatedMLP(nn.Module):
         self.act_fn = get_activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = apply_linear(self.gate_proj, x), apply_linear(self.up_proj, x)
+        return apply_linear(self.down_proj, self.act_fn(gate) * up)
+
+
+# One input row (a single token of a single sequence, i.e. batch-1 decoding) makes a linear layer a
+# matrix-vector product, which is bound by how fast the weight streams from memory. On x86 CPUs with
+# MKL, ``F.linear`` on one row reaches about half the bandwidth that a batched product over two halves
+# of the weight does (measured in bench/decode.py), so one-row products are split. ``0`` or ``1``
+# turns it off (environment variable ``MICROFORMERS_ROW_SPLIT``, read at import).
+ROW_SPLIT = int(os.environ.get("MICROFORMERS_ROW_SPLIT", "2"))
+
+
+def _splits_rows(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        ROW_SPLIT > 1
+        and x.numel() == weight.shape[1]
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and x.dtype == torch.float32
+        and weight.shape[0] % ROW_SPLIT == 0
+        and weight.is_contiguous()
+        and not torch.is_grad_enabled()
+    )
+
+
+def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``; for a single input row, a batched product over weight slices.
+
+    The result equals ``F.linear``'s up to float rounding (the sums run in a different order).
+    """
+    if not _splits_rows(x, weight):
+        return F.linear(x, weight, bias)
+    out_features, in_features = weight.shape
+    parts = weight.view(ROW_SPLIT, out_features // ROW_SPLIT, in_features)
+    # A transposed row (strides (0, 1, in_features)): a plain (in_features, 1) column is 6x slower in MKL.
+    column = x.reshape(1, in_features).t().expand(ROW_SPLIT, in_features, 1)
+    out = torch.bmm(parts, column).view(*x.shape[:-1], out_features)
+    return out if bias is None else out + bias
+
+
+def apply_linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)``, through :func:`row_linear` when ``module`` is a plain ``nn.Linear`` without hooks.
+
+    Subclasses (quantised layers, adapters) and hooked modules are always called normally.
+    """
+    if type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks):
+        return row_linear(x, module.weight, module.bias)
+    return module(x)

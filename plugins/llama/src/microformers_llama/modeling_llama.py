@@ -21,8 +21,8 @@ from microformers import PreTrainedModel
 from microformers.errors import GenerationError
 from microformers.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache, DynamicCache
-from microformers_sdk.layers import GatedMLP, RMSNorm
+from microformers_sdk.cache import Cache, DynamicCache, StaticCache
+from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
 from microformers_sdk.masks import build_attention_mask, position_ids_from_attention_mask
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 
@@ -69,9 +69,9 @@ class LlamaAttention(nn.Module):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, q_len, _ = hidden_states.shape
-        query = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-        key = self.k_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-        value = self.v_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        query = apply_linear(self.q_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        key = apply_linear(self.k_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        value = apply_linear(self.v_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
         query, key = apply_rotary_pos_emb(query, key, *rotary)
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
@@ -87,7 +87,7 @@ class LlamaAttention(nn.Module):
                 query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal
             )
         output = output.transpose(1, 2).reshape(batch, q_len, -1)
-        return self.o_proj(output), weights
+        return apply_linear(self.o_proj, output), weights
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -272,6 +272,13 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
     ) -> CausalLMOutputWithPast | tuple[Any, ...]:
         """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
+        decode_step = self.__dict__.get("_compiled_decode_step")
+        if decode_step is not None and self._runs_compiled_step(
+            input_ids, past_key_values, inputs_embeds, labels, output_attentions, output_hidden_states, logits_to_keep
+        ):
+            logits = self._compiled_decode(decode_step, input_ids, attention_mask, position_ids, past_key_values)
+            output = CausalLMOutputWithPast(logits=logits, past_key_values=past_key_values)
+            return output if return_dict else output.to_tuple()
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -289,7 +296,7 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
                 hidden_states = hidden_states[:, -logits_to_keep:]
         else:
             hidden_states = hidden_states[:, logits_to_keep]
-        logits = self.lm_head(hidden_states)
+        logits = apply_linear(self.lm_head, hidden_states)
         loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
         output = CausalLMOutputWithPast(
             loss=loss,
@@ -299,6 +306,145 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
             attentions=outputs.attentions,
         )
         return output if return_dict else output.to_tuple()
+
+    # -- opt-in compiled decoding ------------------------------------------------------------------
+    def compile_decode_step(self, **compile_options: Any) -> None:
+        """Run one-token steps that use a :class:`~microformers_sdk.cache.StaticCache` through ``torch.compile``.
+
+        After this call, ``forward`` (and so ``generate``) sends every step that feeds one token per
+        row into a prefilled ``StaticCache`` through one compiled graph per input shape (batch size,
+        cache length, with or without padding); the prompt itself still runs eagerly. The first step
+        of each shape pays the compilation. Options go to ``torch.compile`` (default
+        ``dynamic=False, fullgraph=True``; ``mode="max-autotune-no-cudagraphs"`` on CPU, never
+        ``"reduce-overhead"``, which needs CUDA graphs). Call :meth:`uncompile_decode_step` to go back.
+        """
+        options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
+        object.__setattr__(self, "_compiled_decode_step", torch.compile(self._static_decode_step, **options))
+
+    def make_static_cache(self, max_cache_len: int) -> StaticCache:
+        """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (prompt + new tokens)."""
+        return StaticCache(self.config, max_cache_len=max_cache_len)
+
+    def uncompile_decode_step(self) -> None:
+        """Undo :meth:`compile_decode_step`: every step runs eagerly again."""
+        self.__dict__.pop("_compiled_decode_step", None)
+
+    def _runs_compiled_step(
+        self,
+        input_ids: torch.Tensor | None,
+        cache: Any,
+        inputs_embeds: torch.Tensor | None,
+        labels: torch.Tensor | None,
+        output_attentions: bool | None,
+        output_hidden_states: bool | None,
+        logits_to_keep: int | torch.Tensor,
+    ) -> bool:
+        config = self.config
+        if not isinstance(cache, StaticCache) or input_ids is None or inputs_embeds is not None or labels is not None:
+            return False
+        if input_ids.dim() != 2 or input_ids.shape[1] != 1 or torch.is_grad_enabled():
+            return False
+        if output_attentions or output_hidden_states or config.output_attentions or config.output_hidden_states:
+            return False
+        if not isinstance(logits_to_keep, int) or logits_to_keep > 1:
+            return False
+        past = cache.get_seq_length()
+        if past == 0 or past >= cache.max_cache_len or len(cache) != len(self.model.layers):
+            return False
+        if self.model.rotary_emb.settings.rope_type == "dynamic":
+            return False  # its frequencies change with the length; kept eager
+        for layer in self.model.layers:
+            window = layer.self_attn.sliding_window
+            if window is not None and window < cache.max_cache_len:
+                return False
+        return cache.layer_storage(0)[0].shape[0] == input_ids.shape[0]
+
+    def _compiled_decode(
+        self,
+        decode_step: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        cache: StaticCache,
+    ) -> torch.Tensor:
+        past = cache.get_seq_length()
+        capacity = cache.max_cache_len
+        device = input_ids.device
+        if position_ids is None:
+            position_ids = position_ids_from_attention_mask(attention_mask, past, 1, device=device)
+        cos, sin = self.model.rotary_emb(position_ids, dtype=self.model.embed_tokens.weight.dtype)
+        cache_position = torch.tensor([past], device=device)
+        # Every key of the preallocated storage takes part; those not written yet are masked out.
+        visible = (torch.arange(capacity, device=device) <= past).view(1, 1, 1, capacity)
+        if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask[:, : past + 1].all()):
+            padding = torch.ones(input_ids.shape[0], capacity, dtype=torch.bool, device=device)
+            padding[:, : past + 1] = attention_mask[:, : past + 1].bool()
+            visible = visible & padding[:, None, None, :]
+        storage = [cache.layer_storage(i) for i in range(len(self.model.layers))]
+        keys = [pair[0] for pair in storage]
+        values = [pair[1] for pair in storage]
+        logits = decode_step(input_ids, cos, sin, cache_position, visible, keys, values)
+        cache.advance(1)
+        return logits
+
+    def _static_decode_step(
+        self,
+        input_ids: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache_position: torch.Tensor,
+        visible: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """One token per row through the whole model, writing its keys/values into the static storage."""
+        batch = input_ids.shape[0]
+        hidden_states = self.model.embed_tokens(input_ids)
+        for layer_idx, layer in enumerate(self.model.layers):
+            attention = layer.self_attn
+            normed = layer.input_layernorm(hidden_states)
+            query = _matvec_linear(attention.q_proj, normed).view(batch, 1, -1, attention.head_dim).transpose(1, 2)
+            key = _matvec_linear(attention.k_proj, normed).view(batch, 1, -1, attention.head_dim).transpose(1, 2)
+            value = _matvec_linear(attention.v_proj, normed).view(batch, 1, -1, attention.head_dim).transpose(1, 2)
+            query, key = apply_rotary_pos_emb(query, key, cos, sin)
+            keys[layer_idx].index_copy_(2, cache_position, key)
+            values[layer_idx].index_copy_(2, cache_position, value)
+            attended = _grouped_decode_attention(query, keys[layer_idx], values[layer_idx], visible, attention.scaling)
+            hidden_states = hidden_states + _matvec_linear(attention.o_proj, attended.reshape(batch, 1, -1))
+            normed = layer.post_attention_layernorm(hidden_states)
+            mlp = layer.mlp
+            gated = mlp.act_fn(_matvec_linear(mlp.gate_proj, normed)) * _matvec_linear(mlp.up_proj, normed)
+            hidden_states = hidden_states + _matvec_linear(mlp.down_proj, gated)
+        hidden_states = self.model.norm(hidden_states)
+        return _matvec_linear(self.lm_head, hidden_states)
+
+
+def _matvec_linear(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A linear layer inside the compiled step: one row becomes a fused multiply-and-sum over the weight.
+
+    Compiled, the multiply-and-sum is a single vectorised reduction that streams the weight at close
+    to memory bandwidth, where a one-row matrix product does not; larger inputs stay matrix products.
+    """
+    if type(linear) is not nn.Linear or x.numel() != linear.in_features:
+        return linear(x)
+    out = (x.unsqueeze(-2) * linear.weight).sum(-1)
+    return out if linear.bias is None else out + linear.bias
+
+
+def _grouped_decode_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """Attention of one query per row over the whole static storage, ``visible`` selecting the keys.
+
+    Query heads are grouped by the key/value head they share, so the cache is never repeated.
+    """
+    batch, heads, _, head_dim = query.shape
+    kv_heads = keys.shape[1]
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
+    scores = torch.matmul(grouped, keys.transpose(2, 3)) * scaling
+    scores = scores.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)
+    return torch.matmul(weights, values).reshape(batch, heads, 1, head_dim)
 
 
 def causal_lm_loss(

@@ -1,0 +1,144 @@
+"""The fast decoding paths (one-row products, the static-cache decode step, its compiled form) match eager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from microformers import AutoModelForCausalLM
+from microformers_llama.configuration_llama import LlamaConfig
+from microformers_llama.configuration_mistral import MistralConfig
+from microformers_llama.configuration_qwen2 import Qwen2Config
+from microformers_llama.modeling_llama import LlamaForCausalLM
+from microformers_llama.modeling_mistral import MistralForCausalLM
+from microformers_llama.modeling_qwen2 import Qwen2ForCausalLM
+from microformers_sdk.cache import DynamicCache, StaticCache
+
+TINY: dict[str, Any] = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "tie_word_embeddings": True,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+}
+
+
+def tiny_model(cls: type = LlamaForCausalLM, config_cls: type = LlamaConfig, **overrides: Any) -> Any:
+    torch.manual_seed(0)
+    model = cls(config_cls(**{**TINY, **overrides})).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" not in name:
+                param.normal_(0, 0.3)  # larger than the initialiser's spread, so differences show
+    return model
+
+
+class CountingStep:
+    """Stands in for the compiled step: runs the uncompiled step function and counts calls."""
+
+    def __init__(self, model: Any) -> None:
+        self.function = model._static_decode_step
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> torch.Tensor:
+        self.calls += 1
+        return self.function(*args)
+
+
+def install_uncompiled_step(model: Any) -> CountingStep:
+    step = CountingStep(model)
+    object.__setattr__(model, "_compiled_decode_step", step)
+    return step
+
+
+def stepwise_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor | None, cache: Any, prefill: int) -> torch.Tensor:
+    out = model(ids[:, :prefill], attention_mask=None if mask is None else mask[:, :prefill], past_key_values=cache)
+    logits = [out.logits]
+    for t in range(prefill, ids.shape[1]):
+        step_mask = None if mask is None else mask[:, : t + 1]
+        out = model(ids[:, t : t + 1], attention_mask=step_mask, past_key_values=out.past_key_values)
+        logits.append(out.logits)
+    return torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2-bias"])
+def test_batch_one_steps_match_the_full_forward(family: str) -> None:
+    model = tiny_model() if family == "llama" else tiny_model(Qwen2ForCausalLM, Qwen2Config)
+    ids = torch.randint(2, 64, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(ids).logits
+        stepped = stepwise_logits(model, ids, None, DynamicCache(), prefill=3)
+    torch.testing.assert_close(stepped, full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2-bias"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_static_decode_step_matches_eager_steps(family: str, padded: bool) -> None:
+    model = tiny_model() if family == "llama" else tiny_model(Qwen2ForCausalLM, Qwen2Config)
+    ids = torch.randint(2, 64, (2, 10), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, :3] = 0
+    with torch.no_grad():
+        eager = stepwise_logits(model, ids, mask, StaticCache(max_cache_len=16), prefill=4)
+        step = install_uncompiled_step(model)
+        fast = stepwise_logits(model, ids, mask, StaticCache(max_cache_len=16), prefill=4)
+    assert step.calls == 6
+    valid = mask.bool()
+    torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=1e-5)
+
+
+def test_decode_step_is_only_used_where_it_applies() -> None:
+    model = tiny_model()
+    step = install_uncompiled_step(model)
+    ids = torch.randint(2, 64, (1, 6))
+    with torch.no_grad():
+        stepwise_logits(model, ids, None, DynamicCache(), prefill=3)  # not a static cache
+        stepwise_logits(model, ids, None, StaticCache(max_cache_len=8), prefill=6)  # prompt only
+        cache = StaticCache(max_cache_len=8)
+        model(ids[:, :3], past_key_values=cache)
+        model(ids[:, 3:5], past_key_values=cache)  # two tokens at once
+        model(ids[:, 5:6], past_key_values=cache, output_hidden_states=True)
+    assert step.calls == 0
+    windowed = tiny_model(MistralForCausalLM, MistralConfig, sliding_window=4)
+    step = install_uncompiled_step(windowed)
+    with torch.no_grad():
+        stepwise_logits(windowed, ids, None, StaticCache(max_cache_len=8), prefill=3)
+    assert step.calls == 0  # a window shorter than the cache needs the eager mask
+    model.uncompile_decode_step()
+    assert "_compiled_decode_step" not in model.__dict__
+
+
+def test_greedy_tokens_match_the_reference(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    ours = tiny_model()
+    ours.save_pretrained(tmp_path)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    ids = torch.randint(2, 64, (1, 5), generator=torch.Generator().manual_seed(3))
+    settings = {"max_new_tokens": 20, "min_new_tokens": 20, "do_sample": False, "pad_token_id": 0}
+    expected = reference.generate(ids, **settings)
+    assert torch.equal(loaded.generate(ids, **settings), expected)
+    install_uncompiled_step(loaded)
+    assert torch.equal(loaded.generate(ids, past_key_values=loaded.make_static_cache(25), **settings), expected)
+
+
+@pytest.mark.slow
+def test_compiled_decode_step_generates_the_eager_tokens() -> None:
+    model = tiny_model()
+    ids = torch.randint(2, 64, (2, 5), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    settings = {"attention_mask": mask, "max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
+    eager = model.generate(ids, **settings)
+    model.compile_decode_step()
+    compiled = model.generate(ids, past_key_values=StaticCache(max_cache_len=13), **settings)
+    assert torch.equal(compiled, eager)

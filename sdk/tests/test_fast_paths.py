@@ -1,0 +1,97 @@
+"""The speed paths of the building blocks compute what the plain formulas compute."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from microformers_sdk import layers
+from microformers_sdk.cache import DynamicCache, StaticCache
+from microformers_sdk.layers import RMSNorm, apply_linear, row_linear
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1, 40), (1, 40), (40,)])
+def test_one_row_linear_matches_f_linear(shape: tuple[int, ...], bias: bool) -> None:
+    torch.manual_seed(0)
+    weight, x = torch.randn(96, 40), torch.randn(*shape)
+    b = torch.randn(96) if bias else None
+    with torch.no_grad():
+        out = row_linear(x, weight, b)
+    expected = F.linear(x, weight, b)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_row_linear_keeps_f_linear_where_it_does_not_apply() -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(96, 40)
+    with torch.no_grad():
+        rows = torch.randn(3, 40)
+        assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))  # several rows
+        odd = torch.randn(95, 40)
+        row = torch.randn(1, 40)
+        assert torch.equal(row_linear(row, odd), F.linear(row, odd))  # not splittable
+        half = weight.to(torch.bfloat16)
+        assert torch.equal(row_linear(row.to(torch.bfloat16), half), F.linear(row.to(torch.bfloat16), half))
+    row = torch.randn(1, 40, requires_grad=True)
+    out = row_linear(row, weight)  # autograd on: the plain product, so training numerics are unchanged
+    assert torch.equal(out, F.linear(row, weight))
+    out.sum().backward()
+    assert row.grad is not None
+
+
+def test_row_split_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layers, "ROW_SPLIT", 1)
+    weight, row = torch.randn(96, 40), torch.randn(1, 40)
+    with torch.no_grad():
+        assert torch.equal(row_linear(row, weight), F.linear(row, weight))
+
+
+def test_apply_linear_respects_hooks_and_subclasses() -> None:
+    linear = nn.Linear(8, 6)
+    seen: list[torch.Tensor] = []
+    linear.register_forward_hook(lambda _m, _i, out: seen.append(out))
+    with torch.no_grad():
+        apply_linear(linear, torch.randn(1, 8))
+    assert len(seen) == 1
+
+    class Scaled(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x) * 2
+
+    scaled = Scaled(8, 6)
+    row = torch.randn(1, 8)
+    with torch.no_grad():
+        assert torch.equal(apply_linear(scaled, row), scaled(row))
+
+
+def test_rms_norm_float32_path_matches_the_formula() -> None:
+    torch.manual_seed(0)
+    norm = RMSNorm(40, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(40))
+        x = torch.randn(2, 3, 40) * 4
+        variance = x.pow(2).mean(-1, keepdim=True)
+        expected = norm.weight * (x * torch.rsqrt(variance + 1e-5))
+        torch.testing.assert_close(norm(x), expected, rtol=1e-6, atol=1e-6)
+        # bfloat16 keeps the float32 normalisation and the cast before the weight multiplies
+        half = norm.to(torch.bfloat16)
+        xb = x.to(torch.bfloat16)
+        normed = xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-5)
+        assert torch.equal(half(xb), half.weight * normed.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("make", [DynamicCache, lambda: StaticCache(max_cache_len=10)])
+def test_layer_storage_and_advance(make: object) -> None:
+    cache = make()
+    first = torch.randn(1, 2, 3, 4)
+    cache.update(first, first + 1, 0)
+    keys, values = cache.layer_storage(0)
+    assert keys.shape[2] >= 4 and torch.equal(keys[:, :, :3], first) and torch.equal(values[:, :, :3], first + 1)
+    step = torch.randn(1, 2, 1, 4)
+    keys[:, :, 3:4] = step  # what a compiled step does, then reports
+    cache.advance(1)
+    assert cache.get_seq_length() == 4 and torch.equal(cache[0][0][:, :, 3:], step)
