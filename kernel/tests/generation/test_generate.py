@@ -243,3 +243,24 @@ def test_incremental_decoder_without_cache_reruns_everything(tiny_model):
     step_logits = decoder.step(sequences)
     torch.testing.assert_close(step_logits, tiny_model(sequences).logits[:, -1])
     assert tiny_model.calls[-2]["input_len"] == 3
+
+
+def test_strategy_runs_without_autograd_and_returns_an_ordinary_tensor(tiny_model, recording):
+    """The loop runs in inference mode, but the sequences handed back are a normal tensor."""
+    grad_states = []
+    original = recording.__call__
+
+    def spying(*args, **kwargs):
+        grad_states.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+        return original(*args, **kwargs)
+
+    registry.add("generation_strategies", "kernel-test-spying", spying)
+    out = tiny_model.generate(torch.tensor([[3, 4]]), strategy="kernel-test-spying", max_new_tokens=2)
+    assert grad_states == [(False, True)]
+    assert not torch.is_inference(out)
+    out.add_(0)  # in-place use outside inference mode works
+    dict_out = tiny_model.generate(
+        torch.tensor([[3, 4]]), strategy="kernel-test-spying", max_new_tokens=2, return_dict_in_generate=True
+    )
+    assert grad_states[-1] == (False, False)
+    assert dict_out is not None

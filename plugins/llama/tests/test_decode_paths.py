@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from microformers import AutoModelForCausalLM
+from microformers import AutoModelForCausalLM, GenerationError
 from microformers_llama.configuration_llama import LlamaConfig
 from microformers_llama.configuration_mistral import MistralConfig
 from microformers_llama.configuration_qwen2 import Qwen2Config
@@ -142,3 +142,21 @@ def test_compiled_decode_step_generates_the_eager_tokens() -> None:
     model.compile_decode_step()
     compiled = model.generate(ids, past_key_values=StaticCache(max_cache_len=13), **settings)
     assert torch.equal(compiled, eager)
+
+
+def test_generate_settings_select_the_static_cache_and_compiled_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cache_implementation="static"`` and ``compile_config`` (the reference's names) switch the fast paths on."""
+    model = tiny_model()
+    ids = torch.randint(2, 64, (1, 5), generator=torch.Generator().manual_seed(5))
+    settings = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False}
+    eager = model.generate(ids, **settings)
+    counting = install_uncompiled_step(model)
+    assert torch.equal(model.generate(ids, cache_implementation="static", **settings), eager)
+    assert counting.calls == 5  # every step after the prompt went through the static decode step
+
+    compiled_with = []
+    monkeypatch.setattr(model, "compile_decode_step", lambda **options: compiled_with.append(options))
+    model.generate(ids, cache_implementation="static", compile_config={"mode": "default"}, **settings)
+    assert compiled_with == [{"mode": "default"}]
+    with pytest.raises(GenerationError, match="cache_implementation"):
+        model.generate(ids, cache_implementation="paged", **settings)

@@ -65,6 +65,8 @@ class GenerationConfig:
     num_return_sequences: int | None = None
     length_penalty: float | None = None
     use_cache: bool | None = None
+    cache_implementation: str | None = None
+    compile_config: bool | dict[str, Any] | None = None
     strategy: str | None = None
     # logits processing
     temperature: float | None = None
@@ -170,6 +172,12 @@ class GenerationConfig:
         _check_int(self, "num_return_sequences", minimum=1)
         _check_int(self, "top_k", minimum=0)
         _check_int(self, "no_repeat_ngram_size", minimum=0)
+        if self.cache_implementation not in (None, "dynamic", "static"):
+            raise GenerationError(
+                f"cache_implementation={self.cache_implementation!r} is unknown; use 'dynamic' (default) or 'static'"
+            )
+        if self.compile_config is not None and not isinstance(self.compile_config, (bool, dict)):
+            raise GenerationError("compile_config must be True/False or a dict of torch.compile options")
         if self.early_stopping not in (None, True, False, "never"):
             raise GenerationError(f"early_stopping={self.early_stopping!r} is invalid; use True, False or 'never'")
         if self.temperature is not None and not self.temperature > 0:

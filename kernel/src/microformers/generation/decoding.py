@@ -33,12 +33,13 @@ class IncrementalDecoder:
         self.use_cache = bool(kwargs.pop("use_cache", True))
         self._prompt_mask = kwargs.pop("attention_mask", None)
         kwargs.pop("position_ids", None)
+        if _accepts(model, "logits_to_keep") and "logits_to_keep" not in kwargs:
+            kwargs["logits_to_keep"] = 1  # only the last position's logits are ever used
         self.forward_kwargs = kwargs
         self._mask: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None
         self._next_position: torch.Tensor | None = None
         self.length = 0
-        self._keeps_last_logits_only = _accepts(model, "logits_to_keep") and "logits_to_keep" not in kwargs
 
     @property
     def attention_mask(self) -> torch.Tensor | None:
@@ -89,9 +90,6 @@ class IncrementalDecoder:
             self._positions = self._positions.index_select(0, row_index)
 
     def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        kwargs = self.forward_kwargs
-        if self._keeps_last_logits_only:
-            kwargs = {**kwargs, "logits_to_keep": 1}
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=self.attention_mask,
@@ -99,7 +97,7 @@ class IncrementalDecoder:
             past_key_values=self.cache if self.use_cache else None,
             use_cache=self.use_cache,
             return_dict=True,
-            **kwargs,
+            **self.forward_kwargs,
         )
         if self.use_cache:
             self.cache = outputs.past_key_values

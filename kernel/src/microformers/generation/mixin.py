@@ -16,6 +16,7 @@ Default processors and criteria come from the chosen strategy's ``build_logits_p
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import logging
@@ -153,6 +154,7 @@ class GenerationMixin:
             streamer.put(input_ids.cpu())
         self._prepare_lengths(config, input_ids.shape[1], has_default_max_length)
         model_kwargs["use_cache"] = config.use_cache
+        self._prepare_static_decoding(config, model_kwargs)
 
         builders = _processor_builders(strategy, config)
         if builders is not None:
@@ -183,15 +185,35 @@ class GenerationMixin:
                 **call_kwargs,
                 **model_kwargs,
             )
-        return strategy(
-            self,
-            input_ids,
-            generation_config=config,
-            logits_processor=processors,
-            stopping_criteria=criteria,
-            streamer=streamer,
-            model_kwargs=model_kwargs,
-        )
+        # Inference mode skips autograd bookkeeping on every step; it is only safe when no tensor made
+        # inside (a cache, scores) is handed back to the caller, and the sequences are copied out of it.
+        inference_only = not config.return_dict_in_generate and "past_key_values" not in model_kwargs
+        with torch.inference_mode() if inference_only else contextlib.nullcontext():
+            output = strategy(
+                self,
+                input_ids,
+                generation_config=config,
+                logits_processor=processors,
+                stopping_criteria=criteria,
+                streamer=streamer,
+                model_kwargs=model_kwargs,
+            )
+        return output.clone() if inference_only and isinstance(output, torch.Tensor) else output
+
+    def _prepare_static_decoding(self, config: GenerationConfig, model_kwargs: dict[str, Any]) -> None:
+        """``cache_implementation="static"``: a preallocated cache; ``compile_config``: the compiled decode step."""
+        if config.use_cache and config.cache_implementation == "static" and model_kwargs.get("past_key_values") is None:
+            make_static_cache = getattr(self, "make_static_cache", None)
+            if make_static_cache is None:
+                raise GenerationError(
+                    f"{type(self).__name__} offers no static cache; drop cache_implementation='static'"
+                )
+            model_kwargs["past_key_values"] = make_static_cache(config.max_length)
+        if config.compile_config:
+            compile_decode_step = getattr(self, "compile_decode_step", None)
+            if compile_decode_step is None:
+                raise GenerationError(f"{type(self).__name__} has no compiled decode step; drop compile_config")
+            compile_decode_step(**(config.compile_config if isinstance(config.compile_config, dict) else {}))
 
     # -- preparation steps -----------------------------------------------------------------------
     def _prepare_generation_config(

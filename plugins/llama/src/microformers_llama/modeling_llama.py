@@ -319,7 +319,10 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
         ``"reduce-overhead"``, which needs CUDA graphs). Call :meth:`uncompile_decode_step` to go back.
         """
         options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
+        if self.__dict__.get("_compiled_decode_options") == options:
+            return  # already compiled with these options: keep the cached graphs
         object.__setattr__(self, "_compiled_decode_step", torch.compile(self._static_decode_step, **options))
+        object.__setattr__(self, "_compiled_decode_options", options)
 
     def make_static_cache(self, max_cache_len: int) -> StaticCache:
         """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (prompt + new tokens)."""
@@ -328,6 +331,7 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
     def uncompile_decode_step(self) -> None:
         """Undo :meth:`compile_decode_step`: every step runs eagerly again."""
         self.__dict__.pop("_compiled_decode_step", None)
+        self.__dict__.pop("_compiled_decode_options", None)
 
     def _runs_compiled_step(
         self,
