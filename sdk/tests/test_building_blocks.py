@@ -259,3 +259,26 @@ def test_key_renamer_and_checks() -> None:
     check_checkpoint_keys(["a", "b"], ["a", "b", "c"], source="x.safetensors")
     with pytest.raises(CheckpointError, match=r"x\.safetensors is missing 1 tensor\(s\): b"):
         check_checkpoint_keys(["a", "b"], ["a"], source="x.safetensors")
+
+
+def test_as_cache_accepts_caches_and_legacy_tuples_only() -> None:
+    from microformers.errors import InputError
+    from microformers_sdk.cache import DynamicCache, as_cache
+
+    assert as_cache(None) is None
+    cache = DynamicCache()
+    assert as_cache(cache) is cache
+    keys = torch.randn(1, 2, 3, 4)
+    converted = as_cache(((keys, keys.clone()),))
+    assert isinstance(converted, DynamicCache) and converted.get_seq_length() == 3
+    with pytest.raises(InputError, match="past_key_values must be"):
+        as_cache("not a cache")
+
+
+def test_last_token_indices_finds_the_last_real_token_for_both_padding_sides() -> None:
+    from microformers_sdk.masks import last_token_indices
+
+    ids = torch.tensor([[0, 0, 5, 6], [5, 6, 7, 0], [5, 6, 7, 8]])
+    assert last_token_indices(ids, 0, 3, 4, ids.device).tolist() == [3, 2, 3]
+    assert last_token_indices(None, 0, 2, 4, ids.device).tolist() == [3, 3]
+    assert last_token_indices(ids, None, 3, 4, ids.device).tolist() == [3, 3, 3]

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from microformers import AutoConfig, AutoModel, AutoModelForCausalLM, registry
-from microformers.errors import ConfigError
+from microformers.errors import ConfigError, InputError
 from microformers_gpt2.configuration_gpt2 import GPT2Config
 from microformers_gpt2.modeling_gpt2 import (
     Conv1D,
@@ -138,7 +138,7 @@ def test_bad_inputs_raise_input_errors() -> None:
         model()
     with pytest.raises(GPT2InputError, match="n_positions"):
         model(torch.ones(1, 13, dtype=torch.long))
-    with pytest.raises(GPT2InputError, match="past_key_values must be"):
+    with pytest.raises(InputError, match="past_key_values must be"):
         model(torch.ones(1, 2, dtype=torch.long), past_key_values="not a cache")
     classifier = tiny(GPT2ForSequenceClassification)
     with pytest.raises(GPT2InputError, match="pad_token_id"):

@@ -15,7 +15,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from microformers import AutoConfig, AutoModel, AutoModelForCausalLM, registry
-from microformers.errors import CheckpointError, ConfigError, GenerationError, MicroformersError, PluginError
+from microformers.errors import (
+    CheckpointError,
+    ConfigError,
+    GenerationError,
+    InputError,
+    MicroformersError,
+    PluginError,
+)
 from microformers_llama.configuration_llama import LlamaConfig
 from microformers_llama.configuration_mistral import MistralConfig
 from microformers_llama.configuration_qwen2 import Qwen2Config
@@ -198,9 +205,9 @@ def test_cache_forms_and_use_cache_flag() -> None:
         assert len(legacy) == 3 and legacy[0][0].shape == (2, 2, 5, 8)
         rest = model(ids[:, 5:], past_key_values=legacy).logits  # a tuple cache is accepted, chunked prefill
     assert torch.allclose(torch.cat([first.logits, rest], dim=1), full, atol=1e-5)
-    with pytest.raises(GenerationError, match="past_key_values"):
+    with pytest.raises(InputError, match="past_key_values"):
         model(ids, past_key_values="nope")
-    with pytest.raises(GenerationError, match="exactly one of input_ids or inputs_embeds"):
+    with pytest.raises(InputError, match="exactly one of input_ids or inputs_embeds"):
         model()
 
 
@@ -237,7 +244,7 @@ def test_sequence_classification_needs_pad_token_for_batches() -> None:
     model = tiny_model(LlamaForSequenceClassification, num_labels=3)
     with torch.no_grad():
         assert model(torch.randint(1, 64, (1, 5))).logits.shape == (1, 3)
-        with pytest.raises(GenerationError, match="pad_token_id"):
+        with pytest.raises(InputError, match="pad_token_id"):
             model(torch.randint(1, 64, (2, 5)))
         model.config.pad_token_id = 0
         ids = torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]])

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from microformers.errors import GenerationError
+from microformers.errors import GenerationError, InputError
 
 
 class Cache:
@@ -213,3 +213,15 @@ class StaticCache(Cache):
 
     def get_max_cache_shape(self) -> int | None:
         return self.max_cache_len
+
+
+def as_cache(past_key_values: Any) -> Cache | None:
+    """``None`` or a :class:`Cache` as given; legacy per-layer ``(keys, values)`` tuples become a DynamicCache."""
+    if past_key_values is None or isinstance(past_key_values, Cache):
+        return past_key_values
+    if isinstance(past_key_values, (list, tuple)):
+        return DynamicCache.from_legacy_cache(past_key_values)
+    raise InputError(
+        "past_key_values must be a microformers_sdk Cache (e.g. DynamicCache) or a tuple of (keys, values) per "
+        f"layer, got {type(past_key_values).__name__}"
+    )

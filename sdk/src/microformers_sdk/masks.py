@@ -91,3 +91,16 @@ def build_attention_mask(
         allowed = allowed & padding[:, None, None, :].bool()
         allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
     return allowed, False
+
+
+def last_token_indices(
+    input_ids: torch.Tensor | None, pad_token_id: int | None, batch: int, length: int, device: torch.device
+) -> torch.Tensor:
+    """Each row's last non-padding position (left or right padding alike), for heads that pool there.
+
+    Without token ids or a pad id padding cannot be seen, and the last position is used.
+    """
+    if pad_token_id is None or input_ids is None:
+        return torch.full((batch,), length - 1, device=device)
+    positions = torch.arange(input_ids.shape[-1], device=device)
+    return (positions * (input_ids != pad_token_id).to(device)).argmax(-1)

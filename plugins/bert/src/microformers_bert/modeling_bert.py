@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import ConfigError, MicroformersError
+from microformers.errors import ConfigError, InputError
 from microformers.outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     MaskedLMOutput,
@@ -57,7 +57,7 @@ __all__ = [
 LEGACY_NAMES = KeyRenamer([(r"LayerNorm\.gamma$", "LayerNorm.weight"), (r"LayerNorm\.beta$", "LayerNorm.bias")])
 
 
-class BertInputError(MicroformersError, ValueError):
+class BertInputError(InputError):
     """The arguments of a forward call do not fit the model (missing inputs, too long, wrong shapes)."""
 
 

@@ -19,17 +19,17 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import ConfigError, MicroformersError
+from microformers.errors import ConfigError, InputError
 from microformers.outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
     SequenceClassifierOutputWithPast,
 )
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache, DynamicCache
+from microformers_sdk.cache import Cache, DynamicCache, as_cache
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
-from microformers_sdk.masks import build_attention_mask, position_ids_from_attention_mask
+from microformers_sdk.masks import build_attention_mask, last_token_indices, position_ids_from_attention_mask
 
 from .configuration_gpt2 import GPT2Config
 
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 
-class GPT2InputError(MicroformersError, ValueError):
+class GPT2InputError(InputError):
     """The arguments of a forward call do not fit the model (missing inputs, too long, bad cache)."""
 
 
@@ -188,17 +188,6 @@ class GPT2PreTrainedModel(PreTrainedModel):
             nn.init.normal_(module.c_proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.n_layer))
 
 
-def _as_cache(past_key_values: Any) -> Cache | None:
-    if past_key_values is None or isinstance(past_key_values, Cache):
-        return past_key_values
-    if isinstance(past_key_values, (list, tuple)):
-        return DynamicCache.from_legacy_cache(past_key_values)
-    raise GPT2InputError(
-        "past_key_values must be a microformers_sdk Cache (e.g. DynamicCache) or a tuple of (keys, values) per "
-        f"layer, got {type(past_key_values).__name__}"
-    )
-
-
 class GPT2Model(GPT2PreTrainedModel):
     """The decoder stack without a head; returns ``BaseModelOutputWithPastAndCrossAttentions``.
 
@@ -244,7 +233,7 @@ class GPT2Model(GPT2PreTrainedModel):
 
         if inputs_embeds is None:
             inputs_embeds = self.wte(input_ids)
-        past_key_values = _as_cache(past_key_values)
+        past_key_values = as_cache(past_key_values)
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
@@ -405,13 +394,7 @@ class GPT2ForSequenceClassification(_GPT2Head):
                 f"{type(self).__name__} needs config.pad_token_id to find the last token of each row in a batch of "
                 f"{batch}; set model.config.pad_token_id (e.g. to the tokenizer's eos_token_id)"
             )
-        if pad is None or input_ids is None:
-            # Without token ids (inputs_embeds) padding cannot be seen: the last position is used.
-            last = torch.full((batch,), logits.shape[1] - 1, device=logits.device)
-        else:
-            # The rightmost non-padding token, for left and right padding alike.
-            positions = torch.arange(input_ids.shape[-1], device=logits.device)
-            last = (positions * (input_ids != pad).to(logits.device)).argmax(-1)
+        last = last_token_indices(input_ids, pad, batch, logits.shape[1], logits.device)
         pooled = logits[torch.arange(batch, device=logits.device), last]
         loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
         output = SequenceClassifierOutputWithPast(

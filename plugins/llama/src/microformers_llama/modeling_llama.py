@@ -14,16 +14,16 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import GenerationError
+from microformers.errors import InputError
 from microformers.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache, DynamicCache, StaticCache
+from microformers_sdk.cache import Cache, DynamicCache, StaticCache, as_cache
 from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
-from microformers_sdk.masks import build_attention_mask, position_ids_from_attention_mask
+from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
+from microformers_sdk.masks import build_attention_mask, last_token_indices, position_ids_from_attention_mask
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 
 from .configuration_llama import LlamaConfig
@@ -133,17 +133,6 @@ class LlamaPreTrainedModel(PreTrainedModel):
     _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"rotary_emb\.inv_freq"]
 
 
-def _legacy_to_cache(past_key_values: Any) -> Cache | None:
-    if past_key_values is None or isinstance(past_key_values, Cache):
-        return past_key_values
-    if isinstance(past_key_values, list | tuple):
-        return DynamicCache.from_legacy_cache(past_key_values)
-    raise GenerationError(
-        f"past_key_values must be a microformers_sdk Cache (e.g. DynamicCache) or a tuple of (keys, values) per "
-        f"layer, got {type(past_key_values).__name__}"
-    )
-
-
 class LlamaModel(LlamaPreTrainedModel):
     """The decoder stack without a head; returns ``BaseModelOutputWithPast``."""
 
@@ -178,7 +167,7 @@ class LlamaModel(LlamaPreTrainedModel):
     ) -> BaseModelOutputWithPast | tuple[Any, ...]:
         config = self.config
         if (input_ids is None) == (inputs_embeds is None):
-            raise GenerationError(f"{type(self).__name__}.forward needs exactly one of input_ids or inputs_embeds")
+            raise InputError(f"{type(self).__name__}.forward needs exactly one of input_ids or inputs_embeds")
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         use_cache = config.use_cache if use_cache is None else use_cache
@@ -186,7 +175,7 @@ class LlamaModel(LlamaPreTrainedModel):
 
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        past_key_values = _legacy_to_cache(past_key_values)
+        past_key_values = as_cache(past_key_values)
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
@@ -451,21 +440,6 @@ def _grouped_decode_attention(
     return torch.matmul(weights, values).reshape(batch, heads, 1, head_dim)
 
 
-def causal_lm_loss(
-    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
-) -> torch.Tensor:
-    """Next-token cross entropy: position ``t`` predicts ``labels[t + 1]``; ``-100`` labels are ignored."""
-    logits = logits.float()
-    shifted = F.pad(labels, (0, 1), value=-100)[..., 1:].to(logits.device)
-    reduction = "sum" if num_items_in_batch is not None else "mean"
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1), ignore_index=-100, reduction=reduction
-    )
-    if num_items_in_batch is not None:
-        loss = loss / num_items_in_batch
-    return loss
-
-
 class LlamaForSequenceClassification(LlamaPreTrainedModel):
     """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
 
@@ -511,17 +485,11 @@ class LlamaForSequenceClassification(LlamaPreTrainedModel):
         batch = logits.shape[0]
         pad = self.config.pad_token_id
         if pad is None and batch != 1:
-            raise GenerationError(
+            raise InputError(
                 f"{type(self).__name__} needs config.pad_token_id to find the last token of each row in a batch of "
                 f"{batch}; set model.config.pad_token_id (e.g. to the tokenizer's pad_token_id)"
             )
-        if pad is None or input_ids is None:
-            # Without token ids (inputs_embeds) padding cannot be detected: the last position is used.
-            last = torch.full((batch,), logits.shape[1] - 1, device=logits.device)
-        else:
-            # The rightmost non-padding token; works for left and right padding alike.
-            positions = torch.arange(input_ids.shape[-1], device=logits.device)
-            last = (positions * (input_ids != pad).to(logits.device)).argmax(-1)
+        last = last_token_indices(input_ids, pad, batch, logits.shape[1], logits.device)
         pooled = logits[torch.arange(batch, device=logits.device), last]
         loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
         output = SequenceClassifierOutputWithPast(
@@ -532,24 +500,3 @@ class LlamaForSequenceClassification(LlamaPreTrainedModel):
             attentions=outputs.attentions,
         )
         return output if return_dict else output.to_tuple()
-
-
-def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, config: Any) -> torch.Tensor:
-    """Regression (MSE), single-label (cross entropy) or multi-label (BCE) by ``config.problem_type``."""
-    num_labels = config.num_labels
-    labels = labels.to(logits.device)
-    problem_type = config.problem_type
-    if problem_type is None:
-        if num_labels == 1:
-            problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            problem_type = "single_label_classification"
-        else:
-            problem_type = "multi_label_classification"
-    if problem_type == "regression":
-        if num_labels == 1:
-            return F.mse_loss(logits.squeeze().float(), labels.squeeze().float())
-        return F.mse_loss(logits.float(), labels.float())
-    if problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, num_labels).float(), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
