@@ -282,3 +282,28 @@ def test_last_token_indices_finds_the_last_real_token_for_both_padding_sides() -
     assert last_token_indices(ids, 0, 3, 4, ids.device).tolist() == [3, 2, 3]
     assert last_token_indices(None, 0, 2, 4, ids.device).tolist() == [3, 3]
     assert last_token_indices(ids, None, 3, 4, ids.device).tolist() == [3, 3, 3]
+
+
+def test_prepare_decoder_inputs_embeds_caches_and_positions() -> None:
+    from types import SimpleNamespace
+
+    from microformers.errors import InputError
+    from microformers_sdk.cache import DynamicCache
+    from microformers_sdk.inputs import prepare_decoder_inputs
+
+    config = SimpleNamespace(use_cache=True, output_attentions=False, output_hidden_states=True, return_dict=True)
+    model = SimpleNamespace(config=config)
+    embed = torch.nn.Embedding(10, 4)
+    flags = {"output_attentions": None, "output_hidden_states": None, "return_dict": None}
+    ids = torch.tensor([[0, 3, 4]])
+    mask = torch.tensor([[0, 1, 1]])
+    common = {"inputs_embeds": None, "attention_mask": mask, "position_ids": None, "past_key_values": None}
+    prepared = prepare_decoder_inputs(model, embed, input_ids=ids, use_cache=None, **common, **flags)
+    assert isinstance(prepared.cache, DynamicCache) and prepared.past_length == 0
+    assert prepared.position_ids.tolist() == [[1, 0, 1]]  # left padding: real tokens count from 0
+    assert prepared.output_hidden_states and not prepared.output_attentions and prepared.use_cache
+    assert torch.equal(prepared.inputs_embeds, embed(ids))
+    no_cache = prepare_decoder_inputs(model, embed, input_ids=ids, use_cache=False, **common, **flags)
+    assert no_cache.cache is None
+    with pytest.raises(InputError, match="exactly one of input_ids or inputs_embeds"):
+        prepare_decoder_inputs(model, embed, input_ids=None, use_cache=None, **common, **flags)

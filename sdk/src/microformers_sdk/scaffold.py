@@ -286,15 +286,16 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from microformers import PreTrainedModel
 from microformers.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from microformers_sdk.attention import get_attention_function
-from microformers_sdk.cache import Cache, DynamicCache
+from microformers_sdk.cache import Cache
+from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, RMSNorm
-from microformers_sdk.masks import build_attention_mask, position_ids_from_attention_mask
+from microformers_sdk.losses import causal_lm_loss
+from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.rope_settings import rope_settings_from_config
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
 
@@ -375,24 +376,30 @@ class __PREFIX__Model(__PREFIX__PreTrainedModel):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPast | tuple[Any, ...]:
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        hidden_states = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache()
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        inputs = prepare_decoder_inputs(
+            self,
+            self.embed_tokens,
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=False,
+            output_hidden_states=False,
+            return_dict=return_dict,
+        )
+        hidden_states, cache, past = inputs.inputs_embeds, inputs.cache, inputs.past_length
         length = hidden_states.shape[1]
-        if position_ids is None:
-            position_ids = position_ids_from_attention_mask(attention_mask, past, length, hidden_states.device)
-        rotary = self.rotary_emb(position_ids, dtype=hidden_states.dtype)
+        rotary = self.rotary_emb(inputs.position_ids, dtype=hidden_states.dtype)
         mask, is_causal = build_attention_mask(attention_mask, length, past, device=hidden_states.device)
         attention_fn = get_attention_function(self.config)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, rotary, mask, is_causal, past_key_values, attention_fn)
+            hidden_states = layer(hidden_states, rotary, mask, is_causal, cache, attention_fn)
         output = BaseModelOutputWithPast(
-            last_hidden_state=self.norm(hidden_states), past_key_values=past_key_values if use_cache else None
+            last_hidden_state=self.norm(hidden_states), past_key_values=cache if inputs.use_cache else None
         )
-        return output if return_dict else output.to_tuple()
+        return output if inputs.return_dict else output.to_tuple()
 
 
 class __PREFIX__ForCausalLM(__PREFIX__PreTrainedModel):
@@ -430,11 +437,7 @@ class __PREFIX__ForCausalLM(__PREFIX__PreTrainedModel):
             return_dict=True,
         )
         logits = self.lm_head(outputs.last_hidden_state)
-        loss = None
-        if labels is not None:
-            # Position t predicts token t + 1; labels of -100 are not scored.
-            shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), shifted.flatten(), ignore_index=-100)
+        loss = causal_lm_loss(logits, labels) if labels is not None else None
         output = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=outputs.past_key_values)
         return output if return_dict else output.to_tuple()
 '''

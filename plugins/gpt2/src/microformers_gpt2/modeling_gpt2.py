@@ -26,10 +26,11 @@ from microformers.outputs import (
     SequenceClassifierOutputWithPast,
 )
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache, DynamicCache, as_cache
+from microformers_sdk.cache import Cache
+from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
-from microformers_sdk.masks import build_attention_mask, last_token_indices, position_ids_from_attention_mask
+from microformers_sdk.masks import build_attention_mask, last_token_indices
 
 from .configuration_gpt2 import GPT2Config
 
@@ -224,22 +225,23 @@ class GPT2Model(GPT2PreTrainedModel):
         **kwargs: Any,
     ) -> BaseModelOutputWithPastAndCrossAttentions | tuple[Any, ...]:
         config = self.config
-        if (input_ids is None) == (inputs_embeds is None):
-            raise GPT2InputError(f"{type(self).__name__}.forward needs exactly one of input_ids or inputs_embeds")
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        use_cache = config.use_cache if use_cache is None else use_cache
-        return_dict = config.return_dict if return_dict is None else return_dict
-
-        if inputs_embeds is None:
-            inputs_embeds = self.wte(input_ids)
-        past_key_values = as_cache(past_key_values)
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache()
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        inputs = prepare_decoder_inputs(
+            self,
+            self.wte,
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=return_dict,
+        )
+        inputs_embeds, past_key_values, past_length = inputs.inputs_embeds, inputs.cache, inputs.past_length
+        output_attentions, output_hidden_states = inputs.output_attentions, inputs.output_hidden_states
         length = inputs_embeds.shape[1]
-        if position_ids is None:
-            position_ids = position_ids_from_attention_mask(attention_mask, past_length, length, inputs_embeds.device)
+        position_ids = inputs.position_ids
         if bool((position_ids >= config.n_positions).any()):
             raise GPT2InputError(
                 f"GPT-2 has {config.n_positions} positions (n_positions) but this call reaches position "
@@ -267,11 +269,11 @@ class GPT2Model(GPT2PreTrainedModel):
             all_hidden_states.append(hidden_states)
         output = BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
+            past_key_values=past_key_values if inputs.use_cache else None,
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
         )
-        return output if return_dict else output.to_tuple()
+        return output if inputs.return_dict else output.to_tuple()
 
 
 class _GPT2Head(GPT2PreTrainedModel):

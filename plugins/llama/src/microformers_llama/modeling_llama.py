@@ -20,7 +20,8 @@ from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache, DynamicCache, StaticCache, as_cache
+from microformers_sdk.cache import Cache, StaticCache
+from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
 from microformers_sdk.masks import build_attention_mask, last_token_indices, position_ids_from_attention_mask
@@ -166,24 +167,23 @@ class LlamaModel(LlamaPreTrainedModel):
         **kwargs: Any,
     ) -> BaseModelOutputWithPast | tuple[Any, ...]:
         config = self.config
-        if (input_ids is None) == (inputs_embeds is None):
-            raise InputError(f"{type(self).__name__}.forward needs exactly one of input_ids or inputs_embeds")
-        output_attentions = config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        use_cache = config.use_cache if use_cache is None else use_cache
-        return_dict = config.return_dict if return_dict is None else return_dict
-
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        past_key_values = as_cache(past_key_values)
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache()
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        inputs = prepare_decoder_inputs(
+            self,
+            self.embed_tokens,
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=return_dict,
+        )
+        inputs_embeds, past_key_values, past_length = inputs.inputs_embeds, inputs.cache, inputs.past_length
+        output_attentions, output_hidden_states = inputs.output_attentions, inputs.output_hidden_states
         query_length = inputs_embeds.shape[1]
-        if position_ids is None:
-            position_ids = position_ids_from_attention_mask(
-                attention_mask, past_length, query_length, device=inputs_embeds.device
-            )
+        position_ids = inputs.position_ids
         rotary = self.rotary_emb(position_ids, dtype=inputs_embeds.dtype)
         attention_fn = get_attention_function(config)
         masks: dict[int | None, tuple[torch.Tensor | None, bool]] = {}
@@ -212,11 +212,11 @@ class LlamaModel(LlamaPreTrainedModel):
 
         output = BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
+            past_key_values=past_key_values if inputs.use_cache else None,
             hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
         )
-        return output if return_dict else output.to_tuple()
+        return output if inputs.return_dict else output.to_tuple()
 
 
 class LlamaForCausalLM(LlamaPreTrainedModel):
