@@ -7,7 +7,7 @@ Formats themselves (safetensors, legacy ``.bin``, GGUF ...) are plugins; see
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,10 @@ def shard_file_names(stem: str, suffix: str, count: int) -> list[str]:
     return [f"{stem}-{i:05d}-of-{count:05d}{suffix}" for i in range(1, count + 1)]
 
 
+class FormatRefused(Exception):
+    """Raised by a format's ``find`` when its files are there but need the user's opt-in."""
+
+
 def find_checkpoint(folder: Path, **kwargs: Any) -> tuple[Registration, list[Path]]:
     """The highest-priority registered format that finds weights in ``folder``, and its files."""
     formats = sorted(registry.all("checkpoint_formats"), key=lambda r: -int(r.meta.get("priority", 0)))
@@ -58,7 +62,7 @@ def find_checkpoint(folder: Path, **kwargs: Any) -> tuple[Registration, list[Pat
         fmt = reg.load()
         try:
             files = fmt.find(folder, **kwargs)
-        except _Refused as refusal:
+        except FormatRefused as refusal:
             refusals.append(str(refusal))
             continue
         if files:
@@ -69,13 +73,3 @@ def find_checkpoint(folder: Path, **kwargs: Any) -> tuple[Registration, list[Pat
     )
     raise FileMissingError(f"no model weights found in {folder}. {hint}")
 
-
-class _Refused(Exception):
-    """Raised by a format's ``find`` when files exist but need the user's opt-in."""
-
-
-FormatRefused = _Refused
-
-
-def tensor_nbytes(tensors: Iterable[Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
