@@ -72,4 +72,3 @@ def find_checkpoint(folder: Path, **kwargs: Any) -> tuple[Registration, list[Pat
         f" (formats installed: {', '.join(r.name for r in formats) or 'none'})."
     )
     raise FileMissingError(f"no model weights found in {folder}. {hint}")
-
