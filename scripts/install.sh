@@ -12,8 +12,13 @@ PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 editable=(-e kernel)
 for dir in sdk/ plugins/*/; do [ -f "$dir/pyproject.toml" ] && editable+=(-e "$dir"); done
 if [ "${1:-}" = "--test" ]; then
-  for dir in tests/plugins/*/; do [ -f "$dir/pyproject.toml" ] && editable+=(-e "$dir"); done
   "${PIP[@]}" "${editable[@]}" -r requirements-test.txt
+  # Test-only plugins go to .test-plugins/, which only pytest puts on the path (root conftest.py):
+  # the environment `make chat` uses never sees them.
+  rm -rf .test-plugins
+  test_plugins=()
+  for dir in tests/plugins/*/; do [ -f "$dir/pyproject.toml" ] && test_plugins+=("$dir"); done
+  "${PIP[@]}" --no-deps --target .test-plugins "${test_plugins[@]}"
 else
   "${PIP[@]}" "${editable[@]}"
 fi

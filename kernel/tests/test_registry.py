@@ -95,3 +95,21 @@ def test_lazy_reference_import_error_names_plugin():
     reg.add("configs", "ghost", "no_such_module_xyz:Ghost", plugin="toy")
     with pytest.raises(PluginError, match="plugin 'toy'.*no_such_module_xyz"):
         reg.require("configs", "ghost")
+
+
+def test_plugin_exports_resolve_lazily_and_missing_names_say_what_to_install():
+    import microformers
+    from microformers import registry
+
+    registry.add("exports", "ExportedByTest", "microformers.errors:InputError")
+    try:
+        from microformers import ExportedByTest
+
+        assert ExportedByTest is microformers.InputError
+    finally:
+        registry._entries.pop(("exports", "ExportedByTest"), None)
+        microformers.__dict__.pop("ExportedByTest", None)
+    assert not hasattr(microformers, "NoSuchNameAnywhere")
+    if registry.get("exports", "Trainer") is None:
+        with pytest.raises(microformers.PluginError, match="pip install microformers-trainer"):
+            microformers.Trainer  # noqa: B018

@@ -76,4 +76,18 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+_kernel_getattr, __dir__ = lazy_exports(__name__, _LAZY)
+
+
+def __getattr__(name: str) -> object:
+    """Kernel names first, then names plugins contribute through ``register_exports``."""
+    if name in _LAZY or name.startswith("__"):
+        return _kernel_getattr(name)
+    reg = registry.get("exports", name)
+    if reg is None:
+        if registry.provider_of("exports", name) is not None:
+            raise registry.missing_error("exports", name, what="name")
+        raise AttributeError(f"module 'microformers' has no attribute {name!r}")
+    value = reg.load()
+    globals()[name] = value
+    return value

@@ -78,6 +78,20 @@ def register_quantizers(register):
 
 
 @hookspec
+def register_adapters(register):
+    """Provide adapter types (LoRA ...): ``register(peft_type, cls)``, keyed by ``adapter_config.json`` ``peft_type``."""
+
+
+@hookspec
+def register_exports(register):
+    """Contribute top-level names: ``register(name, "module.path:Name")``.
+
+    ``from microformers import Name`` then resolves it lazily (nothing is imported until the name is
+    used). Kernel names cannot be overridden; two plugins exporting one name follow the conflict rule.
+    """
+
+
+@hookspec
 def register_generation_strategies(register):
     """Provide decoding strategies for ``model.generate``.
 

@@ -36,6 +36,8 @@ HOOKS: dict[str, str] = {
     "register_pipelines": "pipelines",
     "register_callbacks": "callbacks",
     "register_quantizers": "quantizers",
+    "register_adapters": "adapters",
+    "register_exports": "exports",
     "register_generation_strategies": "generation_strategies",
     "register_checkpoint_formats": "checkpoint_formats",
     "register_attention_implementations": "attention",
@@ -64,6 +66,12 @@ KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
             "zero-shot-classification",
         )
     },
+    **{
+        ("exports", n): "microformers-trainer"
+        for n in ("Trainer", "TrainingArguments", "TrainerCallback", "TrainerState", "TrainerControl")
+    },
+    **{("exports", n): "microformers-peft" for n in ("LoraConfig", "PeftConfig")},
+    **{("exports", n): "microformers-quant" for n in ("Int8Config", "Int4Config", "GgufQuantConfig")},
 }
 
 
@@ -268,12 +276,16 @@ class Registry:
             return reg.load()
         raise self.missing_error(kind, name, what)
 
+    def provider_of(self, kind: str, name: Any) -> str | None:
+        """The distribution known to provide ``(kind, name)``, for error messages."""
+        return KNOWN_PROVIDERS.get(("configs" if kind == "models" else kind, name))
+
     def missing_error(self, kind: str, name: Any, what: str | None = None) -> UnknownModelTypeError | PluginError:
         self.discover()
         what = what or kind.rstrip("s").replace("_", " ")
         installed = [n if isinstance(n, str) else ":".join(n) for n in self.names(kind)]
         lookup_name = name[0] if isinstance(name, tuple) else name
-        provider = KNOWN_PROVIDERS.get(("configs" if kind == "models" else kind, lookup_name))
+        provider = self.provider_of(kind, lookup_name)
         lines = [f"No installed plugin provides {what} '{name if isinstance(name, str) else ':'.join(name)}'."]
         broken = [p for p in self.plugins.values() if p.broken]
         provider_broken = [p for p in broken if provider and p.distribution and _same_dist(p.distribution, provider)]
