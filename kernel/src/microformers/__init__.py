@@ -6,6 +6,7 @@ them is first used (module ``__getattr__`` below).
 
 from __future__ import annotations
 
+from . import logging
 from ._version import KERNEL_API_VERSION, __version__
 from .errors import (
     CheckpointError,
@@ -70,12 +71,14 @@ __all__ = [
     "UnknownModelTypeError",
     "__version__",
     "hookimpl",
+    "logging",
     "prefer",
     "registry",
     *_LAZY,
 ]
 
 
+logging.get_logger()  # the library logger gets its handler and MICROFORMERS_VERBOSITY level now
 _kernel_getattr, __dir__ = lazy_exports(__name__, _LAZY)
 
 
