@@ -28,6 +28,8 @@ from .weights import find_checkpoint
 logger = logging.getLogger("microformers")
 
 _CONSTRUCTING_ON_META = False
+# Files of an old checkpoint a new save_pretrained replaces (never carried over: no stale shards).
+STALE_WEIGHT_FILES = ("model.safetensors", "model-?????-of-?????.safetensors", "model.safetensors.index.json")
 
 
 @contextlib.contextmanager
@@ -398,9 +400,8 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             state.pop(name, None)
         self.config.architectures = [type(self).__name__]
         self.config.dtype = dtype_name(self.dtype)
-        old_weights = _weight_files(target)
-        with staged_folder(target) as staging:
-            written = fmt.save(state, staging, max_shard_size, {"format": "pt"})
+        with staged_folder(target, replace=STALE_WEIGHT_FILES) as staging:
+            fmt.save(state, staging, max_shard_size, {"format": "pt"})
             write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)
             saver = getattr(self, "_save_generation_config", None)
@@ -409,12 +410,3 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             extra = getattr(self, "_save_extra_files", None)
             if extra is not None:
                 extra(staging)
-        for stale in old_weights - set(written):
-            (target / stale).unlink(missing_ok=True)
-
-
-def _weight_files(folder: Path) -> set[str]:
-    if not folder.is_dir():
-        return set()
-    patterns = ("model*.safetensors", "model.safetensors.index.json")
-    return {p.name for pattern in patterns for p in folder.glob(pattern)}

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from microformers.configuration import read_json
 from microformers.errors import CheckpointError, FileMissingError
+from microformers.hub import umask
 from microformers.weights import parse_size, plan_shards, shard_file_names
 
 WEIGHTS_NAME = "model.safetensors"
@@ -92,6 +94,7 @@ class SafetensorsFormat:
         for file_name, shard in zip(names, shards):
             tensors = {k: state_dict[k].detach().contiguous() for k in shard}
             save_file(tensors, str(folder / file_name), metadata=metadata)
+            os.chmod(folder / file_name, 0o666 & ~umask())  # safetensors writes 0600; the reference's are 0644
             weight_map.update(dict.fromkeys(shard, file_name))
         if len(names) > 1:
             index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}

@@ -6,7 +6,6 @@ import copy
 import json
 import logging
 import os
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -1171,8 +1170,8 @@ class PreTrainedTokenizerFast:
     ) -> tuple[str, ...]:
         """Write ``tokenizer.json``, ``tokenizer_config.json`` (and ``chat_template.jinja``) to a folder.
 
-        The files are written next to their final names and renamed only once all of them were
-        written, so a failure leaves no partial files behind.
+        The folder is swapped atomically for a staged copy holding the new files and the folder's other
+        files, so a failure or a killed process leaves the old or the new tokenizer, never a mix.
         """
         if push_to_hub:
             raise ConfigError("save_pretrained(push_to_hub=True) is not supported here; upload the folder yourself.")
@@ -1272,22 +1271,11 @@ def _backend_from_json(text: str) -> Tokenizer:
 
 
 def _write_all(folder: Path, contents: Mapping[str, str]) -> list[Path]:
-    staged: list[tuple[Path, Path]] = []
-    try:
+    """Write the files into a staging copy of ``folder`` and swap it in atomically (the kernel's ``staged_folder``)."""
+    from microformers.hub import staged_folder
+
+    with staged_folder(folder) as staging:
         for name, text in contents.items():
-            target = folder / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            handle, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            staged.append((Path(tmp), target))
-            with os.fdopen(handle, "w", encoding="utf-8") as f:
-                f.write(text)
-        blocked = [str(target) for _, target in staged if target.is_dir()]
-        if blocked:
-            raise ConfigError(f"save_pretrained cannot write {blocked}: a directory has that name; remove it first.")
-        for tmp, target in staged:
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-        raise
-    return [target for _, target in staged]
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_text(text, encoding="utf-8")
+    return [folder / name for name in contents]
