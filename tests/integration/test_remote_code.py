@@ -222,3 +222,138 @@ def test_registered_plugin_wins_unless_remote_code_is_asked_for(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     assert type(microformers.AutoConfig.from_pretrained(folder)).__name__ == "ToyConfig"
     assert type(microformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)).__name__ == "ShinyConfig"
+
+
+NESTED_MODELING = """
+from .configuration_shiny import ShinyConfig
+from .pkg.impl import FACTOR
+from .modeling_shiny import ShinyModel as _Base
+
+
+class NestedModel(_Base):
+    factor = FACTOR
+"""
+
+
+def make_nested_folder(root: Path) -> Path:
+    """A folder whose model module reaches code through a nested package (``from .pkg.impl import ...``)."""
+    folder = make_custom_folder(root)
+    (folder / "pkg").mkdir()
+    (folder / "pkg" / "__init__.py").write_text("")
+    (folder / "pkg" / "impl.py").write_text("FACTOR = 3\n")
+    (folder / "modeling_nested.py").write_text(NESTED_MODELING)
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"]["AutoModel"] = "modeling_nested.NestedModel"
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+TAMPERED_IMPL = (
+    "from pathlib import Path\nPath(__file__).with_name('RAN').write_text('tampered code ran')\nFACTOR = 4\n"
+)
+
+
+def test_nested_package_is_listed_hashed_and_pinned(tmp_path):
+    folder = make_nested_folder(tmp_path)
+    with pytest.raises(RemoteCodeError) as info:
+        microformers.AutoModel.from_pretrained(folder)
+    assert str(folder / "pkg" / "impl.py") in str(info.value) and str(folder / "pkg" / "__init__.py") in str(info.value)
+
+    model = microformers.AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert type(model).factor == 3
+    pins = dict(type(model)._microformers_code_sha256)
+    assert pins["pkg/impl.py"] == hashlib.sha256(b"FACTOR = 3\n").hexdigest() and "pkg/__init__.py" in pins
+    pins.update(
+        microformers.AutoConfig.from_pretrained(folder, trust_remote_code=True).__class__._microformers_code_sha256
+    )
+
+    (folder / "pkg" / "impl.py").write_text(TAMPERED_IMPL)
+    with pytest.raises(RemoteCodeError, match=r"impl\.py has SHA-256 .* It was not run") as info:
+        microformers.AutoModel.from_pretrained(folder, trust_remote_code=True, code_sha256=pins)
+    assert "Nothing was run" not in str(info.value)
+    assert not (folder / "pkg" / "RAN").exists()
+    # pins made before nested files were hashed (no entry for pkg/impl.py) are refused, not trusted
+    old_pins = {k: v for k, v in pins.items() if not k.startswith("pkg/")}
+    with pytest.raises(RemoteCodeError, match=r"pkg/impl\.py would run but is not pinned"):
+        microformers.AutoModel.from_pretrained(folder, trust_remote_code=True, code_sha256=old_pins)
+    assert not (folder / "pkg" / "RAN").exists()
+
+
+def test_tampered_model_file_is_refused_before_the_config_code_runs(tmp_path):
+    folder = make_custom_folder(tmp_path / "a")
+    pins = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.glob("*_shiny.py")}
+    marker = folder / "CONFIG_RAN"
+    config_file = folder / "configuration_shiny.py"
+    config_file.write_text(config_file.read_text() + f"\nfrom pathlib import Path\nPath({str(marker)!r}).touch()\n")
+    pins["configuration_shiny.py"] = hashlib.sha256(config_file.read_bytes()).hexdigest()
+    (folder / "modeling_shiny.py").write_text((folder / "modeling_shiny.py").read_text() + "\n# changed\n")
+    # a fresh copy of the folder, so no earlier load in this process ran its configuration module
+    fresh = tmp_path / "b"
+    import shutil
+
+    shutil.copytree(folder, fresh)
+    marker.unlink(missing_ok=True)
+    with pytest.raises(RemoteCodeError, match=r"modeling_shiny\.py has SHA-256") as info:
+        microformers.AutoModel.from_pretrained(fresh, trust_remote_code=True, code_sha256=pins)
+    assert not marker.exists(), "the configuration module ran although the model file's pin did not match"
+    assert "No code from this folder has run" in str(info.value)
+
+
+def test_dynamic_import_of_an_unhashed_module_is_blocked(tmp_path):
+    folder = make_custom_folder(tmp_path)
+    (folder / "sneaky.py").write_text("from pathlib import Path\nPath(__file__).with_name('RAN').touch()\nX = 1\n")
+    (folder / "helpers_shiny.py").write_text(
+        "import importlib\nSCALE = 2.0\nimportlib.import_module('.sneaky', __package__)\n"
+    )
+    with pytest.raises(RemoteCodeError, match=r"sneaky.*blocked"):
+        microformers.AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert not (folder / "RAN").exists()
+
+
+def test_stale_bytecode_beside_the_source_is_never_run(tmp_path):
+    """The default import machinery would run __pycache__/*.pyc if its recorded mtime and size match the
+    source; the code that runs must be the code that was hashed."""
+    import os
+    import py_compile
+    import shutil
+    from importlib.util import cache_from_source
+
+    folder = tmp_path / "never_loaded"  # a copy no earlier import in this process has seen
+    shutil.copytree(make_custom_folder(tmp_path), folder)
+    helpers = folder / "helpers_shiny.py"
+    stat = helpers.stat()
+    helpers.write_text("SCALE = 9.0\n")  # same size as "SCALE = 2.0\n"
+    os.utime(helpers, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    py_compile.compile(str(helpers), cfile=cache_from_source(str(helpers)))
+    helpers.write_text("SCALE = 2.0\n")
+    os.utime(helpers, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    model = microformers.AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert sys.modules[type(model).__module__.rpartition(".")[0] + ".helpers_shiny"].SCALE == 2.0
+
+
+@pytest.mark.parametrize(
+    "pins",
+    [{"modeling_shiny.py": 5}, {"modeling_shiny.py": "abc"}, ["modeling_shiny.py"], "deadbeef", {3: "0" * 64}],
+)
+def test_malformed_code_sha256_is_a_clear_error(tmp_path, pins):
+    folder = make_custom_folder(tmp_path)
+    with pytest.raises(RemoteCodeError, match=r"code_sha256 must be a dict \{file name: 64-character hex"):
+        microformers.AutoModel.from_pretrained(folder, trust_remote_code=True, code_sha256=pins)
+
+
+def test_consent_is_never_implied(tmp_path, monkeypatch):
+    folder = make_custom_folder(tmp_path)
+    assert microformers.AutoModel.from_pretrained(folder, trust_remote_code=True) is not None
+    # not by an earlier consent in the same process, an environment variable, or a truthy non-True value
+    for name in ("TRUST_REMOTE_CODE", "HF_TRUST_REMOTE_CODE", "MICROFORMERS_TRUST_REMOTE_CODE"):
+        monkeypatch.setenv(name, "1")
+    for value in (None, False, 1, "yes", "True"):
+        kwargs = {} if value is None else {"trust_remote_code": value}
+        with pytest.raises(RemoteCodeError, match="trust_remote_code=True"):
+            microformers.AutoModel.from_pretrained(folder, **kwargs)
+    # and the files are not run in a fresh process either
+    marker = folder / "RAN"
+    (folder / "helpers_shiny.py").write_text(f"from pathlib import Path\nPath({str(marker)!r}).touch()\nSCALE = 2.0\n")
+    script = f"import microformers\nmicroformers.AutoModel.from_pretrained({str(folder)!r})\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode != 0 and "RemoteCodeError" in out.stderr and not marker.exists()
