@@ -43,6 +43,8 @@ _LAZY: dict[str, str] = {
     "StaticCache": "cache",
     "KeyRenamer": "weights",
     "check_checkpoint_keys": "weights",
+    "Quantizer": "quantization",
+    "ConvertingSource": "quantization",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,0 +1,20 @@
+"""microformers-quant: int8, int4 and GGUF-kept-quantized weights with CPU kernels.
+
+Importing this package is cheap; torch and the kernels load on first use.
+"""
+
+from __future__ import annotations
+
+from microformers import lazy_exports
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Int8Config": "config",
+    "Int4Config": "config",
+    "GgufQuantConfig": "config",
+    "QuantLinear": "modules",
+    "QuantEmbedding": "modules",
+}
+__all__ = ["__version__", *_EXPORTS]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

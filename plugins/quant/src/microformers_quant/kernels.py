@@ -1,0 +1,103 @@
+"""The CPU kernels: ``mfquant::q4_linear`` and ``mfquant::q8_linear`` (csrc/qlinear.cpp), built on first use.
+
+The C++ source is compiled once per machine with ``torch.utils.cpp_extension.load`` (gcc, ``-O3
+-march=native``: AVX2/FMA/F16C where the CPU has them) into torch's extension cache
+(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); later processes load the cached
+library in milliseconds. Both ops have fake (meta) implementations, so ``torch.compile`` traces
+through them. Without a compiler (or with ``MICROFORMERS_QUANT_KERNELS=torch``) the same maths
+runs in plain torch — correct, but it de-quantises the weight on every call — after one warning.
+
+Layouts (see csrc/qlinear.cpp): q4 ``qweight`` uint8 ``[N, K/2]`` in ggml's nibble order (byte j of
+each 16-byte block holds value j low, value j+16 high), value = ``scale * q + min`` with float16
+``scales``/``mins`` ``[N, K/group]``; q8 ``qweight`` int8 ``[N, K]``, value = ``scale * q``, float32
+``scales`` ``[N, K/group]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger("microformers")
+
+_lock = threading.Lock()
+_state: dict[str, bool] = {}
+
+
+def native_available() -> bool:
+    """Build (first time on this machine) and load the C++ kernels; False if that is impossible."""
+    with _lock:
+        if "ok" not in _state:
+            _state["ok"] = _build()
+        return _state["ok"]
+
+
+def _build() -> bool:
+    if os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch":
+        return False
+    if hasattr(torch.ops, "mfquant") and hasattr(torch.ops.mfquant, "q4_linear"):
+        return True
+    source = Path(__file__).with_name("csrc") / "qlinear.cpp"
+    try:
+        from torch.utils.cpp_extension import load
+
+        load(
+            name="microformers_quant_kernels",
+            sources=[str(source)],
+            extra_cflags=["-O3", "-march=native"],
+            is_python_module=False,
+            verbose=False,
+        )
+    except Exception as exc:  # no compiler, no ninja, unsupported platform
+        logger.warning(
+            "microformers-quant: could not build the C++ kernels (%s: %s); quantized layers fall back to "
+            "de-quantising in torch (correct but slow). Install gcc/g++ and ninja for the fast path.",
+            type(exc).__name__,
+            str(exc).splitlines()[0] if str(exc) else "",
+        )
+        return False
+    _register_fakes()
+    return True
+
+
+def _register_fakes() -> None:
+    def q4_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int):
+        return x.new_empty((*x.shape[:-1], qweight.shape[0]))
+
+    def q8_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int):
+        return x.new_empty((*x.shape[:-1], qweight.shape[0]))
+
+    torch.library.register_fake("mfquant::q4_linear")(q4_fake)
+    torch.library.register_fake("mfquant::q8_linear")(q8_fake)
+
+
+def dequantize_q4(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int) -> torch.Tensor:
+    """float32 ``[N, K]`` from a q4 weight."""
+    n = qweight.shape[0]
+    blocks = qweight.view(n, -1, 16)
+    values = torch.cat([blocks & 0x0F, blocks >> 4], dim=-1).view(n, scales.shape[1], group).float()
+    return (values * scales.float().unsqueeze(-1) + mins.float().unsqueeze(-1)).view(n, -1)
+
+
+def dequantize_q8(qweight: torch.Tensor, scales: torch.Tensor, group: int) -> torch.Tensor:
+    """float32 ``[N, K]`` from a q8 weight."""
+    n = qweight.shape[0]
+    return (qweight.view(n, -1, group).float() * scales.unsqueeze(-1)).view(n, -1)
+
+
+def q4_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int):
+    """``x @ W.T`` for float32 2-D ``x`` and a q4 ``W``."""
+    if _state.get("ok", None) or ("ok" not in _state and native_available()):
+        return torch.ops.mfquant.q4_linear(x, qweight, scales, mins, group)
+    return torch.nn.functional.linear(x, dequantize_q4(qweight, scales, mins, group))
+
+
+def q8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int):
+    """``x @ W.T`` for float32 2-D ``x`` and a q8 ``W``."""
+    if _state.get("ok", None) or ("ok" not in _state and native_available()):
+        return torch.ops.mfquant.q8_linear(x, qweight, scales, group)
+    return torch.nn.functional.linear(x, dequantize_q8(qweight, scales, group))

@@ -1,0 +1,172 @@
+"""Quantized layers: ``QuantLinear``, ``QuantEmbedding`` and ``TiedQuantHead`` (an LM head reading a quantized embedding).
+
+Integer weights and scales are persistent buffers (``qweight``, ``scales`` and, for 4 bits, ``mins``),
+so ``state_dict``/``save_pretrained`` write them and loading fills them by name. Activations stay
+float32: inputs of another dtype are cast in and the output cast back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from microformers.errors import ConfigError, MicroformersError
+
+from . import kernels
+
+# Inputs with at most this many rows go through the row-streaming kernels; larger ones (prefill)
+# de-quantise the weight once and use a float matrix product.
+KERNEL_MAX_ROWS = 8
+
+
+class QuantizedDtypeError(MicroformersError, ValueError):
+    """A quantized model was asked to change its dtype."""
+
+
+def _meta(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+class _QuantWeight(nn.Module):
+    """The integer weight ``[rows, cols]`` with its scales, and how to (de)quantize it."""
+
+    def __init__(self, rows: int, cols: int, bits: int, group: int, name: str = "") -> None:
+        super().__init__()
+        if bits not in (4, 8):
+            raise ConfigError(f"{name or 'layer'}: {bits}-bit weights are not supported (use 4 or 8)")
+        if group <= 0 or group % 32 or cols % group:
+            raise ConfigError(
+                f"{name or 'layer'}: group size {group} must be a multiple of 32 that divides the input size {cols}; "
+                "choose another group_size (32, 64 or 128) or list the layer in modules_to_not_convert"
+            )
+        self.rows, self.cols, self.bits, self.group = rows, cols, bits, group
+        groups = cols // group
+        if bits == 4:
+            self.register_buffer("qweight", _meta(rows, cols // 2, dtype=torch.uint8))
+            self.register_buffer("scales", _meta(rows, groups, dtype=torch.float16))
+            self.register_buffer("mins", _meta(rows, groups, dtype=torch.float16))
+        else:
+            self.register_buffer("qweight", _meta(rows, cols, dtype=torch.int8))
+            self.register_buffer("scales", _meta(rows, groups, dtype=torch.float32))
+
+    def quantize_weight(self, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Buffers for the float ``weight``: int8 symmetric (round(w / s), s = max|w| / 127) or
+        int4 asymmetric (q = round((w - min) / s) in 0..15, s = (max - min) / 15), per group."""
+        w = weight.detach().to(torch.float32).reshape(self.rows, self.cols // self.group, self.group)
+        if self.bits == 8:
+            scales = w.abs().amax(-1) / 127.0
+            q = torch.round(w / scales.clamp_min(1e-12).unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
+            return {"qweight": q.view(self.rows, self.cols), "scales": scales.contiguous()}
+        low, high = w.amin(-1), w.amax(-1)
+        scales = ((high - low) / 15.0).to(torch.float16)
+        mins = low.to(torch.float16)
+        s = scales.float().clamp_min(1e-12).unsqueeze(-1)
+        q = torch.round((w - mins.float().unsqueeze(-1)) / s).clamp_(0, 15).to(torch.uint8)
+        q = q.view(self.rows, -1, 2, 16)  # ggml order: value j low nibble, value j + 16 high nibble
+        packed = q[:, :, 0, :] | (q[:, :, 1, :] << 4)
+        return {"qweight": packed.reshape(self.rows, self.cols // 2).contiguous(), "scales": scales, "mins": mins}
+
+    def dequantize(self) -> torch.Tensor:
+        if self.bits == 4:
+            return kernels.dequantize_q4(self.qweight, self.scales, self.mins, self.group)
+        return kernels.dequantize_q8(self.qweight, self.scales, self.group)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ W.T`` for float32 2-D ``x``."""
+        if x.shape[0] > KERNEL_MAX_ROWS:
+            return F.linear(x, self.dequantize())
+        if self.bits == 4:
+            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group)
+        return kernels.q8_linear(x, self.qweight, self.scales, self.group)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        probe = fn(torch.zeros(1))
+        if probe.dtype != torch.float32:
+            raise QuantizedDtypeError(
+                f"cannot cast a quantized model to {probe.dtype}: its weights are {self.bits}-bit integers with "
+                "fixed scales. Load the model again with dtype=... instead (non-quantized parts then use it)."
+            )
+        return super()._apply(fn, recurse)
+
+
+class QuantLinear(_QuantWeight):
+    """A linear layer with quantized weight; ``bias`` stays float."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, bits: int, group: int, name: str = "") -> None:
+        super().__init__(out_features, in_features, bits, group, name)
+        self.in_features, self.out_features = in_features, out_features
+        self.bias = nn.Parameter(torch.empty(out_features, device="meta")) if bias else None
+
+    @classmethod
+    def like(cls, linear: nn.Linear, bits: int, group: int | None = None, name: str = "") -> QuantLinear:
+        group = linear.in_features if group is None else group
+        return cls(linear.in_features, linear.out_features, linear.bias is not None, bits, group, name)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if flat.dtype != torch.float32:
+            flat = flat.float()
+        out = self.matmul(flat.contiguous())
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, group={self.group}"
+
+
+class QuantEmbedding(_QuantWeight):
+    """An embedding table stored quantized; looked-up rows are de-quantised to ``dtype``."""
+
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, padding_idx: int | None, bits: int, group: int, name: str = ""
+    ) -> None:
+        super().__init__(num_embeddings, embedding_dim, bits, group, name)
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.output_dtype = torch.float32
+
+    @classmethod
+    def like(cls, embedding: nn.Embedding, bits: int, group: int | None = None, name: str = "") -> QuantEmbedding:
+        dim = embedding.embedding_dim
+        group = dim if group is None else group
+        return cls(embedding.num_embeddings, dim, embedding.padding_idx, bits, group, name)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        flat = input_ids.reshape(-1)
+        q = self.qweight.index_select(0, flat)
+        scales = self.scales.index_select(0, flat)
+        if self.bits == 4:
+            rows = kernels.dequantize_q4(q, scales, self.mins.index_select(0, flat), self.group)
+        else:
+            rows = kernels.dequantize_q8(q, scales, self.group)
+        return rows.view(*input_ids.shape, self.embedding_dim).to(self.output_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, bits={self.bits}, group={self.group}"
+
+
+class TiedQuantHead(nn.Module):
+    """An LM head tied to a ``QuantEmbedding``: it multiplies by the embedding's quantized table (no tensors of its own)."""
+
+    def __init__(self, embedding: QuantEmbedding, bias: nn.Parameter | None = None) -> None:
+        super().__init__()
+        self._embedding = [embedding]  # a list: not a submodule, so its tensors are saved once
+        self.in_features, self.out_features = embedding.embedding_dim, embedding.num_embeddings
+        self.bias = bias
+
+    @property
+    def embedding(self) -> QuantEmbedding:
+        return self._embedding[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if flat.dtype != torch.float32:
+            flat = flat.float()
+        out = self.embedding.matmul(flat.contiguous())
+        return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"tied to the quantized embedding ({self.embedding.bits}-bit)"
