@@ -1,0 +1,491 @@
+"""``LoraAdapters``: the LoRA implementation behind a model's adapter methods.
+
+The kernel keeps one instance per model (created on the first ``add_adapter`` / ``load_adapter``) and
+forwards ``model.add_adapter``, ``load_adapter``, ``set_adapter``, ``disable_adapters``,
+``enable_adapters``, ``active_adapters``, ``delete_adapter``, ``get_adapter_state_dict``,
+``save_pretrained``, ``merge_adapter``, ``unmerge_adapter``, ``merge_and_unload``, ``unload`` and
+``print_trainable_parameters`` to it. Files and tensor names are ``peft``'s: ``adapter_config.json``
+and ``adapter_model.safetensors`` with keys ``base_model.model.<module>.lora_A.weight``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+from microformers.errors import ConfigError
+from microformers.hub import resolve_folder, split_hub_kwargs, staged_folder
+
+from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, AdapterError, LoraConfig, PeftConfig
+from .layers import LoraLayer, ModulesToSave, is_linear_like, is_transposed
+
+logger = logging.getLogger("microformers.peft")
+
+PEFT_PREFIX = "base_model.model."
+# peft's defaults when target_modules is not given, by model_type
+DEFAULT_TARGETS: dict[str, list[str]] = {
+    **{t: ["q_proj", "v_proj"] for t in ("llama", "mistral", "qwen2")},
+    "gpt2": ["c_attn"],
+    "bert": ["query", "value"],
+}
+SEQ_CLS_HEADS = ("classifier", "score")
+
+
+def _as_list(names: str | list[str] | tuple[str, ...]) -> list[str]:
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _name_matches(targets: str | list[str], path: str) -> bool:
+    if isinstance(targets, str):
+        return re.fullmatch(targets, path) is not None
+    return any(path == t or path.endswith("." + t) for t in targets)
+
+
+def _pattern_value(patterns: Mapping[str, Any], path: str, default: Any) -> Any:
+    if path in patterns:
+        return patterns[path]
+    for pattern, value in patterns.items():
+        if re.match(rf"(.*\.)?({pattern})$", path):
+            return value
+    return default
+
+
+def _layer_index_ok(config: LoraConfig, path: str) -> bool:
+    wanted = config.layers_to_transform
+    if wanted is None:
+        return True
+    wanted = [wanted] if isinstance(wanted, int) else list(wanted)
+    patterns = _as_list(config.layers_pattern) if config.layers_pattern else [r"[^.]*"]
+    for pattern in patterns:
+        match = re.match(rf".*\.{pattern}\.(\d+)\.", path)
+        if match:
+            return int(match.group(1)) in wanted
+    return False
+
+
+def _peft_type(config: Any) -> str:
+    return str(config.get("peft_type") if isinstance(config, Mapping) else getattr(config, "peft_type", ""))
+
+
+class LoraAdapters:
+    """Named LoRA adapters on one model; which are active, enabled, merged."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.configs: dict[str, LoraConfig] = {}
+        self._active: list[str] = []
+        self._enabled = True
+
+    # -- the model's structure -----------------------------------------------------------------
+    def _modules(self) -> Iterator[tuple[str, nn.Module]]:
+        """Module paths as the base model names them: adapter wrappers stand for what they wrap."""
+
+        def walk(prefix: str, module: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+            for name, child in module.named_children():
+                path = f"{prefix}{name}"
+                yield path, child
+                if not isinstance(child, (LoraLayer, ModulesToSave)):
+                    yield from walk(path + ".", child)
+
+        return walk("", self.model)
+
+    def _wrappers(self, kind: type) -> Iterator[tuple[str, Any]]:
+        return ((p, m) for p, m in self._modules() if isinstance(m, kind))
+
+    def _replace(self, path: str, new: nn.Module) -> None:
+        parent_path, _, attr = path.rpartition(".")
+        parent = self.model.get_submodule(parent_path) if parent_path else self.model
+        setattr(parent, attr, new)
+
+    def _output_layer_path(self) -> str | None:
+        getter = getattr(self.model, "get_output_embeddings", None)
+        output = getter() if getter is not None else None
+        for path, module in self._modules():
+            if output is not None and (module is output or getattr(module, "base_layer", None) is output):
+                return path
+        return None
+
+    def linear_module_names(self) -> list[str]:
+        return [p for p, m in self._modules() if is_linear_like(m)]
+
+    def _resolve_targets(self, config: LoraConfig, where: str) -> tuple[LoraConfig, list[str]]:
+        targets = config.target_modules
+        model_type = getattr(getattr(self.model, "config", None), "model_type", None)
+        if targets is None:
+            if model_type not in DEFAULT_TARGETS:
+                raise AdapterError(
+                    f"{where}: target_modules is not set and there is no default for model_type {model_type!r}; "
+                    f"pass target_modules=[...] (names, a regex, or 'all-linear'). "
+                    f"The model's linear modules: {self._shown_linear()}"
+                )
+            targets = DEFAULT_TARGETS[model_type]
+        if isinstance(targets, str) and targets.lower() == "all-linear":
+            exclude = {self._output_layer_path()}
+            if config.task_type == "SEQ_CLS":
+                exclude |= {p for p in SEQ_CLS_HEADS if hasattr(self.model, p)}
+            targets = sorted(p for p in self.linear_module_names() if p not in exclude)
+        config = attrs.evolve(config, target_modules=targets)
+        chosen = []
+        for path, module in self._modules():
+            if not _name_matches(targets, path) or not _layer_index_ok(config, path):
+                continue
+            if config.exclude_modules and _name_matches(config.exclude_modules, path):
+                continue
+            if not is_linear_like(module):
+                raise AdapterError(
+                    f"{where}: target_modules selects '{path}', a {type(module).__name__}; LoRA here adapts linear "
+                    f"layers (nn.Linear, Conv1D). Narrow target_modules; linear modules: {self._shown_linear()}"
+                )
+            chosen.append(path)
+        if not chosen:
+            raise AdapterError(
+                f"{where}: target_modules={targets!r} matches no module of {type(self.model).__name__}"
+                f"{' (the adapter was made for ' + config.base_model_name_or_path + ')' if config.base_model_name_or_path else ''}. "
+                f"Its linear modules are: {self._shown_linear()}"
+            )
+        return config, chosen
+
+    def _shown_linear(self) -> str:
+        names = self.linear_module_names()
+        suffixes = sorted({n.rpartition(".")[2] for n in names})
+        return f"{', '.join(names[:12])}{' ...' if len(names) > 12 else ''} (names: {', '.join(suffixes)})"
+
+    # -- adding and loading --------------------------------------------------------------------
+    def _check_new_name(self, name: str, hotswap: bool = False) -> None:
+        if not isinstance(name, str) or not name or "." in name:
+            raise AdapterError(f"adapter_name={name!r}: use a non-empty name without dots")
+        if name in self.configs and not hotswap:
+            raise AdapterError(
+                f"an adapter named '{name}' already exists on this model (loaded: {', '.join(self.configs)}); "
+                "pass another adapter_name=..., delete_adapter('{name}') first, or hotswap=True to replace its weights"
+            )
+        if hotswap and name not in self.configs:
+            raise AdapterError(f"hotswap=True needs an existing adapter named '{name}'; loaded: {list(self.configs)}")
+
+    def _coerce_config(self, config: Any) -> LoraConfig:
+        if isinstance(config, LoraConfig):
+            return config
+        if isinstance(config, Mapping):
+            return LoraConfig.from_dict(dict(config), "peft_config")
+        if hasattr(config, "to_dict") and _peft_type(config) == "LORA":  # e.g. a peft.LoraConfig
+            return LoraConfig.from_dict(
+                {k: v for k, v in config.to_dict().items() if not k.startswith("_")}, type(config).__name__
+            )
+        raise AdapterError(
+            f"adapter_config must be a LoraConfig (from microformers import LoraConfig), got {type(config).__name__}"
+        )
+
+    def _inject(self, config: LoraConfig, name: str, where: str) -> LoraConfig:
+        config, paths = self._resolve_targets(config, where)
+        transposed = [is_transposed(getattr(m, "base_layer", m)) for m in map(self.model.get_submodule, paths)]
+        if any(transposed) and not config.fan_in_fan_out:
+            logger.warning("fan_in_fan_out is set to True: the targeted layers store their weight (in, out) (Conv1D)")
+            config = attrs.evolve(config, fan_in_fan_out=True)
+        elif config.fan_in_fan_out and not any(transposed):
+            logger.warning("fan_in_fan_out is set to False: the targeted layers are nn.Linear")
+            config = attrs.evolve(config, fan_in_fan_out=False)
+        for path in paths:
+            layer = self.model.get_submodule(path)
+            if not isinstance(layer, LoraLayer):
+                layer = LoraLayer(layer)
+                layer.active_adapters = list(self._active)
+                layer.disabled = not self._enabled
+                self._replace(path, layer)
+            r = int(_pattern_value(config.rank_pattern, path, config.r))
+            alpha = float(_pattern_value(config.alpha_pattern, path, config.lora_alpha))
+            layer.add(name, r, config.scaling(r, alpha), float(config.lora_dropout), config.init_lora_weights)
+        for path, module in list(self._modules()):
+            if config.modules_to_save and _name_matches(config.modules_to_save, path):
+                if not isinstance(module, ModulesToSave):
+                    module = ModulesToSave(module)
+                    module.active_adapters = list(self._active)
+                    module.disabled = not self._enabled
+                    self._replace(path, module)
+                module.add(name)
+        return config
+
+    def add_adapter(self, adapter_config: Any, adapter_name: str | None = None) -> None:
+        """A fresh adapter (trainable, everything else frozen), made the active one."""
+        name = adapter_name or "default"
+        config = self._coerce_config(adapter_config)
+        self._check_new_name(name)
+        config = attrs.evolve(config, base_model_name_or_path=getattr(self.model, "name_or_path", None) or None)
+        self.configs[name] = self._inject(config, name, f"add_adapter({name!r})")
+        self.set_adapter(name)
+
+    def load_adapter(
+        self,
+        peft_model_id: str | os.PathLike[str] | None = None,
+        adapter_name: str | None = None,
+        peft_config: Any = None,
+        adapter_state_dict: Mapping[str, torch.Tensor] | None = None,
+        is_trainable: bool = False,
+        hotswap: bool = False,
+        adapter_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, list[str]]:
+        """Load an adapter folder (or ``peft_config`` plus ``adapter_state_dict``) under ``adapter_name``."""
+        name = adapter_name or "default"
+        hub_kwargs, rest = split_hub_kwargs({**(adapter_kwargs or {}), **kwargs})
+        for ignored in ("device_map", "low_cpu_mem_usage", "local_files_only", "dtype", "torch_dtype"):
+            rest.pop(ignored, None)
+        if rest:
+            raise ConfigError(f"load_adapter() got unsupported arguments: {', '.join(sorted(rest))}")
+        self._check_new_name(name, hotswap)
+        folder = None
+        if peft_config is None or adapter_state_dict is None:
+            if peft_model_id is None:
+                raise ConfigError("load_adapter needs a folder (peft_model_id) or peft_config and adapter_state_dict")
+            folder = resolve_folder(peft_model_id, [ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME], **hub_kwargs)
+        where = str(folder / ADAPTER_CONFIG_NAME) if folder is not None else "peft_config"
+        if peft_config is None:
+            config = PeftConfig.from_pretrained(folder)
+        else:
+            config = self._coerce_config(peft_config)
+        if not isinstance(config, LoraConfig):
+            raise AdapterError(f"{where}: peft_type {config.peft_type} is not LORA")
+        if adapter_state_dict is None:
+            adapter_state_dict = _read_weights(folder)
+        config = attrs.evolve(config, inference_mode=not is_trainable)
+        if hotswap:
+            self._copy_weights(name, adapter_state_dict, where)
+        else:
+            self.configs[name] = self._inject(config, name, where)
+            try:
+                self._copy_weights(name, adapter_state_dict, where)
+            except Exception:
+                self.delete_adapter(name)
+                raise
+            if not self._active:
+                self.set_adapter(name)
+            else:
+                self._mark_trainable()
+        if not is_trainable:
+            self.model.eval()
+        return {"missing_keys": [], "unexpected_keys": []}
+
+    def _copy_weights(self, name: str, source: Mapping[str, torch.Tensor], where: str) -> None:
+        state = self.model.state_dict(keep_vars=True)
+        expected = self._saved_keys(name)  # saved key -> model key
+        given = {k.removeprefix(PEFT_PREFIX): k for k in source}
+        missing = sorted(k for k in expected if k not in given)
+        unexpected = sorted(k for k in given if k not in expected)
+        if unexpected:
+            raise AdapterError(
+                f"{where}: the adapter weights hold tensors this model has no place for: {', '.join(unexpected[:6])}"
+                f"{' ...' if len(unexpected) > 6 else ''}. The adapter was made for a different base model "
+                f"({self.configs[name].base_model_name_or_path or 'unknown base'}) than this "
+                f"{type(self.model).__name__}."
+            )
+        if missing:
+            raise AdapterError(f"{where}: the adapter weights lack {', '.join(missing[:6])}; the file is incomplete")
+        with torch.no_grad():
+            for saved, model_key in expected.items():
+                tensor = source[given[saved]]
+                target = state[model_key]
+                if tuple(tensor.shape) != tuple(target.shape):
+                    raise AdapterError(
+                        f"{where}: tensor '{given[saved]}' has shape {tuple(tensor.shape)} but this model needs "
+                        f"{tuple(target.shape)} for it (rank r or layer size differs: the adapter does not fit "
+                        f"this base model, or adapter_config.json's r/rank_pattern is wrong)"
+                    )
+                target.copy_(tensor.to(target.dtype))
+
+    # -- which adapters run --------------------------------------------------------------------
+    def _require(self, names: list[str]) -> None:
+        unknown = [n for n in names if n not in self.configs]
+        if unknown:
+            raise AdapterError(f"no adapter named {', '.join(map(repr, unknown))}; loaded: {', '.join(self.configs)}")
+
+    def set_adapter(self, adapter_name: str | list[str]) -> None:
+        names = _as_list(adapter_name)
+        self._require(names)
+        self._active = names
+        for _, module in self._wrappers((LoraLayer, ModulesToSave)):
+            module.active_adapters = [n for n in names if n in module.adapter_names]
+        self._mark_trainable()
+
+    def _mark_trainable(self) -> None:
+        """Only the active adapters' parameters train (and the biases their ``bias`` setting names)."""
+        self.model.requires_grad_(False)
+        for name in self._active:
+            config = self.configs[name]
+            if config.inference_mode:
+                continue
+            for _, module in self._wrappers(LoraLayer):
+                if name in module.lora_A:
+                    module.lora_A[name].requires_grad_(True)
+                    module.lora_B[name].requires_grad_(True)
+                    if config.bias == "lora_only" and getattr(module.base_layer, "bias", None) is not None:
+                        module.base_layer.bias.requires_grad_(True)
+            for _, module in self._wrappers(ModulesToSave):
+                if name in module.modules_to_save:
+                    module.modules_to_save[name].requires_grad_(True)
+            if config.bias == "all":
+                for _key, param in self._bias_params():
+                    param.requires_grad_(True)
+
+    def _bias_params(self) -> Iterator[tuple[str, nn.Parameter]]:
+        for key, param in self.model.named_parameters():
+            if (
+                "bias" in key
+                and ".lora_" not in key
+                and ".modules_to_save." not in key
+                and ".original_module." not in key
+            ):
+                yield key, param
+
+    def disable_adapters(self) -> None:
+        self._set_enabled(False)
+
+    def enable_adapters(self) -> None:
+        self._set_enabled(True)
+
+    def _set_enabled(self, enabled: bool) -> None:
+        self._enabled = enabled
+        for _, module in self._wrappers((LoraLayer, ModulesToSave)):
+            module.disabled = not enabled
+
+    def active_adapters(self) -> list[str]:
+        return list(self._active)
+
+    def delete_adapter(self, adapter_names: str | list[str]) -> None:
+        names = _as_list(adapter_names)
+        self._require(names)
+        for name in names:
+            del self.configs[name]
+        for path, module in list(self._wrappers((LoraLayer, ModulesToSave))):
+            for name in names:
+                module.remove(name)
+            if not module.adapter_names:
+                self._replace(path, module.base_layer if isinstance(module, LoraLayer) else module.original_module)
+        remaining = [n for n in self._active if n in self.configs]
+        if not remaining and self.configs:
+            remaining = [next(iter(self.configs))]
+            logger.warning("the active adapter was deleted; '%s' is active now", remaining[0])
+        if self.configs:
+            self.set_adapter(remaining)
+        else:
+            self._active = []
+            self.model.__dict__.pop("_adapter_manager", None)
+
+    # -- state and files -----------------------------------------------------------------------
+    def _saved_keys(self, name: str) -> dict[str, str]:
+        """Key in the adapter file (without ``base_model.model.``) -> key in the model's state dict."""
+        config = self.configs[name]
+        keys: dict[str, str] = {}
+        for path, module in self._wrappers(LoraLayer):
+            if name in module.lora_A:
+                for part in ("lora_A", "lora_B"):
+                    keys[f"{path}.{part}.weight"] = f"{path}.{part}.{name}.weight"
+                if config.bias == "lora_only" and getattr(module.base_layer, "bias", None) is not None:
+                    keys[f"{path}.base_layer.bias"] = f"{path}.base_layer.bias"
+        if config.bias == "all":
+            keys.update({k: k for k, _ in self._bias_params()})
+        for path, module in self._wrappers(ModulesToSave):
+            if name in module.modules_to_save:
+                for key in module.modules_to_save[name].state_dict():
+                    keys[f"{path}.{key}"] = f"{path}.modules_to_save.{name}.{key}"
+        return keys
+
+    def get_adapter_state_dict(
+        self, adapter_name: str | None = None, state_dict: Mapping[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The adapter's tensors under ``peft``'s names, without the ``base_model.model.`` prefix."""
+        name = adapter_name or self._active[0]
+        self._require([name])
+        state = state_dict if state_dict is not None else self.model.state_dict()
+        return {saved: state[key] for saved, key in self._saved_keys(name).items()}
+
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike[str],
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        is_main_process: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """Write the active adapter as ``adapter_config.json`` + ``adapter_model.safetensors`` (nothing else)."""
+        if not is_main_process:
+            return
+        if len(self._active) != 1:
+            raise AdapterError(
+                f"save_pretrained saves one adapter; active: {self._active}. Call set_adapter(name) first."
+            )
+        from safetensors.torch import save_file
+
+        name = self._active[0]
+        tensors = {
+            PEFT_PREFIX + k: v.detach().to("cpu").contiguous().clone()
+            for k, v in self.get_adapter_state_dict(name, state_dict).items()
+        }
+        config = attrs.evolve(self.configs[name], inference_mode=True)
+        with staged_folder(save_directory) as staging:
+            save_file(tensors, str(staging / ADAPTER_WEIGHTS_NAME), metadata={"format": "pt"})
+            config.save_pretrained(staging)
+
+    # -- merging -------------------------------------------------------------------------------
+    def merge_adapter(self, adapter_names: list[str] | None = None, safe_merge: bool = False) -> None:
+        """Add the (active, or named) adapters' ``B @ A * scaling`` into the base weights."""
+        if adapter_names is not None:
+            self._require(adapter_names)
+        for path, module in self._wrappers(LoraLayer):
+            module.merge(adapter_names, safe_merge, where=path)
+
+    def unmerge_adapter(self) -> None:
+        for _, module in self._wrappers(LoraLayer):
+            module.unmerge()
+
+    def merge_and_unload(
+        self, progressbar: bool = False, safe_merge: bool = False, adapter_names: list[str] | None = None
+    ) -> nn.Module:
+        """Merge the adapters into the base weights and remove every adapter module; returns the model."""
+        self.merge_adapter(adapter_names, safe_merge)
+        return self.unload()
+
+    def unload(self) -> nn.Module:
+        """Remove every adapter module without merging; returns the model."""
+        for path, module in list(self._wrappers((LoraLayer, ModulesToSave))):
+            if isinstance(module, LoraLayer):
+                self._replace(path, module.base_layer)
+            else:
+                self._replace(path, module._target())
+        self.configs.clear()
+        self._active = []
+        self.model.__dict__.pop("_adapter_manager", None)
+        return self.model
+
+    def get_nb_trainable_parameters(self) -> tuple[int, int]:
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        return trainable, sum(p.numel() for p in self.model.parameters())
+
+    def print_trainable_parameters(self) -> None:
+        trainable, total = self.get_nb_trainable_parameters()
+        print(
+            f"trainable params: {trainable:,d} || all params: {total:,d} || trainable%: {100 * trainable / total:.4f}"
+        )
+
+
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = folder / ADAPTER_WEIGHTS_NAME
+    if not path.is_file():
+        legacy = (
+            " (adapter_model.bin is not read: re-save it as safetensors)"
+            if (folder / "adapter_model.bin").is_file()
+            else ""
+        )
+        raise AdapterError(f"{path} not found{legacy}; an adapter folder holds {ADAPTER_WEIGHTS_NAME}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise AdapterError(f"{path} is not a readable safetensors file: {exc}") from exc
