@@ -196,6 +196,8 @@ AutoModelForTokenClassification = auto_class("AutoModelForTokenClassification")
 AutoModelForQuestionAnswering = auto_class("AutoModelForQuestionAnswering")
 AutoModelForNextSentencePrediction = auto_class("AutoModelForNextSentencePrediction")
 AutoModelForPreTraining = auto_class("AutoModelForPreTraining")
+AutoModelForCTC = auto_class("AutoModelForCTC")
+AutoModelForAudioClassification = auto_class("AutoModelForAudioClassification")
 
 
 class AutoTokenizer:
@@ -253,19 +255,69 @@ def _backend_for(tokenizer_class: str | None, folder: Path | None) -> Any:
     raise registry.missing_error("tokenizers", "fast", what="tokenizer backend")
 
 
-class AutoProcessor:
-    """A registered processor for the folder's ``processor_class``, else its tokenizer."""
+def _json_if_present(pretrained: Any, name: str, hub_kwargs: dict[str, Any]) -> dict[str, Any]:
+    path = resolve_file(pretrained, name, required=False, **hub_kwargs)
+    return read_json(path, what=name) if path is not None else {}
+
+
+def _processor_for_model_type(pretrained: Any, hub_kwargs: dict[str, Any], role: str) -> Any:
+    """The processors-registry entry declared (``model_types=``, ``role=``) for the folder's model_type."""
+    model_type = _json_if_present(pretrained, CONFIG_NAME, hub_kwargs).get("model_type")
+    for reg in registry.all("processors"):
+        if model_type and model_type in reg.meta.get("model_types", ()) and reg.meta.get("role") == role:
+            return reg.load()
+    return None
+
+
+class AutoFeatureExtractor:
+    """``preprocessor_config.json`` (or ``processor_config.json``) ``feature_extractor_type``, else the model type."""
 
     @staticmethod
     def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> Any:
         pretrained, kwargs = resolve_source(pretrained, kwargs)
         hub_kwargs, _ = split_hub_kwargs(kwargs)
-        for file_name in ("processor_config.json", "preprocessor_config.json"):
-            path = resolve_file(pretrained, file_name, required=False, **hub_kwargs)
-            if path is None:
-                continue
-            data = read_json(path, what="processor configuration")
-            name = data.get("processor_class") or data.get("image_processor_type") or data.get("feature_extractor_type")
+        data = _json_if_present(pretrained, "preprocessor_config.json", hub_kwargs) or (
+            _json_if_present(pretrained, "processor_config.json", hub_kwargs).get("feature_extractor") or {}
+        )
+        name = data.get("feature_extractor_type")
+        cls = registry.require("processors", name, what="feature extractor") if name else None
+        cls = cls or _processor_for_model_type(pretrained, hub_kwargs, "feature_extractor")
+        if cls is None:
+            raise ConfigError(
+                f"{pretrained}: no feature extractor found (no 'feature_extractor_type' in preprocessor_config.json "
+                "and no installed plugin declares one for its model_type); save one with feature_extractor.save_pretrained"
+            )
+        return cls.from_pretrained(pretrained, **kwargs)
+
+    @staticmethod
+    def register(name: str, feature_extractor_class: type, model_types: tuple[str, ...] = ()) -> None:
+        registry.add("processors", name, feature_extractor_class, role="feature_extractor", model_types=model_types)
+
+
+class AutoProcessor:
+    """``processor_class`` of the folder's processor/preprocessor/tokenizer config, else the model type's
+    processor, else its tokenizer, else its feature extractor."""
+
+    @staticmethod
+    def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> Any:
+        pretrained, kwargs = resolve_source(pretrained, kwargs)
+        hub_kwargs, _ = split_hub_kwargs(kwargs)
+        names = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
+        configs = [_json_if_present(pretrained, name, hub_kwargs) for name in names]
+        for data in configs[:2]:
+            name = data.get("processor_class") or data.get("image_processor_type")
             if name:
                 return registry.require("processors", name, what="processor").from_pretrained(pretrained, **kwargs)
-        return AutoTokenizer.from_pretrained(pretrained, **kwargs)
+        cls = None
+        if configs[2].get("processor_class"):
+            cls = registry.require("processors", configs[2]["processor_class"], what="processor")
+        cls = cls or _processor_for_model_type(pretrained, hub_kwargs, "processor")
+        if cls is not None and configs[2]:
+            return cls.from_pretrained(pretrained, **kwargs)
+        if configs[2] or not (configs[1] or configs[0]):
+            return AutoTokenizer.from_pretrained(pretrained, **kwargs)
+        return AutoFeatureExtractor.from_pretrained(pretrained, **kwargs)
+
+    @staticmethod
+    def register(name: str, processor_class: type, model_types: tuple[str, ...] = ()) -> None:
+        registry.add("processors", name, processor_class, role="processor", model_types=model_types)
