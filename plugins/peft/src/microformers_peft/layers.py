@@ -85,6 +85,7 @@ class LoraLayer(_Passthrough):
         self.lora_A[name] = nn.Linear(self.in_features, r, bias=False, device=device, dtype=dtype)
         self.lora_B[name] = nn.Linear(r, self.out_features, bias=False, device=device, dtype=dtype)
         self.scaling[name] = scaling
+        self.train(self.base_layer.training)  # a model in eval mode gets adapters in eval mode (no dropout)
         if init is True:
             nn.init.kaiming_uniform_(self.lora_A[name].weight, a=math.sqrt(5))
             nn.init.zeros_(self.lora_B[name].weight)
@@ -97,7 +98,8 @@ class LoraLayer(_Passthrough):
         if name in self.merged_adapters:
             self.unmerge([name])
         for holder in (self.lora_dropout, self.lora_A, self.lora_B):
-            holder.pop(name, None)
+            if name in holder:
+                del holder[name]
         self.scaling.pop(name, None)
         self.active_adapters = [a for a in self.active_adapters if a != name]
 
@@ -171,6 +173,7 @@ class ModulesToSave(_Passthrough):
         self.modules_to_save = nn.ModuleDict()
         self.active_adapters: list[str] = []
         self.disabled = False
+        self.train(original_module.training)
 
     def add(self, name: str) -> None:
         clone = copy.deepcopy(self.original_module)
@@ -178,7 +181,8 @@ class ModulesToSave(_Passthrough):
         self.modules_to_save[name] = clone
 
     def remove(self, name: str) -> None:
-        self.modules_to_save.pop(name, None)
+        if name in self.modules_to_save:
+            del self.modules_to_save[name]
         self.active_adapters = [a for a in self.active_adapters if a != name]
 
     @property
