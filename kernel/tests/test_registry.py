@@ -33,13 +33,25 @@ def test_missing_name_error_names_broken_plugins_and_their_cause():
     assert "kernel API 99" in message
 
 
-def test_known_provider_is_named_when_missing(monkeypatch):
-    from microformers import plugins
-
-    monkeypatch.setitem(plugins.KNOWN_PROVIDERS, ("configs", "unobtainium"), "microformers-unobtainium")
+def test_known_provider_is_named_when_missing():
     reg = Registry()
+    reg.discover()
+    reg.providers[("configs", "unobtainium")] = "microformers-unobtainium"
     with pytest.raises(PluginError, match="pip install microformers-unobtainium"):
         reg.require("configs", "unobtainium", what="model_type")
+
+
+def test_providers_are_plugin_data():
+    """The kernel has no provider table: the hints come from the plugins' MICROFORMERS_PROVIDES (builtin's too)."""
+    from microformers import plugins
+    from microformers.builtin import plugin as builtin
+
+    assert not hasattr(plugins, "KNOWN_PROVIDERS")
+    assert microformers.registry.provider_of("configs", "llama") == "microformers-llama"
+    assert microformers.registry.provider_of("models", "gpt2") == "microformers-gpt2"
+    assert microformers.registry.provider_of("pipelines", "fill-mask") == "microformers-pipelines"
+    declared = {(k, n) for kinds in builtin.MICROFORMERS_PROVIDES.values() for k, ns in kinds.items() for n in ns}
+    assert declared <= set(microformers.registry.providers)
 
 
 def test_unknown_model_type_lists_installed(tmp_path):

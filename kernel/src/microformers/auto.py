@@ -15,6 +15,7 @@ from .configuration import CONFIG_NAME, PretrainedConfig, read_json
 from .errors import ConfigError, MicroformersError
 from .hub import resolve_file, resolve_folder, split_hub_kwargs
 from .plugins import IN_PROCESS, registry
+from .weights import Checkpoint, open_checkpoint, resolve_source
 
 TOKENIZER_FILES = [
     "tokenizer.json",
@@ -31,38 +32,16 @@ TOKENIZER_FILES = [
 ]
 
 
-def resolve_source(pretrained: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """Turn a registered model alias (``register_model_sources``) into a folder and its loading kwargs."""
-    if isinstance(pretrained, (str, os.PathLike)) and not Path(pretrained).exists():
-        reg = registry.get("model_sources", str(pretrained))
-        if reg is not None:
-            path, source_kwargs = reg.load()()
-            return path, {**source_kwargs, **kwargs}
-    return pretrained, kwargs
-
-
-def _format_config_dict(pretrained: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """Config carried inside a weights file (GGUF), when a format for it was asked for."""
-    gguf_file = kwargs.get("gguf_file")
-    if not gguf_file:
-        return None
-    hub_kwargs, _ = split_hub_kwargs(kwargs)
-    fmt = registry.require("checkpoint_formats", "gguf", what="checkpoint format")
-    folder = resolve_folder(pretrained, [str(gguf_file)], **hub_kwargs)
-    return fmt.load_config(fmt.find(folder, gguf_file=gguf_file))
-
-
 class AutoConfig:
     """``AutoConfig.from_pretrained(path)`` returns the registered config class for its ``model_type``."""
 
     @staticmethod
-    def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> PretrainedConfig:
-        pretrained, kwargs = resolve_source(pretrained, kwargs)
-        hub_kwargs, rest = split_hub_kwargs(kwargs)
+    def from_pretrained(pretrained: str | os.PathLike[str] | Checkpoint, **kwargs: Any) -> PretrainedConfig:
+        checkpoint, rest = open_checkpoint(pretrained, kwargs)
+        pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         trust_remote_code = rest.pop("trust_remote_code", None)
         code_options = {k: rest.pop(k) for k in ("code_revision", "code_sha256") if k in rest}
-        config_dict = _format_config_dict(pretrained, kwargs)
-        rest.pop("gguf_file", None)
+        config_dict = checkpoint.carried("config")
         where = f"{pretrained}/{CONFIG_NAME}"
         if config_dict is None:
             path = resolve_file(pretrained, CONFIG_NAME, **hub_kwargs)
@@ -139,24 +118,25 @@ class _AutoModel:
 
     @classmethod
     def from_pretrained(cls, pretrained: str | os.PathLike[str], *model_args: Any, **kwargs: Any) -> Any:
-        pretrained, kwargs = resolve_source(pretrained, kwargs)
+        adapter, pretrained = _adapter_folder(pretrained)
+        adapter_kwargs = {"adapter_name": kwargs.pop("adapter_name", None), **(kwargs.pop("adapter_kwargs", None) or {})}
+        checkpoint, kwargs = open_checkpoint(pretrained, kwargs)
         config = kwargs.pop("config", None)
-        hub_kwargs, _ = split_hub_kwargs(kwargs)
         trust_remote_code = kwargs.get("trust_remote_code")
         code = {k: kwargs.pop(k) for k in ("code_revision", "code_sha256") if k in kwargs}
         if not isinstance(config, PretrainedConfig):
-            config_kwargs = {
-                k: kwargs[k]
-                for k in ("gguf_file", "trust_remote_code", "revision", "cache_dir", "token")
-                if k in kwargs
-            }
-            config_kwargs.update({k: kwargs[k] for k in ("local_files_only", "subfolder") if k in kwargs})
-            config = AutoConfig.from_pretrained(config or pretrained, **config_kwargs, **code)
+            config_kwargs = {"trust_remote_code": trust_remote_code} if "trust_remote_code" in kwargs else {}
+            if config is not None:
+                config_kwargs.update(checkpoint.hub_kwargs)
+            config = AutoConfig.from_pretrained(config or checkpoint, **config_kwargs, **code)
             for key in list(kwargs):
                 if hasattr(config, key) and key not in ("dtype", "torch_dtype"):
                     setattr(config, key, kwargs.pop(key))
-        model_cls = cls._model_class(config, pretrained, trust_remote_code, hub_kwargs, code)
-        return model_cls.from_pretrained(pretrained, *model_args, config=config, **kwargs)
+        model_cls = cls._model_class(config, checkpoint.source, trust_remote_code, checkpoint.hub_kwargs, code)
+        model = model_cls.from_pretrained(checkpoint, *model_args, config=config, **kwargs)
+        if adapter is not None:
+            model.load_adapter(adapter, **adapter_kwargs)
+        return model
 
     @classmethod
     def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> Any:
@@ -175,6 +155,22 @@ class _AutoModel:
             registry.add("configs", model_type, config_class)
         registry.add("models", key, model_class)
         registry.add("architectures", model_class.__name__, model_class, model_type=model_type)
+
+
+def _adapter_folder(pretrained: Any) -> tuple[Path | None, Any]:
+    """A local adapter folder (``adapter_config.json``) and the base model to load it onto."""
+    folder = Path(pretrained).expanduser() if isinstance(pretrained, (str, os.PathLike)) else None
+    if folder is None or not (folder / "adapter_config.json").is_file():
+        return None, pretrained
+    if (folder / CONFIG_NAME).is_file():
+        return folder, pretrained
+    base = read_json(folder / "adapter_config.json", what="adapter configuration").get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(
+            f"{folder / 'adapter_config.json'} names no base_model_name_or_path: load the base model, "
+            f"then call model.load_adapter('{folder}')"
+        )
+    return folder, base
 
 
 _AUTO_CLASSES: dict[str, type[_AutoModel]] = {}
@@ -207,18 +203,15 @@ class AutoTokenizer:
         raise MicroformersError("use AutoTokenizer.from_pretrained(...)")
 
     @staticmethod
-    def from_pretrained(pretrained: str | os.PathLike[str], *inputs: Any, **kwargs: Any) -> Any:
-        pretrained, kwargs = resolve_source(pretrained, kwargs)
-        hub_kwargs, rest = split_hub_kwargs(kwargs)
+    def from_pretrained(pretrained: str | os.PathLike[str] | Checkpoint, *inputs: Any, **kwargs: Any) -> Any:
+        checkpoint, rest = open_checkpoint(pretrained, kwargs)
+        pretrained = checkpoint.source
         rest.pop("trust_remote_code", None)
-        gguf_file = rest.pop("gguf_file", None)
-        if gguf_file:
-            fmt = registry.require("checkpoint_formats", "gguf", what="checkpoint format")
-            folder = resolve_folder(pretrained, [str(gguf_file)], **hub_kwargs)
-            files = fmt.load_tokenizer_files(fmt.find(folder, gguf_file=gguf_file))
+        files = checkpoint.carried("tokenizer_files")
+        if files is not None:
             backend = _backend_for(files.get("tokenizer_config.json", {}).get("tokenizer_class"), None)
             return backend.from_files(files, *inputs, **rest)
-        folder = resolve_folder(pretrained, TOKENIZER_FILES, **hub_kwargs)
+        folder = resolve_folder(pretrained, TOKENIZER_FILES, **checkpoint.hub_kwargs)
         config_path = folder / "tokenizer_config.json"
         tokenizer_class = None
         if config_path.is_file():

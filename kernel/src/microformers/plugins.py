@@ -9,6 +9,7 @@ conflict rule.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -45,34 +46,25 @@ HOOKS: dict[str, str] = {
     "register_model_sources": "model_sources",
 }
 
-# Names the first-party plugins provide, so a missing one can be named in the error.
-KNOWN_PROVIDERS: dict[tuple[str, str], str] = {
-    **{("configs", t): "microformers-llama" for t in ("llama", "mistral", "qwen2")},
-    ("configs", "bert"): "microformers-bert",
-    ("configs", "gpt2"): "microformers-gpt2",
-    ("tokenizers", "fast"): "microformers-tokenizers",
-    ("checkpoint_formats", "gguf"): "microformers-gguf",
-    ("model_sources", "smollm2-135m-instruct"): "microformers-gguf",
-    **{("generation_strategies", s): "microformers-generation" for s in ("greedy", "sample", "beam_search")},
-    **{
-        ("pipelines", t): "microformers-pipelines"
-        for t in (
-            "text-generation",
-            "fill-mask",
-            "text-classification",
-            "token-classification",
-            "question-answering",
-            "feature-extraction",
-            "zero-shot-classification",
+def check_plugin_module(module: Any) -> None:
+    """Raise ``PluginError`` unless an entry module declares this kernel's API and implements only known hooks."""
+    wanted = getattr(module, "MICROFORMERS_API_VERSION", None)
+    if wanted is None:
+        raise PluginError(f"it does not declare MICROFORMERS_API_VERSION (this kernel provides {KERNEL_API_VERSION})")
+    if int(wanted) != KERNEL_API_VERSION:
+        raise PluginError(
+            f"it targets kernel API {wanted}, but microformers provides API {KERNEL_API_VERSION}; "
+            "install a version of the plugin built for this microformers, or a matching microformers"
         )
-    },
-    **{
-        ("exports", n): "microformers-trainer"
-        for n in ("Trainer", "TrainingArguments", "TrainerCallback", "TrainerState", "TrainerControl")
-    },
-    **{("exports", n): "microformers-peft" for n in ("LoraConfig", "PeftConfig")},
-    **{("exports", n): "microformers-quant" for n in ("Int8Config", "Int4Config", "GgufQuantConfig")},
-}
+    for name, value in vars(module).items():
+        marked = hasattr(value, f"{ENTRY_POINT_GROUP}_impl")
+        if (marked or name.startswith("register_")) and callable(value) and (name not in HOOKS or not marked):
+            close = difflib.get_close_matches(name, HOOKS, n=1)
+            problem = "is not marked @microformers.hookimpl" if name in HOOKS else "is not a microformers hook"
+            hint = f"; did you mean '{close[0]}'?" if close and name not in HOOKS else "."
+            raise PluginError(
+                f"{getattr(module, '__name__', module)}.{name} {problem}{hint} Hooks: {', '.join(HOOKS)}."
+            )
 
 
 def resolve_ref(ref: Any) -> Any:
@@ -143,6 +135,8 @@ class Registry:
         self._preferences: dict[tuple[str, Any], str] = {}
         self._warned: set[tuple[str, Any]] = set()
         self.plugins: dict[str, PluginInfo] = {}
+        # (kind, name) -> distribution, from the plugins' MICROFORMERS_PROVIDES declarations
+        self.providers: dict[tuple[str, Any], str] = {}
         self._pm = pluggy.PluginManager("microformers")
         self._pm.add_hookspecs(hookspecs)
 
@@ -172,17 +166,11 @@ class Registry:
         self.plugins[ep.name] = info
         try:
             module = ep.load()
-            wanted = getattr(module, "MICROFORMERS_API_VERSION", None)
-            if wanted is None:
-                raise PluginError(
-                    f"it does not declare MICROFORMERS_API_VERSION (this kernel provides {KERNEL_API_VERSION})"
-                )
-            if int(wanted) != KERNEL_API_VERSION:
-                raise PluginError(
-                    f"it targets kernel API {wanted}, but microformers provides API {KERNEL_API_VERSION}; "
-                    "install a version of the plugin built for this microformers, or a matching microformers"
-                )
+            check_plugin_module(module)
             self._pm.register(module, name=ep.name)
+            for distribution, kinds in getattr(module, "MICROFORMERS_PROVIDES", {}).items():
+                for kind, names in kinds.items():
+                    self.providers.update(dict.fromkeys(((kind, n) for n in names), distribution))
             for caller in self._pm.get_hookcallers(module) or ():
                 kind = HOOKS[caller.name]
                 for impl in caller.get_hookimpls():
@@ -277,8 +265,9 @@ class Registry:
         raise self.missing_error(kind, name, what)
 
     def provider_of(self, kind: str, name: Any) -> str | None:
-        """The distribution known to provide ``(kind, name)``, for error messages."""
-        return KNOWN_PROVIDERS.get(("configs" if kind == "models" else kind, name))
+        """The distribution a plugin declares (``MICROFORMERS_PROVIDES``) as providing ``(kind, name)``."""
+        self.discover()
+        return self.providers.get(("configs" if kind == "models" else kind, name))
 
     def missing_error(self, kind: str, name: Any, what: str | None = None) -> UnknownModelTypeError | PluginError:
         self.discover()

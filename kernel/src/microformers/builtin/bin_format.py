@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from microformers.builtin.safetensors_format import variant_name
 from microformers.configuration import read_json
 from microformers.errors import CheckpointError, FileMissingError
 from microformers.weights import FormatRefused
@@ -19,10 +20,17 @@ INDEX_NAME = "pytorch_model.bin.index.json"
 
 class PytorchBinFormat:
     name = "pytorch_bin"
+    arguments = ("use_safetensors", "variant")
+    expected = f"{WEIGHTS_NAME} with use_safetensors=False"
 
-    def find(self, folder: Path, use_safetensors: bool | None = None, **_: Any) -> list[Path] | None:
-        index = folder / INDEX_NAME
-        single = folder / WEIGHTS_NAME
+    def patterns(self, use_safetensors: bool | None = None, **_: Any) -> list[str]:
+        return ["*.bin"] if use_safetensors is False else []
+
+    def find(
+        self, folder: Path, use_safetensors: bool | None = None, variant: str | None = None, **_: Any
+    ) -> list[Path] | None:
+        index = folder / variant_name(INDEX_NAME, variant)
+        single = folder / variant_name(WEIGHTS_NAME, variant)
         if not (index.is_file() or single.is_file()):
             return None
         if use_safetensors is not False:

@@ -58,13 +58,28 @@ class LazySafetensors(Mapping[str, Any]):
         return len(self._where)
 
 
+def variant_name(name: str, variant: str | None) -> str:
+    """``model.safetensors`` -> ``model.fp16.safetensors``; ``x.index.json`` -> ``x.index.fp16.json``."""
+    if not variant:
+        return name
+    stem, _, suffix = name.rpartition(".")
+    return f"{stem}.{variant}.{suffix}"
+
+
 class SafetensorsFormat:
     name = "safetensors"
+    arguments = ("use_safetensors", "variant")
+    expected = f"{WEIGHTS_NAME}, or {INDEX_NAME} with its shards"
 
-    def find(self, folder: Path, use_safetensors: bool | None = None, **_: Any) -> list[Path] | None:
+    def patterns(self, use_safetensors: bool | None = None, **_: Any) -> list[str]:
+        return [] if use_safetensors is False else ["*.safetensors"]
+
+    def find(
+        self, folder: Path, use_safetensors: bool | None = None, variant: str | None = None, **_: Any
+    ) -> list[Path] | None:
         if use_safetensors is False:
             return None
-        index = folder / INDEX_NAME
+        index = folder / variant_name(INDEX_NAME, variant)
         if index.is_file():
             weight_map = read_json(index, what="safetensors shard index").get("weight_map")
             if not isinstance(weight_map, dict):
@@ -76,7 +91,7 @@ class SafetensorsFormat:
                         f"shard {shard} named in {index} is missing from {folder}; download or copy all shards"
                     )
             return [folder / s for s in shards]
-        single = folder / WEIGHTS_NAME
+        single = folder / variant_name(WEIGHTS_NAME, variant)
         return [single] if single.is_file() else None
 
     def load(self, files: list[Path], **_: Any) -> LazySafetensors:

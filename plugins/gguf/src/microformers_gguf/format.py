@@ -131,6 +131,12 @@ class GGUFFormat:
     """The object registered as checkpoint format ``gguf``."""
 
     name = "gguf"
+    arguments = ("gguf_file",)
+    selected_by = ("gguf_file",)  # an explicit gguf_file wins over every format's priority
+    expected = "a .gguf file named with gguf_file=..."
+
+    def patterns(self, gguf_file: str | None = None, **_: Any) -> list[str]:
+        return [str(gguf_file)] if gguf_file else []
 
     def find(self, folder: str | os.PathLike[str], gguf_file: str | None = None, **kwargs: Any) -> list[Path] | None:
         """``[folder / gguf_file]`` when ``gguf_file`` is given (it must exist); otherwise not a GGUF load."""

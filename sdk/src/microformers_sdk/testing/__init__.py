@@ -1,7 +1,8 @@
 """The conformance kit: checks every model plugin runs against its own tiny config.
 
 ``ModelConformanceTests`` is the pytest suite to subclass (see :mod:`.suite`); the ``check_*``
-functions in :mod:`.checks` are the same checks as plain functions. Importing this package imports
+functions in :mod:`.checks` are the same checks as plain functions. ``PluginConformanceTests``
+(:mod:`.plugin_checks`) is what every distribution runs against its entry point. Importing this package imports
 pytest and torch, so only tests should import it.
 """
 
@@ -22,10 +23,12 @@ from .checks import (
     random_token_ids,
     randomize_parameters,
 )
+from .plugin_checks import PluginConformanceTests, check_plugin
 from .suite import ModelConformanceTests
 
 __all__ = [
     "ModelConformanceTests",
+    "PluginConformanceTests",
     "build_model",
     "check_batch_consistency",
     "check_cache_equivalence",
@@ -33,6 +36,7 @@ __all__ = [
     "check_gradients_flow",
     "check_loss",
     "check_padding_invariance",
+    "check_plugin",
     "check_save_load_round_trip",
     "default_labels",
     "main_outputs",

@@ -1,0 +1,10 @@
+"""microformers-bert's entry point through the SDK's plugin conformance checks (no torch at discovery, valid hooks)."""
+
+from __future__ import annotations
+
+from microformers_sdk.testing import PluginConformanceTests
+
+
+class TestBertPluginConformance(PluginConformanceTests):
+    plugin_name = "bert"
+    registers = (("configs", "bert"), ("models", ("bert", "AutoModelForMaskedLM")))
