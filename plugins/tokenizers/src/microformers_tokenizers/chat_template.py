@@ -3,14 +3,20 @@
 Templates come from model folders downloaded from the internet, so they are untrusted code. They run
 in jinja2's ``ImmutableSandboxedEnvironment`` (no attribute access to ``__class__`` and other
 internals, no mutation of lists and dicts passed in), and everything they can see is rebuilt from
-plain JSON-like values first.
+plain JSON-like values first. Resources are bounded too (``LIMITS``): rendering time, the size of every
+string, list and output the template builds, and the size of integers; every failure, whatever Python
+raised inside, is a ``ChatTemplateError`` naming the template.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import inspect
 import json
+import re
+import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import lru_cache
@@ -19,6 +25,7 @@ from typing import Any
 import jinja2
 import jinja2.ext
 import jinja2.utils
+from jinja2.compiler import CodeGenerator
 from jinja2.exceptions import SecurityError, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -40,6 +47,72 @@ class ChatTemplateError(ConfigError, TemplateError):
 
 class ChatTemplateSecurityError(ChatTemplateError, SecurityError):
     """A chat template tried to reach Python internals and the sandbox refused."""
+
+
+@dataclasses.dataclass
+class TemplateLimits:
+    """What one chat template rendering may use. Real chat templates stay far below every limit."""
+
+    seconds: float = 5.0  # wall-clock time of one rendering
+    chars: int = 2**25  # length of the output and of any string, list or dict the template builds
+    int_bits: int = 4096  # size of any integer the template computes (about 1,200 decimal digits)
+
+
+LIMITS = TemplateLimits()
+
+
+class _LimitExceeded(SecurityError):
+    pass
+
+
+class _Timeout(BaseException):
+    """Raised asynchronously inside the rendering thread when its time is up."""
+
+
+def _check_size(value: Any, what: str) -> Any:
+    if isinstance(value, str | list | tuple | dict) and len(value) > LIMITS.chars:
+        raise _LimitExceeded(f"{what} would build a value of {len(value):,} items (limit {LIMITS.chars:,})")
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > LIMITS.int_bits:
+        raise _LimitExceeded(f"{what} would build a {value.bit_length():,}-bit integer (limit {LIMITS.int_bits:,})")
+    return value
+
+
+_FORMAT_WIDTH = re.compile(r"(?:%[-+ #0]*\.?|\{[^{}]*:[^{}]*?)(\d+)")  # widths/precisions in % and {} formats
+
+
+def _check_args(args: Any, what: str) -> None:
+    """Refuse sizes/widths beyond the limits before a string function allocates them."""
+    for arg in args:
+        if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > LIMITS.chars:
+            raise _LimitExceeded(f"{what} got the integer argument {arg:.3g} (limit {LIMITS.chars:,})")
+        if isinstance(arg, str) and any(int(w) > LIMITS.chars for w in _FORMAT_WIDTH.findall(arg)):
+            raise _LimitExceeded(f"{what} got a format with a width beyond {LIMITS.chars:,}")
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str | list | tuple | dict) else 0
+
+
+def _binop_limits(operator: str, left: Any, right: Any) -> None:
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (left, right))
+    what = f"the operation {operator!r}"
+    if operator == "**" and ints and right > 0 and abs(left) > 1:
+        if right * max(abs(left).bit_length() - 1, 1) > LIMITS.int_bits:
+            raise _LimitExceeded(
+                f"{what} would compute a number of about {right * abs(left).bit_length():,} bits "
+                f"(limit {LIMITS.int_bits:,})"
+            )
+    elif operator == "*" and ints:
+        if left.bit_length() + right.bit_length() > LIMITS.int_bits + 1:
+            raise _LimitExceeded(f"{what} would compute a number beyond {LIMITS.int_bits:,} bits")
+    elif operator == "*":
+        count, seq = (left, right) if isinstance(left, int) else (right, left)
+        if isinstance(count, int) and count > 0 and _length(seq) * count > LIMITS.chars:
+            raise _LimitExceeded(f"{what} would build {_length(seq) * count:,} items (limit {LIMITS.chars:,})")
+    elif operator == "+" and _length(left) + _length(right) > LIMITS.chars:
+        raise _LimitExceeded(f"{what} would build {_length(left) + _length(right):,} items (limit {LIMITS.chars:,})")
+    elif operator == "%" and isinstance(left, str):
+        _check_args([left], what)
 
 
 def _raise_exception(message: str) -> None:
@@ -79,7 +152,7 @@ class _SafeNamespace(jinja2.utils.Namespace):
 
     def __setitem__(self, name: str, value: Any) -> None:
         _SafeNamespace._check(name)
-        jinja2.utils.Namespace.__setitem__(self, name, value)
+        jinja2.utils.Namespace.__setitem__(self, name, _check_size(value, f"namespace.{name}"))
 
     @staticmethod
     def _check(name: Any) -> None:
@@ -101,15 +174,75 @@ class _GenerationTag(jinja2.ext.Extension):
         return caller()
 
 
+class _BoundedCodeGenerator(CodeGenerator):
+    """``a ~ b`` goes through the environment, so the size of concatenations is checked too."""
+
+    def visit_Concat(self, node: Any, frame: Any) -> None:
+        self.write("environment.bounded_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class _StrictSandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox, but reaching for an unsafe attribute fails at once.
+    """The immutable sandbox, but reaching for an unsafe attribute fails at once, and sizes are bounded.
 
     jinja2's sandbox answers ``obj.__class__`` with an undefined value that prints as an empty
     string; an escape attempt should stop the template with an error instead of rendering quietly.
     """
 
+    code_generator_class = _BoundedCodeGenerator
+    intercepted_binops = frozenset(["**", "*", "+", "%"])
+
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe")
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        _binop_limits(operator, left, right)
+        return _check_size(super().call_binop(context, operator, left, right), f"the operation {operator!r}")
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(__obj, "__name__", type(__obj).__name__)
+        if isinstance(getattr(__obj, "__self__", None), str):
+            _check_args([*args, *kwargs.values()], f"{name}()")
+        return _check_size(ImmutableSandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs), f"{name}()")
+
+    def wrap_str_format(self, value: Any) -> Any:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            _check_args([value.__self__], "str.format")
+        return wrapped
+
+    def bounded_concat(self, values: Any) -> str:
+        total = 0
+        parts = []
+        for value in values:
+            part = str(value)
+            total += len(part)
+            if total > LIMITS.chars:
+                raise _LimitExceeded(f"'~' would build a string of over {LIMITS.chars:,} characters")
+            parts.append(part)
+        return "".join(parts)
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    if not all(isinstance(v, int) for v in (n, min, max)) or n * max > 100_000:
+        raise _LimitExceeded(f"lipsum(n={n!r}, max={max!r}) asks for more than 100,000 words")
+    return jinja2.utils.generate_lorem_ipsum(n, html, min, max)
+
+
+def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        skip = 2 if hasattr(func, "jinja_pass_arg") else 1  # the context/environment, then the filtered value
+        checked = [*args[skip:], *kwargs.values()]
+        _check_args(
+            [a for a in checked if not isinstance(a, str)] + (list(args[:1]) if name == "format" else []), f"|{name}"
+        )
+        return _check_size(func(*args, **kwargs), f"the filter |{name}")
+
+    return bounded
 
 
 @lru_cache(maxsize=32)
@@ -121,6 +254,8 @@ def compile_chat_template(source: str) -> jinja2.Template:
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _DictFactory()
     env.globals["namespace"] = _SafeNamespace
+    env.globals["lipsum"] = _lipsum
+    env.filters = {name: _bounded_filter(name, func) for name, func in env.filters.items()}
     try:
         return env.from_string(source)
     except TemplateError as exc:
@@ -224,15 +359,23 @@ def render_chat_template(
     documents: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = False,
     continue_final_message: bool | str = False,
+    template_name: str = "the chat template",
     **template_kwargs: Any,
 ) -> list[str]:
-    """Render each conversation with ``template``; returns one string per conversation."""
+    """Render each conversation with ``template``; returns one string per conversation.
+
+    ``template_name`` names the template in errors (e.g. "the chat template 'tool_use' of <folder>").
+    """
+    name = template_name
     if continue_final_message and add_generation_prompt:
         raise ConfigError(
             "apply_chat_template: continue_final_message and add_generation_prompt cannot both be set; use "
             "continue_final_message to extend the last message, add_generation_prompt to open a new assistant turn."
         )
-    compiled = compile_chat_template(template)
+    try:
+        compiled = compile_chat_template(template)
+    except ChatTemplateError as exc:
+        raise ChatTemplateError(f"{name}: {exc}") from exc.__cause__
     if documents is not None and not all(isinstance(d, dict) for d in documents):
         raise ConfigError("apply_chat_template(documents=...): documents must be dicts with 'title' and 'text' keys.")
     tool_schemas = plain_data(_tool_schemas(tools))
@@ -252,29 +395,83 @@ def render_chat_template(
         final_text = ""
         if continue_final_message:
             field, final_text = _tag_final_message(chat, template, continue_final_message)
-        try:
-            text = compiled.render(
+        text = _render(
+            compiled,
+            name,
+            dict(
                 messages=chat,
                 tools=tool_schemas,
                 documents=documents,
                 add_generation_prompt=add_generation_prompt,
                 **variables,
-            )
-        except SecurityError as exc:
-            raise ChatTemplateSecurityError(
-                f"the chat template was stopped by the sandbox: {exc}. Chat templates may not access Python "
-                "internals (attributes such as __class__ or __globals__); use a template that does not."
-            ) from exc
-        except TemplateError as exc:
-            raise ChatTemplateError(
-                f"the chat template raised an error: {exc.message or exc}. This usually means the conversation "
-                "does not fit the template's rules (e.g. roles must alternate user/assistant); change the messages "
-                "or pass another chat_template=..."
-            ) from exc
+            ),
+        )
         if field is not None:
             text = _cut_at_tag(text, final_text)
         rendered.append(text)
     return rendered
+
+
+def _render(compiled: jinja2.Template, name: str, variables: dict[str, Any]) -> str:
+    """Render within ``LIMITS``; any failure becomes a ``ChatTemplateError`` naming the template."""
+    hint = "Fix the template, or pass another chat_template=..."
+    try:
+        return _with_deadline(lambda: _collect(compiled.generate(**variables)), LIMITS.seconds)
+    except _Timeout:
+        raise ChatTemplateSecurityError(
+            f"{name} ran for more than {LIMITS.seconds:g} s and was stopped (a runaway loop?). {hint}"
+        ) from None
+    except _LimitExceeded as exc:
+        raise ChatTemplateSecurityError(f"{name} was stopped: {exc}. {hint}") from exc
+    except SecurityError as exc:
+        raise ChatTemplateSecurityError(
+            f"{name} was stopped by the sandbox: {exc}. Chat templates may not access Python "
+            "internals (attributes such as __class__ or __globals__); use a template that does not."
+        ) from exc
+    except TemplateError as exc:
+        raise ChatTemplateError(
+            f"{name} raised an error: {exc.message or exc}. This usually means the conversation "
+            "does not fit the template's rules (e.g. roles must alternate user/assistant); change the messages "
+            "or pass another chat_template=..."
+        ) from exc
+    except (Exception, RecursionError, MemoryError) as exc:
+        raise ChatTemplateError(f"{name} failed while rendering: {type(exc).__name__}: {exc}. {hint}") from exc
+
+
+def _collect(chunks: Any) -> str:
+    parts = []
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > LIMITS.chars:
+            raise _LimitExceeded(f"its output grew beyond {LIMITS.chars:,} characters")
+        parts.append(chunk)
+    return "".join(parts)
+
+
+def _with_deadline(work: Callable[[], str], seconds: float) -> str:
+    """Run ``work`` in this thread; after ``seconds``, raise ``_Timeout`` inside it (between bytecodes)."""
+    thread_id = ctypes.c_ulong(threading.get_ident())
+    lock = threading.Lock()
+    state = {"running": True, "fired": False}
+
+    def fire() -> None:
+        with lock:
+            if state["running"]:
+                state["fired"] = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread_id, ctypes.py_object(_Timeout))
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        return work()
+    finally:
+        with lock:
+            state["running"] = False
+            if state["fired"]:  # not delivered yet: withdraw it
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread_id, None)
+        timer.cancel()
 
 
 def _tag_final_message(
