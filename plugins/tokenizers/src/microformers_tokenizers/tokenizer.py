@@ -1099,6 +1099,17 @@ class PreTrainedTokenizerFast:
             )
         return self.chat_template
 
+    def _chat_template_name(self, chat_template: str | None, source: str) -> str:
+        """How errors name the template: which one, of which tokenizer."""
+        owner = f"of {self.name_or_path}" if self.name_or_path else "of this tokenizer"
+        if isinstance(self.chat_template, dict):
+            named = next((k for k, v in self.chat_template.items() if v == source), None)
+            if named is not None:
+                return f"the chat template '{named}' {owner}"
+        if chat_template is not None and source == chat_template:
+            return "the chat template passed as chat_template="
+        return f"the chat template {owner}"
+
     def apply_chat_template(
         self,
         conversation: Any,
@@ -1143,6 +1154,7 @@ class PreTrainedTokenizerFast:
             documents=documents,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
+            template_name=self._chat_template_name(chat_template, template),
             **variables,
         )
         text: Any = rendered if batched else rendered[0]
