@@ -1,0 +1,162 @@
+"""``quant_method: "gguf"``: load a GGUF file keeping its quantized blocks.
+
+Block types and what they become (values are exactly the file's, no re-quantisation):
+
+- ``Q4_0`` (``d * (q - 8)``): q4, group 32, scale ``d``, min ``-8 d`` (exact in float16);
+- ``Q4_1`` (``d * q + m``): q4, group 32, scale ``d``, min ``m``;
+- ``Q8_0`` (``d * q``): q8, group 32, scale ``d``.
+
+Other quantized types (``Q5_0``, ``Q5_1``, ``Q2_K`` ... ``Q6_K``) have no kernel here: they are
+de-quantised with microformers-gguf and re-quantised to group-32 int8 (symmetric), which keeps
+their memory saving and adds at most half an int8 step per value (documented drift, see
+docs/quantization.md). Float tensors (norms, F16/F32 weights) stay float. A type microformers-gguf
+cannot read is an error naming the tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from microformers.errors import CheckpointError, ConfigError
+
+from .quantizers import PluginQuantizer
+
+Q4_0, Q4_1, Q8_0 = "Q4_0", "Q4_1", "Q8_0"
+
+
+class GgufBlockSource(Mapping[str, torch.Tensor]):
+    """A GGUF file's tensors under Hugging Face names; quantized 2-D weights as ``<stem>.qweight/.scales[/.mins]``."""
+
+    def __init__(self, gguf: Any, dtype: torch.dtype) -> None:
+        from gguf.constants import GGMLQuantizationType
+
+        from microformers_gguf.architectures import (
+            architecture_of,
+            build_config,
+            hf_tensor_name,
+            is_derived_tensor,
+        )
+        from microformers_gguf.dequant import PLAIN, SUPPORTED_TYPES, is_supported
+
+        self.gguf, self.dtype = gguf, dtype
+        arch = architecture_of(gguf)
+        self.config = build_config(gguf) if arch.permutes_qk else {}
+        self.permutes = arch.permutes_qk
+        self.entries: dict[str, tuple[Any, str, str]] = {}  # key -> (tensor info, layout, part)
+        for info in gguf.tensors.values():
+            hf = hf_tensor_name(info.name)
+            if hf is None:
+                if not is_derived_tensor(info.name):
+                    continue
+                continue
+            if not is_supported(info.type_id):
+                raise CheckpointError(
+                    f"GGUF file {gguf.path}: tensor '{info.name}' uses block type {info.type_name}, which neither "
+                    f"microformers-quant nor microformers-gguf can read (readable: {', '.join(SUPPORTED_TYPES)})"
+                )
+            kind = GGMLQuantizationType(info.type_id)
+            stem, _, leaf = hf.rpartition(".")
+            if kind in PLAIN or len(info.shape) != 2 or leaf != "weight" or info.shape[1] % 32:
+                self.entries[hf] = (info, "float", "")
+                continue
+            layout = {Q4_0: "q4_0", Q4_1: "q4_1", Q8_0: "q8_0"}.get(kind.name, "requant")
+            parts = ("qweight", "scales", "mins") if layout.startswith("q4") else ("qweight", "scales")
+            for part in parts:
+                self.entries[f"{stem}.{part}"] = (info, layout, part)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def file_of(self, key: str) -> Any:
+        return self.gguf.path
+
+    def shape_of(self, key: str) -> tuple[int, ...]:
+        info, layout, part = self.entries[key]
+        rows, cols = (*info.shape, 1)[:2]
+        if layout == "float":
+            return tuple(info.shape)
+        if part == "qweight":
+            return (rows, cols // 2) if layout.startswith("q4") else (rows, cols)
+        return (rows, cols // 32)
+
+    def _raw_rows(self, info: Any) -> torch.Tensor:
+        raw = self.gguf.tensor_bytes(info)
+        rows = info.shape[0]
+        kind = info.name.split(".")[-2] if info.name.startswith("blk.") else ""
+        heads = {"attn_q": "num_attention_heads", "attn_k": "num_key_value_heads"}
+        if self.permutes and kind in heads:
+            from microformers_gguf.architectures import qk_row_permutation
+
+            perm = qk_row_permutation(rows, self.config[heads[kind]])
+            return raw.view(rows, -1).index_select(0, perm)
+        return raw.view(rows, -1)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        info, layout, part = self.entries[key]
+        if layout == "float":
+            from microformers_gguf.dequant import dequantize
+
+            raw = self._raw_rows(info).reshape(-1) if len(info.shape) == 2 else self.gguf.tensor_bytes(info)
+            return dequantize(raw, info.type_id, tuple(info.shape), self.dtype)
+        rows, cols = info.shape
+        groups = cols // 32
+        if layout == "requant":
+            return _requantize_q8(self, info, rows, cols)[part]
+        size = {"q4_0": 18, "q4_1": 20, "q8_0": 34}[layout]
+        blocks = self._raw_rows(info).view(rows, groups, size)
+        d = blocks[:, :, 0:2].contiguous().view(torch.float16).view(rows, groups)
+        if layout == "q8_0":
+            if part == "scales":
+                return d.float()
+            return blocks[:, :, 2:34].contiguous().view(torch.int8).view(rows, cols)
+        start = 2 if layout == "q4_0" else 4
+        if part == "qweight":
+            return blocks[:, :, start : start + 16].contiguous().view(rows, cols // 2)
+        if part == "scales":
+            return d
+        if layout == "q4_1":
+            return blocks[:, :, 2:4].contiguous().view(torch.float16).view(rows, groups)
+        mins = d.float() * -8.0  # Q4_0: d * (q - 8) = d * q - 8 d
+        if not torch.isfinite(mins.half()).all():
+            raise CheckpointError(f"GGUF tensor '{info.name}': a Q4_0 scale is too large to map onto int4 (-8 d)")
+        return mins.half()
+
+
+def _requantize_q8(source: GgufBlockSource, info: Any, rows: int, cols: int) -> dict[str, torch.Tensor]:
+    from microformers_gguf.dequant import dequantize
+
+    weight = dequantize(source._raw_rows(info).reshape(-1), info.type_id, (rows, cols), torch.float32)
+    w = weight.view(rows, cols // 32, 32)
+    scales = w.abs().amax(-1) / 127.0
+    q = torch.round(w / scales.clamp_min(1e-12).unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
+    return {"qweight": q.view(rows, cols), "scales": scales}
+
+
+class GgufQuantizer(PluginQuantizer):
+    quant_method = "gguf"
+    description = "GGUF blocks kept: Q4_0/Q4_1 as group-32 int4, Q8_0 as group-32 int8, float32 activations"
+
+    def open_source(self, fmt: Any, files: list[Any], dtype: torch.dtype) -> Mapping[str, Any]:
+        if getattr(fmt, "name", None) == "gguf":
+            from microformers_gguf.format import open_gguf
+
+            return GgufBlockSource(open_gguf(files[0]), dtype)
+        source = fmt.load(files, dtype=dtype)
+        if not any(key.endswith(".qweight") for key in source):
+            raise ConfigError(
+                f"quant_method 'gguf' keeps the blocks of a GGUF file, but {files[0]} is a float checkpoint: pass "
+                "gguf_file=... to load a GGUF file, or use quant_method 'int4'/'int8' for this one"
+            )
+        return source  # a folder saved from a gguf-quantized model: layouts come from its tensors
+
+    def layout_for(self, name: str, module: Any, is_head: bool) -> None:
+        return None  # whatever the file holds as float stays float
