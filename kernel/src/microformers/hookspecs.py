@@ -106,11 +106,22 @@ def register_generation_strategies(register):
 def register_checkpoint_formats(register):
     """Provide weight file formats (safetensors itself is registered this way).
 
-    Call ``register(name, fmt, priority=0)``. ``fmt`` offers ``find(folder, **kwargs) -> list[Path] | None``
-    (the files of this format in a resolved folder, or ``None``; formats are tried by descending
-    priority), ``load(files, **kwargs) -> StateDictSource`` and, when it can write,
-    ``save(state_dict, folder, max_shard_size, metadata)``. A format that also carries a config or
-    tokenizer (GGUF) implements ``load_config(files) -> dict`` and ``load_tokenizer_files(files)``.
+    Call ``register(name, fmt, priority=0)``. One kernel function (``weights.open_checkpoint``) opens a
+    checkpoint for ``AutoConfig``, ``AutoTokenizer`` and ``from_pretrained`` alike; ``fmt`` tells it:
+
+    - ``arguments``: the keyword arguments the format reads (``("gguf_file",)``); they are routed to the
+      formats, never to the config.
+    - ``selected_by``: arguments that name this format explicitly. When one is given (not None/False),
+      only the formats it names are tried, whatever the priorities; otherwise every format is tried by
+      descending priority.
+    - ``patterns(**arguments) -> list[str]``: the file patterns to fetch from a Hub repo for these arguments.
+    - ``find(folder, **arguments) -> list[Path] | None``: the files it claims in the resolved folder, or
+      ``None``; it may raise ``weights.FormatRefused`` (files there, but need an opt-in) or a clear error.
+    - ``load(files, dtype=...) -> Mapping[str, Tensor]`` (lazily read where possible).
+    - optional ``expected`` (what the files look like, for the "no weights found" error), ``save(state_dict,
+      folder, max_shard_size, metadata)`` with ``replaces`` (names/globs of old files a save supersedes;
+      ``save_pretrained`` uses the highest-priority format that saves), and, for a format whose file
+      carries a config or tokenizer (GGUF), ``load_config(files) -> dict`` and ``load_tokenizer_files(files)``.
     """
 
 

@@ -20,16 +20,13 @@ from torch import nn
 from .configuration import PretrainedConfig, dtype_name
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
-from .hub import split_hub_kwargs, staged_folder
-from .plugins import registry
+from .hub import staged_folder
 from .remote import RegisterForAutoClass, write_custom_code
-from .weights import find_checkpoint
+from .weights import open_checkpoint, save_format
 
 logger = logging.getLogger("microformers")
 
 _CONSTRUCTING_ON_META = False
-# Files of an old checkpoint a new save_pretrained replaces (never carried over: no stale shards).
-STALE_WEIGHT_FILES = ("model.safetensors", "model-?????-of-?????.safetensors", "model.safetensors.index.json")
 
 
 @contextlib.contextmanager
@@ -201,25 +198,13 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         strict: bool = True,
         **kwargs: Any,
     ) -> Any:
-        from .auto import resolve_source
-
-        pretrained, kwargs = resolve_source(pretrained_model_name_or_path, kwargs)
-        hub_kwargs, kwargs = split_hub_kwargs(kwargs)
+        checkpoint, kwargs = open_checkpoint(pretrained_model_name_or_path, kwargs)
+        pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
         kwargs.pop("low_cpu_mem_usage", None)
-        format_kwargs = {k: kwargs.pop(k) for k in ("use_safetensors", "gguf_file", "variant") if k in kwargs}
         if torch_dtype is not None:
             dtype = torch_dtype
-
-        from .hub import resolve_folder
-
-        patterns = ["*.json", "*.safetensors", "*.jinja"]
-        if format_kwargs.get("gguf_file"):
-            patterns.append(str(format_kwargs["gguf_file"]))
-        if format_kwargs.get("use_safetensors") is False:
-            patterns.append("*.bin")
-        folder = resolve_folder(pretrained, patterns, **hub_kwargs)
-        fmt_reg, files = find_checkpoint(folder, **format_kwargs)
+        folder, fmt_reg, files = checkpoint.resolve()
         fmt = fmt_reg.load()
 
         if not isinstance(config, PretrainedConfig):
@@ -390,17 +375,17 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if not is_main_process:
             return
         if not safe_serialization:
-            raise ConfigError("save_pretrained writes safetensors only; drop safe_serialization=False")
+            raise ConfigError("save_pretrained writes no pickle files (safe_serialization=False); drop that argument")
         target = Path(save_directory)
         if target.is_file():
             raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")
-        fmt = registry.require("checkpoint_formats", "safetensors", what="checkpoint format")
+        fmt = save_format()
         state = dict(state_dict if state_dict is not None else self.state_dict())
         for name in self.tied_parameter_names():
             state.pop(name, None)
         self.config.architectures = [type(self).__name__]
         self.config.dtype = dtype_name(self.dtype)
-        with staged_folder(target, replace=STALE_WEIGHT_FILES) as staging:
+        with staged_folder(target, replace=fmt.replaces) as staging:
             fmt.save(state, staging, max_shard_size, {"format": "pt"})
             write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)

@@ -70,6 +70,8 @@ class SafetensorsFormat:
     name = "safetensors"
     arguments = ("use_safetensors", "variant")
     expected = f"{WEIGHTS_NAME}, or {INDEX_NAME} with its shards"
+    # files of an old checkpoint that a save replaces (never carried over: no stale shards)
+    replaces = (WEIGHTS_NAME, "model-?????-of-?????.safetensors", INDEX_NAME)
 
     def patterns(self, use_safetensors: bool | None = None, **_: Any) -> list[str]:
         return [] if use_safetensors is False else ["*.safetensors"]
