@@ -358,9 +358,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
 
     def _after_load(self, folder: Path, hub_kwargs: dict[str, Any]) -> None:
         """Extension point run after weights are in place (generation reads generation_config.json)."""
-        loader = getattr(self, "_load_generation_config", None)
-        if loader is not None:
-            loader(folder, hub_kwargs)
+        self._load_generation_config(folder, hub_kwargs)
 
     # -- saving ----------------------------------------------------------------------------------
     def save_pretrained(
@@ -389,9 +387,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             fmt.save(state, staging, max_shard_size, {"format": "pt"})
             write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)
-            saver = getattr(self, "_save_generation_config", None)
-            if saver is not None:
-                saver(staging)
+            self._save_generation_config(staging)
             extra = getattr(self, "_save_extra_files", None)
             if extra is not None:
                 extra(staging)

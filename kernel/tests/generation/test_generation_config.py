@@ -54,8 +54,6 @@ def test_from_model_config_keeps_generation_keys_only(tiny_config_class):
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"temperature": 0.0}, "temperature"),
-        ({"num_beams": 2, "num_return_sequences": 3}, "num_return_sequences=3"),
-        ({"num_return_sequences": 2}, "do_sample=True"),
         ({"early_stopping": "sometimes"}, "early_stopping"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"min_p": 1.5}, "min_p"),

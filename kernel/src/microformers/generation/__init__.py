@@ -1,46 +1,13 @@
-"""Generation: ``GenerationConfig``, processor / criteria base classes, streamers and ``generate()``.
+"""Generation: ``GenerationConfig`` and ``generate()``, which selects a strategy and calls it.
 
-The kernel part is generic: it prepares inputs and settings and picks a decoding strategy from the
-registry (hook ``register_generation_strategies``). The strategies themselves (greedy, sampling,
-beam search) and the concrete processors and criteria come from the ``microformers-generation``
-plugin or any other plugin.
+The strategies (greedy, sampling, beam search ...), input preparation, processors, criteria and
+streamers come from the ``microformers-generation`` plugin or any other plugin (hook
+``register_generation_strategies``).
 """
 
 from __future__ import annotations
 
 from .configuration import DEFAULTS, GENERATION_CONFIG_NAME, GenerationConfig
-from .decoding import IncrementalDecoder
-from .logits_process import LogitsProcessor, LogitsProcessorList
-from .mixin import STANDARD_STRATEGIES, GenerationMixin, merge_with_defaults, select_strategy
-from .outputs import (
-    GenerateBeamDecoderOnlyOutput,
-    GenerateBeamOutput,
-    GenerateDecoderOnlyOutput,
-    GenerateNonBeamOutput,
-    GenerateOutput,
-)
-from .stopping_criteria import StoppingCriteria, StoppingCriteriaList
-from .streamers import BaseStreamer, TextIteratorStreamer, TextStreamer
+from .mixin import GenerationMixin, select_strategy
 
-__all__ = [
-    "DEFAULTS",
-    "GENERATION_CONFIG_NAME",
-    "STANDARD_STRATEGIES",
-    "BaseStreamer",
-    "GenerateBeamDecoderOnlyOutput",
-    "GenerateBeamOutput",
-    "GenerateDecoderOnlyOutput",
-    "GenerateNonBeamOutput",
-    "GenerateOutput",
-    "GenerationConfig",
-    "GenerationMixin",
-    "IncrementalDecoder",
-    "LogitsProcessor",
-    "LogitsProcessorList",
-    "StoppingCriteria",
-    "StoppingCriteriaList",
-    "TextIteratorStreamer",
-    "TextStreamer",
-    "merge_with_defaults",
-    "select_strategy",
-]
+__all__ = ["DEFAULTS", "GENERATION_CONFIG_NAME", "GenerationConfig", "GenerationMixin", "select_strategy"]

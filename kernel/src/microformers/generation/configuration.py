@@ -155,12 +155,6 @@ class GenerationConfig:
             return []
         return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
 
-    def get_generation_mode(self) -> str:
-        """The name of the standard strategy this config asks for: ``greedy``, ``sample`` or ``beam_search``."""
-        if (self.num_beams or 1) > 1:
-            return "beam_search"
-        return "sample" if self.do_sample else "greedy"
-
     # -- validation ------------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise :class:`GenerationError` naming the setting when values are invalid or contradict each other."""
@@ -218,20 +212,6 @@ class GenerationConfig:
             _is_token(eos) or (isinstance(eos, (list, tuple)) and eos and all(_is_token(e) for e in eos))
         ):
             raise GenerationError(f"eos_token_id={eos!r} must be a token id or a non-empty list of token ids")
-        num_beams = self.num_beams or 1
-        num_return = self.num_return_sequences or 1
-        if num_return > 1:
-            if num_beams == 1 and not self.do_sample:
-                raise GenerationError(
-                    f"num_return_sequences={num_return} needs several candidates, but greedy decoding "
-                    "(do_sample=False, num_beams=1) produces one; set do_sample=True or num_beams>="
-                    f"{num_return}"
-                )
-            if num_beams > 1 and num_return > num_beams:
-                raise GenerationError(
-                    f"num_return_sequences={num_return} is larger than num_beams={num_beams}: beam search can "
-                    f"return at most num_beams sequences; raise num_beams to at least {num_return}"
-                )
         if (
             self.max_length is not None
             and self.min_length is not None

@@ -1,38 +1,50 @@
-"""microformers-generation: the standard decoding strategies, logits processors and stopping criteria."""
+"""microformers-generation: the standard decoding strategies, the preparation every strategy shares,
+logits processors, stopping criteria and streamers."""
 
 from __future__ import annotations
 
-from .logits_process import (
-    LogitNormalization,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
-    MinPLogitsWarper,
-    NoBadWordsLogitsProcessor,
-    NoRepeatNGramLogitsProcessor,
-    RepetitionPenaltyLogitsProcessor,
-    SuppressTokensLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    TypicalLogitsWarper,
-)
-from .stopping_criteria import EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria
+from microformers.lazy import lazy_exports
 
-__all__ = [
-    "EosTokenCriteria",
-    "LogitNormalization",
-    "MaxLengthCriteria",
-    "MaxTimeCriteria",
-    "MinLengthLogitsProcessor",
-    "MinNewTokensLengthLogitsProcessor",
-    "MinPLogitsWarper",
-    "NoBadWordsLogitsProcessor",
-    "NoRepeatNGramLogitsProcessor",
-    "RepetitionPenaltyLogitsProcessor",
-    "StopStringCriteria",
-    "SuppressTokensLogitsProcessor",
-    "TemperatureLogitsWarper",
-    "TopKLogitsWarper",
-    "TopPLogitsWarper",
-    "TypicalLogitsWarper",
-]
+_EXPORTS = {
+    "LogitsProcessor": "base",
+    "LogitsProcessorList": "base",
+    "StoppingCriteria": "base",
+    "StoppingCriteriaList": "base",
+    "BaseStreamer": "streamers",
+    "TextStreamer": "streamers",
+    "TextIteratorStreamer": "streamers",
+    "IncrementalDecoder": "decoding",
+    "GenerateDecoderOnlyOutput": "outputs",
+    "GenerateBeamDecoderOnlyOutput": "outputs",
+    "Prepared": "prepare",
+    "prepare": "prepare",
+    "Strategy": "strategies",
+    "run_loop": "strategies",
+    "build_logits_processor": "defaults",
+    "build_stopping_criteria": "defaults",
+    "merge_with_defaults": "defaults",
+    **{
+        name: "logits_process"
+        for name in (
+            "LogitNormalization",
+            "MinLengthLogitsProcessor",
+            "MinNewTokensLengthLogitsProcessor",
+            "MinPLogitsWarper",
+            "NoBadWordsLogitsProcessor",
+            "NoRepeatNGramLogitsProcessor",
+            "RepetitionPenaltyLogitsProcessor",
+            "SuppressTokensLogitsProcessor",
+            "TemperatureLogitsWarper",
+            "TopKLogitsWarper",
+            "TopPLogitsWarper",
+            "TypicalLogitsWarper",
+        )
+    },
+    **{
+        name: "stopping_criteria"
+        for name in ("EosTokenCriteria", "MaxLengthCriteria", "MaxTimeCriteria", "StopStringCriteria")
+    },
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,10 +1,10 @@
 """``IncrementalDecoder``: runs a causal LM one step at a time for a decoding strategy.
 
 It owns what every strategy would otherwise redo each step: the KV cache, the attention mask and
-the position ids. The mask is preallocated for ``max_length`` columns once, and each step passes a
-view of the columns filled so far (no concatenation); position ids advance by one; only the newest
-token goes into the model when the cache is on. With no padding the mask is dropped entirely, as
-the model then needs none.
+the position ids. The mask lives in a buffer that grows in chunks (never sized for ``max_length`` up
+front), and each step passes a view of the columns filled so far; position ids advance by one; only
+the newest token goes into the model when the cache is on. With no padding the mask is dropped
+entirely, as the model then needs none.
 """
 
 from __future__ import annotations
@@ -14,7 +14,21 @@ from typing import Any
 
 import torch
 
-from ..errors import GenerationError
+from microformers import GenerationError
+
+# Columns added to a growing buffer at a time (and at least as many as it already has).
+GROWTH = 256
+
+
+def grow(buffer: torch.Tensor, needed: int, limit: int, fill: int | float = 0, dim: int = -1) -> torch.Tensor:
+    """``buffer`` with room for at least ``needed`` entries along ``dim`` (at most ``limit``), new ones ``fill``."""
+    size = buffer.shape[dim]
+    if needed <= size:
+        return buffer
+    new_size = min(max(needed, size + max(GROWTH, size)), max(limit, needed))
+    shape = list(buffer.shape)
+    shape[dim] = new_size - size
+    return torch.cat((buffer, buffer.new_full(shape, fill)), dim=dim)
 
 
 class IncrementalDecoder:
@@ -22,10 +36,18 @@ class IncrementalDecoder:
 
     ``model_kwargs`` is what ``generate`` hands a strategy: ``attention_mask`` (``None`` when there is
     no padding), ``use_cache``, optionally ``past_key_values``; anything else is passed to every
-    forward call.
+    forward call. With ``output_attentions`` / ``output_hidden_states`` the model returns them and
+    :attr:`last_outputs` holds the latest forward's output.
     """
 
-    def __init__(self, model: Any, model_kwargs: dict[str, Any], max_length: int) -> None:
+    def __init__(
+        self,
+        model: Any,
+        model_kwargs: dict[str, Any],
+        max_length: int,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> None:
         kwargs = dict(model_kwargs)
         self.model = model
         self.max_length = int(max_length)
@@ -35,7 +57,12 @@ class IncrementalDecoder:
         kwargs.pop("position_ids", None)
         if _accepts(model, "logits_to_keep") and "logits_to_keep" not in kwargs:
             kwargs["logits_to_keep"] = 1  # only the last position's logits are ever used
+        if output_attentions:
+            kwargs["output_attentions"] = True
+        if output_hidden_states:
+            kwargs["output_hidden_states"] = True
         self.forward_kwargs = kwargs
+        self.last_outputs: Any = None
         self._mask: torch.Tensor | None = None
         self._positions: torch.Tensor | None = None
         self._next_position: torch.Tensor | None = None
@@ -53,7 +80,8 @@ class IncrementalDecoder:
             raise GenerationError(f"the prompt has {length} tokens, more than max_length={self.max_length}")
         mask = self._prompt_mask
         if mask is not None:
-            self._mask = torch.ones((batch, self.max_length), dtype=mask.dtype, device=input_ids.device)
+            capacity = min(self.max_length, length + GROWTH)
+            self._mask = torch.ones((batch, capacity), dtype=mask.dtype, device=input_ids.device)
             self._mask[:, :length] = mask
             positions = mask.long().cumsum(-1) - 1
             positions.masked_fill_(mask == 0, 1)
@@ -71,6 +99,8 @@ class IncrementalDecoder:
         self.length = input_ids.shape[1]
         if self.length > self.max_length:
             raise GenerationError(f"sequences reached {self.length} tokens, past max_length={self.max_length}")
+        if self._mask is not None:
+            self._mask = grow(self._mask, self.length, self.max_length, fill=1)
         position = self._next_position
         self._next_position = position + 1
         if self.use_cache:
@@ -101,6 +131,8 @@ class IncrementalDecoder:
         )
         if self.use_cache:
             self.cache = outputs.past_key_values
+        if "output_attentions" in self.forward_kwargs or "output_hidden_states" in self.forward_kwargs:
+            self.last_outputs = outputs
         # A copy: processors and strategies may keep or change it, and it must not pin the prefill logits.
         return outputs.logits[:, -1, :].to(dtype=torch.float32, copy=True)
 

@@ -8,14 +8,15 @@ class as a default one replaces it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from microformers import GenerationConfig, GenerationError, LogitsProcessorList, StoppingCriteriaList
-from microformers.generation import merge_with_defaults
+from microformers import GenerationConfig, GenerationError
 
+from .base import LogitsProcessorList, StoppingCriteriaList
 from .logits_process import (
     LogitNormalization,
     MinLengthLogitsProcessor,
@@ -31,6 +32,24 @@ from .logits_process import (
     TypicalLogitsWarper,
 )
 from .stopping_criteria import EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria
+
+logger = logging.getLogger("microformers")
+
+
+def merge_with_defaults(defaults: Iterable[Any], custom: Iterable[Any] | None, list_type: type[list]) -> list:
+    """Defaults with any of the same type replaced by the caller's one, then the caller's others appended."""
+    custom = list(custom or ())
+    merged = list_type()
+    for default in defaults:
+        replacement = next((c for c in custom if type(c) is type(default)), None)
+        if replacement is not None:
+            logger.warning(
+                "generate() was given a %s although its settings already create one; the one passed in is used",
+                type(default).__name__,
+            )
+        merged.append(replacement if replacement is not None else default)
+    merged.extend(c for c in custom if not any(c is m for m in merged))
+    return merged
 
 
 def build_logits_processor(

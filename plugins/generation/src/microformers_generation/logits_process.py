@@ -10,7 +10,9 @@ from collections.abc import Sequence
 
 import torch
 
-from microformers import GenerationError, LogitsProcessor
+from microformers import GenerationError
+
+from .base import LogitsProcessor
 
 NEG_INF = -float("inf")
 

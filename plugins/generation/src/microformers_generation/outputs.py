@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..outputs import ModelOutput
+from microformers.outputs import ModelOutput
 
 
 class GenerateDecoderOnlyOutput(ModelOutput):

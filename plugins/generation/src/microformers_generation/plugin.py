@@ -1,4 +1,4 @@
-"""Entry point: registers the standard strategies with the kernel (imported lazily by reference)."""
+"""Entry point: registers the standard strategies and the names ``microformers`` re-exports (all lazily)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,28 @@ from microformers import hookimpl
 
 MICROFORMERS_API_VERSION = 1
 
+EXPORTS = {
+    "LogitsProcessor": "base",
+    "LogitsProcessorList": "base",
+    "StoppingCriteria": "base",
+    "StoppingCriteriaList": "base",
+    "BaseStreamer": "streamers",
+    "TextStreamer": "streamers",
+    "TextIteratorStreamer": "streamers",
+    "GenerateDecoderOnlyOutput": "outputs",
+    "GenerateBeamDecoderOnlyOutput": "outputs",
+}
+
 
 @hookimpl
 def register_generation_strategies(register: Any) -> None:
-    register("greedy", "microformers_generation.strategies:greedy")
-    register("sample", "microformers_generation.strategies:sample")
-    register("beam_search", "microformers_generation.strategies:beam_search")
+    register("greedy", "microformers_generation.strategies:greedy", priority=0)
+    register("sample", "microformers_generation.strategies:sample", priority=0)
+    register("beam_search", "microformers_generation.strategies:beam_search", priority=0)
+    register("custom_generate", "microformers_generation.custom:custom_generate", priority=0)
+
+
+@hookimpl
+def register_exports(register: Any) -> None:
+    for name, module in EXPORTS.items():
+        register(name, f"microformers_generation.{module}:{name}")

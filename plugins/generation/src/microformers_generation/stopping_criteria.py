@@ -8,7 +8,9 @@ from typing import Any
 
 import torch
 
-from microformers import GenerationError, StoppingCriteria
+from microformers import GenerationError
+
+from .base import StoppingCriteria
 
 
 class MaxLengthCriteria(StoppingCriteria):

@@ -1,36 +1,42 @@
 """The standard decoding strategies: greedy, multinomial sampling and beam search.
 
-Each is a callable object following the kernel's strategy protocol (``register_generation_strategies``):
-``strategy(model, input_ids, *, generation_config, logits_processor, stopping_criteria, streamer,
-model_kwargs)``, plus ``applies(config)`` and the default processor / criteria builders the kernel
-also uses for strategies that bring none.
+Each is a :class:`Strategy`: the kernel calls it with the raw ``generate`` arguments, its
+``__call__`` runs :func:`~microformers_generation.prepare.prepare` (inputs, lengths, processors,
+criteria) and then its ``decode`` loop. ``applies(config)`` and the registration priority let the
+kernel pick it; third-party strategies subclass :class:`Strategy` and implement ``applies`` and
+``decode`` to get the same preparation.
 
-The loops write tokens into a preallocated ``(rows, max_length)`` buffer and hand processors and
-criteria views of it; the model sees only the newest token (``IncrementalDecoder``).
+The loops write tokens into buffers that grow with the tokens actually produced (never sized for
+``max_new_tokens`` up front) and hand processors and criteria views of them; the model sees only the
+newest token (:class:`~microformers_generation.decoding.IncrementalDecoder`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 
-from microformers import GenerationConfig, GenerationError, LogitsProcessorList, StoppingCriteriaList
-from microformers.generation import GenerateBeamDecoderOnlyOutput, GenerateDecoderOnlyOutput, IncrementalDecoder
+from microformers import GenerationConfig, GenerationError
 
 from . import defaults
+from .base import LogitsProcessorList, StoppingCriteriaList
+from .decoding import IncrementalDecoder, grow
+from .outputs import GenerateBeamDecoderOnlyOutput, GenerateDecoderOnlyOutput
+from .prepare import prepare
 
 # Beam scores of impossible candidates (finite, so sums and comparisons stay ordered).
 IMPOSSIBLE = -1.0e9
 
 
 class Strategy:
-    """Base class: the default builders; subclasses implement ``applies`` and ``__call__``."""
+    """Base class: preparation, the default builders; subclasses implement ``applies`` and ``decode``."""
 
     name = ""
 
     def applies(self, config: GenerationConfig) -> bool:
-        raise NotImplementedError
+        return False
 
     def build_logits_processor(self, model: Any, config: GenerationConfig, **kwargs: Any) -> LogitsProcessorList:
         return defaults.build_logits_processor(model, config, **kwargs)
@@ -38,8 +44,66 @@ class Strategy:
     def build_stopping_criteria(self, model: Any, config: GenerationConfig, **kwargs: Any) -> StoppingCriteriaList:
         return defaults.build_stopping_criteria(model, config, **kwargs)
 
+    def __call__(
+        self,
+        model: Any,
+        inputs: torch.Tensor | None,
+        *,
+        generation_config: GenerationConfig,
+        logits_processor: Any = None,
+        stopping_criteria: Any = None,
+        streamer: Any = None,
+        model_kwargs: dict[str, Any],
+    ) -> Any:
+        prepared = prepare(
+            model,
+            inputs,
+            generation_config=generation_config,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
+            streamer=streamer,
+            model_kwargs=model_kwargs,
+            builders=self,
+        )
+        return run_loop(self.decode, model, prepared)
+
+    def decode(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        *,
+        generation_config: GenerationConfig,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        streamer: Any = None,
+        model_kwargs: dict[str, Any],
+    ) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement decode(model, input_ids, ...)")
+
     def __repr__(self) -> str:
         return f"<generation strategy {self.name!r}>"
+
+
+def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
+    """Call ``loop(model, input_ids, generation_config=..., ...)`` with a prepared call.
+
+    Inference mode skips autograd bookkeeping on every step; it is only used when no tensor made
+    inside (a cache, scores) is handed back to the caller, and the sequences are copied out of it.
+    """
+    config = prepared.generation_config
+    inference_only = not config.return_dict_in_generate and "past_key_values" not in prepared.model_kwargs
+    with torch.inference_mode() if inference_only else contextlib.nullcontext():
+        output = loop(
+            model,
+            prepared.input_ids,
+            generation_config=config,
+            logits_processor=prepared.logits_processor,
+            stopping_criteria=prepared.stopping_criteria,
+            streamer=prepared.streamer,
+            model_kwargs=prepared.model_kwargs,
+            **extra,
+        )
+    return output.clone() if inference_only and isinstance(output, torch.Tensor) else output
 
 
 class TokenByToken(Strategy):
@@ -52,7 +116,7 @@ class TokenByToken(Strategy):
     def applies(self, config: GenerationConfig) -> bool:
         return (config.num_beams or 1) == 1 and bool(config.do_sample) == self.sample
 
-    def __call__(
+    def decode(
         self,
         model: Any,
         input_ids: torch.Tensor,
@@ -71,11 +135,14 @@ class TokenByToken(Strategy):
         keep = bool(config.return_dict_in_generate)
         scores: tuple[torch.Tensor, ...] | None = () if keep and config.output_scores else None
         raw_logits: tuple[torch.Tensor, ...] | None = () if keep and config.output_logits else None
+        attentions: tuple[Any, ...] | None = () if keep and config.output_attentions else None
+        hidden_states: tuple[Any, ...] | None = () if keep and config.output_hidden_states else None
 
-        sequences = input_ids.new_empty((rows, max_length))
-        sequences[:, :prompt_length] = input_ids
+        sequences = input_ids
         unfinished = torch.ones(rows, dtype=torch.bool, device=input_ids.device)
-        decoder = IncrementalDecoder(model, model_kwargs, max_length)
+        decoder = IncrementalDecoder(
+            model, model_kwargs, max_length, attentions is not None, hidden_states is not None
+        )
         length = prompt_length
         logits = decoder.prefill(input_ids)
         while True:
@@ -84,12 +151,17 @@ class TokenByToken(Strategy):
                 scores += (next_scores,)
             if raw_logits is not None:
                 raw_logits += (logits,)
+            if attentions is not None:
+                attentions += (decoder.last_outputs.attentions,)
+            if hidden_states is not None:
+                hidden_states += (decoder.last_outputs.hidden_states,)
             if self.sample:
                 next_tokens = torch.multinomial(next_scores.softmax(dim=-1), num_samples=1).squeeze(1)
             else:
                 next_tokens = next_scores.argmax(dim=-1)
             if fill_finished:
                 next_tokens = torch.where(unfinished, next_tokens, pad)
+            sequences = grow(sequences, length + 1, max_length)
             sequences[:, length] = next_tokens
             length += 1
             unfinished &= ~stopping_criteria(sequences[:, :length], scores)
@@ -105,7 +177,12 @@ class TokenByToken(Strategy):
         if not keep:
             return sequences
         return GenerateDecoderOnlyOutput(
-            sequences=sequences, scores=scores, logits=raw_logits, past_key_values=decoder.cache
+            sequences=sequences,
+            scores=scores,
+            logits=raw_logits,
+            attentions=attentions,
+            hidden_states=hidden_states,
+            past_key_values=decoder.cache,
         )
 
 
@@ -126,7 +203,7 @@ class BeamSearch(Strategy):
     def applies(self, config: GenerationConfig) -> bool:
         return (config.num_beams or 1) > 1
 
-    def __call__(
+    def decode(
         self,
         model: Any,
         input_ids: torch.Tensor,
@@ -158,6 +235,8 @@ class BeamSearch(Strategy):
         keep = bool(config.return_dict_in_generate)
         all_scores: tuple[torch.Tensor, ...] | None = () if keep and config.output_scores else None
         raw_logits: tuple[torch.Tensor, ...] | None = () if keep and config.output_logits else None
+        attentions: tuple[Any, ...] | None = () if keep and config.output_attentions else None
+        hidden_states: tuple[Any, ...] | None = () if keep and config.output_hidden_states else None
 
         candidates = max(2, 1 + len(eos)) * num_beams
         is_top_candidate = torch.zeros(candidates, dtype=torch.bool, device=device)
@@ -166,21 +245,21 @@ class BeamSearch(Strategy):
         pad = config.pad_token_id
         fill = (pad if pad else eos[0]) if eos else -1
 
-        running = torch.full((batch, num_beams, max_length), fill, dtype=torch.long, device=device)
-        running[:, :, :prompt_length] = input_ids.view(batch, num_beams, prompt_length)
+        running = input_ids.view(batch, num_beams, prompt_length).clone()
         finished = running.clone()
         running_scores = torch.zeros((batch, num_beams), dtype=torch.float32, device=device)
         running_scores[:, 1:] = IMPOSSIBLE  # all beams start identical: only the first may expand
         finished_scores = torch.full((batch, num_beams), IMPOSSIBLE, dtype=torch.float32, device=device)
         is_finished = torch.zeros((batch, num_beams), dtype=torch.bool, device=device)
         can_improve = torch.ones((batch, 1), dtype=torch.bool, device=device)
-        generated_slots = max_length - prompt_length
-        running_origins = torch.full((batch, num_beams, generated_slots), -1, dtype=torch.int32, device=device)
+        running_origins = torch.full((batch, num_beams, 0), -1, dtype=torch.int32, device=device)
         finished_origins = running_origins.clone()
         row_offset = (torch.arange(batch, device=device) * num_beams).view(-1, 1)
         identity_rows = torch.arange(rows, device=device)
 
-        decoder = IncrementalDecoder(model, model_kwargs, max_length)
+        decoder = IncrementalDecoder(
+            model, model_kwargs, max_length, attentions is not None, hidden_states is not None
+        )
         length = prompt_length
         flat_running = input_ids
         logits = decoder.prefill(input_ids)
@@ -188,6 +267,16 @@ class BeamSearch(Strategy):
             log_probs = logits_processor(flat_running, logits.log_softmax(dim=-1))
             if raw_logits is not None:
                 raw_logits += (logits,)
+            if attentions is not None:
+                attentions += (decoder.last_outputs.attentions,)
+            if hidden_states is not None:
+                hidden_states += (decoder.last_outputs.hidden_states,)
+            if running.shape[-1] <= length:  # room for this step's token, grown with the tokens produced
+                running, finished = (grow(t, length + 1, max_length, fill) for t in (running, finished))
+                generated = length + 1 - prompt_length
+                running_origins, finished_origins = (
+                    grow(t, generated, max_length - prompt_length, -1) for t in (running_origins, finished_origins)
+                )
             if all_scores is not None:
                 all_scores += (log_probs,)
             vocab = log_probs.shape[-1]
@@ -248,9 +337,9 @@ class BeamSearch(Strategy):
             flat_running = running[:, :, :length].reshape(rows, length)
             logits = decoder.step(flat_running)
 
-        sequences = finished[:, :num_return].reshape(batch * num_return, max_length)
+        sequences = finished[:, :num_return].reshape(batch * num_return, finished.shape[-1])
         sequence_scores = finished_scores[:, :num_return].reshape(-1)
-        origins = finished_origins[:, :num_return].reshape(batch * num_return, generated_slots)
+        origins = finished_origins[:, :num_return].reshape(batch * num_return, finished_origins.shape[-1])
         generated = int((origins >= 0).sum(dim=1).max())
         sequences = sequences[:, : prompt_length + generated].contiguous()
         if not keep:
@@ -261,6 +350,8 @@ class BeamSearch(Strategy):
             scores=all_scores,
             logits=raw_logits,
             beam_indices=origins[:, :generated].contiguous(),
+            attentions=attentions,
+            hidden_states=hidden_states,
             past_key_values=decoder.cache,
         )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from queue import Queue
 from typing import Any
 
-from ..errors import GenerationError
+from microformers import GenerationError
 
 _INCOMPLETE = "\ufffd"
 # Scripts written without spaces: a character there is a safe boundary.

@@ -1,4 +1,4 @@
-"""generate() orchestration, with in-process strategies (no strategy plugin needed)."""
+"""What prepare() hands a strategy's loop, through an in-process strategy that records it."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from microformers import GenerationConfig, GenerationError, RemoteCodeError, registry
-from microformers.generation import IncrementalDecoder, LogitsProcessor, StoppingCriteria
+from microformers_generation import IncrementalDecoder, LogitsProcessor, StoppingCriteria, Strategy
 
 
-class RecordingStrategy:
-    """Appends the token ``fill`` until max_length; remembers what generate() handed it."""
+class RecordingStrategy(Strategy):
+    """Appends the token ``fill`` until max_length; remembers what prepare() handed its loop."""
 
     def __init__(self, fill: int = 5) -> None:
         self.fill = fill
@@ -21,7 +21,7 @@ class RecordingStrategy:
     def applies(self, config: GenerationConfig) -> bool:
         return bool(getattr(config, "kernel_test_recording", False))
 
-    def __call__(
+    def decode(
         self, model, input_ids, *, generation_config, logits_processor, stopping_criteria, streamer, model_kwargs
     ):
         self.seen = {
@@ -38,7 +38,7 @@ class RecordingStrategy:
 @pytest.fixture(scope="module")
 def recording() -> RecordingStrategy:
     strategy = RecordingStrategy()
-    registry.add("generation_strategies", "kernel-test-recording", strategy)
+    registry.add("generation_strategies", "kernel-test-recording", strategy, priority=10)
     return strategy
 
 
@@ -113,11 +113,44 @@ def test_right_padding_is_refused(tiny_model, recording):
         ({"max_length": 2}, "max_length"),
         ({"attention_mask": torch.ones(1, 5)}, "attention_mask"),
         ({"inputs_embeds": torch.ones(1, 2, 3)}, "inputs_embeds"),
+        ({"num_return_sequences": 2}, "do_sample=True"),
+        ({"max_new_tokenz": 3}, r"max_new_tokenz"),  # a typo is not silently passed to the model
+        ({"streamer": object()}, "streamer=object"),
+        ({"penalty_alpha": 0.6}, "penalty_alpha.*custom_generate"),
+        ({"num_beam_groups": 2, "num_beams": 4}, "num_beam_groups.*custom_generate"),
+        ({"dola_layers": "high"}, "dola_layers.*custom_generate"),
+        ({"constraints": ["x"]}, "constraints.*custom_generate"),
     ],
 )
 def test_bad_settings_are_clear_errors(tiny_model, recording, kwargs, named):
     with pytest.raises(GenerationError, match=named):
         run(tiny_model, recording, input_ids=torch.tensor([[3, 4]]), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("ids", "named"),
+    [
+        (torch.tensor([[True, False]]), "torch.bool"),
+        (torch.tensor([[3, 4]], dtype=torch.int8), "torch.int8"),
+        (torch.zeros((0, 3), dtype=torch.long), "batch size of 0"),
+        (torch.tensor([[3, 24]]), "vocabulary of 24"),
+        (torch.tensor([[3, -1]]), "vocabulary"),
+    ],
+)
+def test_bad_input_ids_are_clear_errors(tiny_model, recording, ids, named):
+    with pytest.raises(GenerationError, match=named):
+        run(tiny_model, recording, input_ids=ids)
+
+
+def test_int32_ids_are_accepted_as_long(tiny_model, recording):
+    run(tiny_model, recording, input_ids=torch.tensor([[3, 4]], dtype=torch.int32), max_new_tokens=1)
+    assert recording.seen["input_ids"].dtype == torch.long
+
+
+def test_absurd_length_is_clamped_to_the_context(tiny_model, recording, caplog):
+    out = run(tiny_model, recording, input_ids=torch.tensor([[3, 4]]), max_new_tokens=10**12)
+    assert out.shape == (1, tiny_model.config.max_position_embeddings)
+    assert "max_position_embeddings=64" in caplog.text
 
 
 def test_inputs_are_expanded_for_beams_and_return_sequences(tiny_model, recording):
@@ -245,16 +278,16 @@ def test_incremental_decoder_without_cache_reruns_everything(tiny_model):
     assert tiny_model.calls[-2]["input_len"] == 3
 
 
-def test_strategy_runs_without_autograd_and_returns_an_ordinary_tensor(tiny_model, recording):
+def test_strategy_runs_without_autograd_and_returns_an_ordinary_tensor(tiny_model):
     """The loop runs in inference mode, but the sequences handed back are a normal tensor."""
     grad_states = []
-    original = recording.__call__
 
-    def spying(*args, **kwargs):
-        grad_states.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
-        return original(*args, **kwargs)
+    class Spying(RecordingStrategy):
+        def decode(self, *args, **kwargs):
+            grad_states.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+            return super().decode(*args, **kwargs)
 
-    registry.add("generation_strategies", "kernel-test-spying", spying)
+    registry.add("generation_strategies", "kernel-test-spying", Spying())
     out = tiny_model.generate(torch.tensor([[3, 4]]), strategy="kernel-test-spying", max_new_tokens=2)
     assert grad_states == [(False, True)]
     assert not torch.is_inference(out)

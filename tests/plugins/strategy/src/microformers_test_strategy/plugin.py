@@ -11,4 +11,4 @@ MICROFORMERS_API_VERSION = 1
 
 @hookimpl
 def register_generation_strategies(register: Any) -> None:
-    register("least_likely", "microformers_test_strategy.strategy:least_likely")
+    register("least_likely", "microformers_test_strategy.strategy:least_likely", priority=10)

@@ -7,14 +7,18 @@ from typing import Any
 import torch
 
 from microformers import GenerationConfig
-from microformers.generation import IncrementalDecoder
+from microformers_generation import IncrementalDecoder, Strategy
 
 
-class LeastLikely:
+class LeastLikely(Strategy):
+    """Prepared like the standard strategies (``Strategy.__call__``); only the loop is its own."""
+
+    name = "least_likely"
+
     def applies(self, config: GenerationConfig) -> bool:
         return bool(getattr(config, "least_likely", False))
 
-    def __call__(
+    def decode(
         self,
         model: Any,
         input_ids: torch.Tensor,

@@ -1,0 +1,296 @@
+"""What every strategy does before its loop: settings, inputs, lengths, caches, processors and criteria.
+
+The kernel's ``generate`` only merges the ``GenerationConfig`` with the call's keyword arguments and
+selects a strategy; :func:`prepare` turns that into what a decoding loop needs. Third-party
+strategies call it (or subclass :class:`microformers_generation.Strategy`, which does) to get the
+same checks and defaults as the standard ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import torch
+
+from microformers import GenerationConfig, GenerationError
+
+from . import defaults
+from .base import LogitsProcessorList, StoppingCriteriaList
+
+logger = logging.getLogger("microformers")
+
+# Keyword arguments of generate() that are neither settings nor model inputs.
+CALL_ARGUMENTS = (
+    "tokenizer",
+    "trust_remote_code",
+    "custom_generate",
+    "assistant_model",
+    "assistant_tokenizer",
+    "synced_gpus",
+)
+# Decoding methods the reference moved out of its core: (setting, its "off" value, method name).
+MOVED_OUT = (
+    ("penalty_alpha", None, "contrastive search"),
+    ("num_beam_groups", 1, "group (diverse) beam search"),
+    ("diversity_penalty", 0.0, "group (diverse) beam search"),
+    ("dola_layers", None, "DoLa decoding"),
+    ("constraints", None, "constrained beam search"),
+    ("force_words_ids", None, "constrained beam search"),
+)
+# Model-input dtypes accepted as token ids (bool and 8-bit tensors are masks or bytes, not ids).
+ID_DTYPES = (torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32, torch.uint64)
+
+
+@attrs.define
+class Prepared:
+    """Everything a decoding loop needs; ``input_ids`` already expanded for beams / return sequences."""
+
+    input_ids: torch.Tensor
+    generation_config: GenerationConfig
+    logits_processor: LogitsProcessorList
+    stopping_criteria: StoppingCriteriaList
+    streamer: Any
+    model_kwargs: dict[str, Any]
+    call_arguments: dict[str, Any]
+
+
+def prepare(
+    model: Any,
+    inputs: torch.Tensor | None,
+    *,
+    generation_config: GenerationConfig,
+    logits_processor: Iterable[Any] | None = None,
+    stopping_criteria: Iterable[Any] | None = None,
+    streamer: Any = None,
+    model_kwargs: dict[str, Any],
+    builders: Any = None,
+) -> Prepared:
+    """Check and complete the settings and inputs of one ``generate`` call (see the module docstring).
+
+    ``builders`` provides ``build_logits_processor`` / ``build_stopping_criteria`` (a strategy);
+    without it, this plugin's defaults are used.
+    """
+    model_kwargs = dict(model_kwargs)
+    call_arguments = {k: model_kwargs.pop(k) for k in CALL_ARGUMENTS if k in model_kwargs}
+    has_default_max_length = generation_config.max_length is None and generation_config.max_new_tokens is None
+    config = generation_config.with_defaults()
+    check_settings(config, model_kwargs)
+    check_streamer(streamer, config)
+    check_model_kwargs(model, model_kwargs)
+
+    input_ids, model_kwargs = prepare_inputs(model, inputs, config, model_kwargs)
+    expand = max(config.num_beams, config.num_return_sequences)
+    if expand > 1:
+        input_ids = input_ids.repeat_interleave(expand, dim=0)
+        if model_kwargs.get("attention_mask") is not None:
+            model_kwargs["attention_mask"] = model_kwargs["attention_mask"].repeat_interleave(expand, dim=0)
+    prepare_lengths(model, config, input_ids.shape[1], has_default_max_length)
+    model_kwargs["use_cache"] = config.use_cache
+    prepare_static_decoding(model, config, model_kwargs)
+
+    builders = builders if hasattr(builders, "build_logits_processor") else defaults
+    processors = builders.build_logits_processor(
+        model,
+        config,
+        input_ids_length=input_ids.shape[1],
+        attention_mask=model_kwargs.get("attention_mask"),
+        logits_processor=logits_processor,
+    )
+    criteria = builders.build_stopping_criteria(
+        model, config, tokenizer=call_arguments.get("tokenizer"), stopping_criteria=stopping_criteria
+    )
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    return Prepared(input_ids, config, processors, criteria, streamer, model_kwargs, call_arguments)
+
+
+def check_settings(config: GenerationConfig, model_kwargs: dict[str, Any] | None = None) -> None:
+    """Refuse settings no installed strategy honours, and combinations a strategy cannot satisfy."""
+    for name, off, method in MOVED_OUT:
+        value = (model_kwargs or {}).get(name, getattr(config, name, off))
+        if value is not None and value != off:
+            raise GenerationError(
+                f"generate(): {name}={value!r} asks for {method}, which microformers-generation does not implement "
+                "(the reference moved it out of its core too). Implement it as a strategy plugin or pass "
+                "custom_generate=<your decoding function or folder>"
+            )
+    num_beams, num_return = config.num_beams, config.num_return_sequences
+    if num_return > 1 and num_beams == 1 and not config.do_sample:
+        raise GenerationError(
+            f"num_return_sequences={num_return} needs several candidates, but greedy decoding (do_sample=False, "
+            f"num_beams=1) produces one; set do_sample=True or num_beams>={num_return}"
+        )
+    if num_beams > 1 and num_return > num_beams:
+        raise GenerationError(
+            f"num_return_sequences={num_return} is larger than num_beams={num_beams}: beam search can return at "
+            f"most num_beams sequences; raise num_beams to at least {num_return}"
+        )
+
+
+def check_streamer(streamer: Any, config: GenerationConfig) -> None:
+    if streamer is None:
+        return
+    if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise GenerationError(
+            f"streamer={type(streamer).__name__} object is not a streamer: it needs put(token_ids) and end() "
+            "methods (use microformers.TextStreamer or TextIteratorStreamer)"
+        )
+    if config.num_beams > 1:
+        raise GenerationError("streamer= works with one sequence per step; it cannot be used with num_beams > 1")
+
+
+def check_model_kwargs(model: Any, model_kwargs: dict[str, Any]) -> None:
+    """Every remaining keyword must be an input of the model's forward (a typo must not pass silently)."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return
+    accepted = {name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    accepted |= {"input_ids", "attention_mask", "past_key_values", "use_cache"}
+    unused = [key for key, value in model_kwargs.items() if value is not None and key not in accepted]
+    if unused:
+        raise GenerationError(
+            f"generate(): the following arguments are neither generation settings nor inputs of "
+            f"{type(model).__name__}.forward: {unused} (check for typos, e.g. max_new_tokens)"
+        )
+
+
+def prepare_inputs(
+    model: Any, inputs: torch.Tensor | None, config: GenerationConfig, model_kwargs: dict[str, Any]
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Checked ``(batch, length)`` token ids on the model's device, a pad token, and the padding mask."""
+    input_ids = model_kwargs.pop("input_ids", None)
+    if inputs is not None and input_ids is not None:
+        raise GenerationError("generate() got both inputs and input_ids; pass one of them")
+    input_ids = inputs if inputs is not None else input_ids
+    if model_kwargs.get("inputs_embeds") is not None:
+        raise GenerationError("generate(): inputs_embeds= is not supported; pass input_ids instead")
+    device = _model_device(model)
+    if input_ids is None:
+        if config.bos_token_id is None:
+            raise GenerationError(
+                "generate() needs input_ids, or a bos_token_id (in generation_config.json or as an argument) "
+                "to start from"
+            )
+        input_ids = torch.tensor([[config.bos_token_id]], dtype=torch.long, device=device)
+    if not isinstance(input_ids, torch.Tensor):
+        raise GenerationError(f"input_ids must be a torch tensor of token ids, got {type(input_ids).__name__}")
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    if input_ids.dim() != 2 or input_ids.dtype not in ID_DTYPES:
+        raise GenerationError(
+            f"input_ids must be integer token ids (int32/int64) of shape (batch, length), got "
+            f"{tuple(input_ids.shape)} {input_ids.dtype}"
+        )
+    if input_ids.shape[0] == 0:
+        raise GenerationError("input_ids has a batch size of 0; pass at least one sequence")
+    if input_ids.shape[1] == 0:
+        raise GenerationError("input_ids is empty; pass at least one token (e.g. the bos token)")
+    vocab = _vocab_size(model)
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or (vocab is not None and high >= vocab):
+        raise GenerationError(
+            f"input_ids holds token ids from {low} to {high}, outside the model's vocabulary of {vocab} ids; "
+            "the tokenizer and the model do not match"
+        )
+    input_ids = input_ids.to(device=device, dtype=torch.long)
+    batch = input_ids.shape[0]
+    eos = config.eos_token_ids
+
+    pad = config.pad_token_id
+    if pad is None and eos:
+        pad = eos[0]
+    if pad is None and batch > 1:
+        raise GenerationError(
+            f"generating for a batch of {batch} needs a pad token (to pad the inputs and fill rows that "
+            "finish early), but neither pad_token_id nor eos_token_id is set; pass pad_token_id=... or set "
+            "model.generation_config.pad_token_id"
+        )
+    config.pad_token_id = pad
+
+    mask = model_kwargs.pop("attention_mask", None)
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != tuple(input_ids.shape):
+            shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise GenerationError(
+                f"attention_mask must be a tensor shaped like input_ids {tuple(input_ids.shape)}, got {shape}"
+            )
+        mask = mask.to(device)
+        if batch > 1 and bool((mask[:, -1] == 0).any()):
+            raise GenerationError(
+                "the attention_mask shows right padding (a row ends in padding); decoder-only models generate "
+                "after the last column, so pad on the left: tokenizer.padding_side = 'left'"
+            )
+    elif pad is not None and pad not in eos and bool((input_ids == pad).any()):
+        mask = input_ids.ne(pad).long()
+    if mask is not None and bool(mask.all()):
+        mask = None
+    model_kwargs["attention_mask"] = mask
+    return input_ids, model_kwargs
+
+
+def prepare_lengths(model: Any, config: GenerationConfig, input_length: int, has_default_max_length: bool) -> None:
+    """Turn ``max_new_tokens`` (or the default 20 new tokens) into an absolute ``max_length``.
+
+    A length beyond the model's context (``max_position_embeddings``) is clamped to it, with a warning:
+    the model cannot attend further, and the buffers a loop sizes by ``max_length`` stay bounded.
+    """
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+    if config.max_new_tokens is not None:
+        config.max_length = input_length + config.max_new_tokens
+    elif has_default_max_length:
+        config.max_length = input_length + config.max_length
+        if limit is not None:
+            config.max_length = min(config.max_length, limit)
+    if config.max_length <= input_length:
+        raise GenerationError(
+            f"the input has {input_length} tokens but max_length={config.max_length} leaves no room to generate; "
+            "set max_new_tokens=... (tokens to add) instead"
+        )
+    if limit is not None and config.max_length > limit:
+        if input_length >= limit:
+            raise GenerationError(
+                f"the input has {input_length} tokens, as many as the model's context (max_position_embeddings="
+                f"{limit}); shorten the input"
+            )
+        logger.warning(
+            "generate(): max_length=%d is beyond the model's context (max_position_embeddings=%d); generating at "
+            "most %d new tokens",
+            config.max_length,
+            limit,
+            limit - input_length,
+        )
+        config.max_length = limit
+
+
+def prepare_static_decoding(model: Any, config: GenerationConfig, model_kwargs: dict[str, Any]) -> None:
+    """``cache_implementation="static"``: a preallocated cache; ``compile_config``: the compiled decode step."""
+    if config.use_cache and config.cache_implementation == "static" and model_kwargs.get("past_key_values") is None:
+        model_kwargs["past_key_values"] = model.make_static_cache(config.max_length)
+    if config.compile_config:
+        model.compile_decode_step(**(config.compile_config if isinstance(config.compile_config, dict) else {}))
+
+
+def _model_device(model: Any) -> torch.device:
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
+
+
+def _vocab_size(model: Any) -> int | None:
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        embeddings = None
+    size = getattr(embeddings, "num_embeddings", None)
+    if size is None:
+        size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return size if isinstance(size, int) else None
