@@ -5,8 +5,7 @@ Importing the package is cheap; the model classes load (with torch) on first acc
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from microformers.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -25,14 +24,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'microformers_llama' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
