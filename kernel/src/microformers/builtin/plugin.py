@@ -16,7 +16,13 @@ MICROFORMERS_PROVIDES: dict[str, dict[str, list[str]]] = {
     "microformers-gpt2": {"configs": ["gpt2"]},
     "microformers-tokenizers": {"tokenizers": ["fast"]},
     "microformers-gguf": {"checkpoint_formats": ["gguf"], "model_sources": ["smollm2-135m-instruct"]},
-    "microformers-generation": {"generation_strategies": ["greedy", "sample", "beam_search"]},
+    "microformers-generation": {
+        "generation_strategies": ["greedy", "sample", "beam_search", "custom_generate"],
+        "exports": [
+            *("LogitsProcessor", "LogitsProcessorList", "StoppingCriteria", "StoppingCriteriaList"),
+            *("BaseStreamer", "TextStreamer", "TextIteratorStreamer"),
+        ],
+    },
     "microformers-pipelines": {
         "pipelines": [
             "text-generation",
