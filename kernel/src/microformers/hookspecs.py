@@ -95,10 +95,12 @@ def register_exports(register):
 def register_generation_strategies(register):
     """Provide decoding strategies for ``model.generate``.
 
-    Call ``register(name, strategy)``. ``strategy(model, input_ids, *, generation_config,
-    logits_processor, stopping_criteria, streamer, model_kwargs) -> GenerateOutput`` runs the decoding
-    loop; ``strategy.applies(generation_config) -> bool`` (optional) lets the kernel pick it from the
-    config. ``generation_config.strategy`` (or ``custom_generate="name"``) selects one by name.
+    Call ``register(name, strategy, priority=0)``. ``strategy(model, inputs, *, generation_config,
+    logits_processor, stopping_criteria, streamer, model_kwargs)`` gets the merged config and the raw
+    call (``inputs`` may be ``None``; ``model_kwargs`` holds the non-setting keywords), prepares it and
+    runs the loop (``microformers_generation.Strategy`` does the preparation for subclasses). Without
+    a name (``generation_config.strategy``, ``custom_generate="name"``) the highest-priority strategy
+    whose ``applies(generation_config)`` is true runs.
     """
 
 
