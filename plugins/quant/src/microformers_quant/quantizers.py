@@ -59,7 +59,17 @@ class PluginQuantizer(Quantizer):
                 f"tensor '{skey}' has shape {tuple(sshape)}; layer '{name}' needs ({rows}, in_features / group) "
                 f"with a group size dividing {cols}"
             )
-        return (4 if qshape[1] * 2 == cols and qshape[1] != cols else 8), cols // sshape[1]
+        bits = 4 if qshape[1] * 2 == cols and qshape[1] != cols else 8
+        if bits == 4:
+            mkey = self.key_for(name, "mins")
+            if mkey is None:
+                raise CheckpointError(f"quantized checkpoint has 4-bit '{qkey}' but no '{name}.mins'; it is incomplete")
+            if _shape(self.source, mkey) != sshape:
+                raise CheckpointError(
+                    f"tensor '{skey}' has shape {tuple(sshape)} but '{mkey}' has {tuple(_shape(self.source, mkey))}; "
+                    "they must match (one scale and one minimum per group)"
+                )
+        return bits, cols // sshape[1]
 
     def key_for(self, name: str, suffix: str) -> str | None:
         prefix = self.prefix

@@ -1,0 +1,170 @@
+"""int8/int4 quantization of float checkpoints: kernels, loading, saving, bad input."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import microformers
+from microformers import AutoModelForCausalLM, Int4Config, Int8Config
+from microformers.errors import CheckpointError, ConfigError, MicroformersError
+from microformers_quant import kernels
+from microformers_quant.modules import QuantEmbedding, QuantizedDtypeError, QuantLinear, TiedQuantHead
+
+IDS = torch.tensor([[1, 5, 9, 33, 40, 7, 60, 11]])
+
+
+def logits(model: torch.nn.Module, ids: torch.Tensor = IDS) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def unpacked(q: torch.Tensor) -> torch.Tensor:
+    blocks = q.view(q.shape[0], -1, 16)
+    return torch.cat([blocks & 15, blocks >> 4], -1).view(q.shape[0], -1)
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (4, 64), (8, 32), (8, 128)])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_kernel_matches_dequantised_matmul(bits: int, group: int, rows: int) -> None:
+    torch.manual_seed(bits + group + rows)
+    layer = QuantLinear(128, 48, bias=False, bits=bits, group=group)
+    weight = torch.randn(48, 128)
+    for name, tensor in layer.quantize_weight(weight).items():
+        setattr(layer, name, tensor)
+    x = torch.randn(rows, 128)
+    expected = torch.nn.functional.linear(x, layer.dequantize())
+    assert kernels.native_available(), "the C++ kernels must build here (g++ and ninja are test requirements)"
+    assert torch.allclose(layer(x), expected, atol=1e-4, rtol=1e-5)
+    # quantization error is at most half a step per value
+    step = layer.scales.float().repeat_interleave(group, dim=1)
+    assert ((layer.dequantize() - weight).abs() <= step / 2 + 1e-3 * step + 1e-6).all()
+
+
+def test_int4_packing_is_ggml_order() -> None:
+    layer = QuantLinear(32, 1, bias=False, bits=4, group=32)
+    weight = torch.arange(32, dtype=torch.float32).view(1, 32) / 31.0
+    parts = layer.quantize_weight(weight)
+    q = unpacked(parts["qweight"])
+    assert q[0].tolist() == torch.round(torch.arange(32) * 15 / 31).tolist()
+    assert parts["qweight"][0, 0].item() == q[0, 0].item() | (q[0, 16].item() << 4)
+
+
+@pytest.mark.parametrize(
+    "spec,linear_bits,head_bits",
+    [
+        ({"quant_method": "int8"}, 8, 8),
+        (Int8Config(), 8, 8),
+        (Int4Config(group_size=32), 4, 8),
+        (Int4Config(group_size=64), 4, 8),
+    ],
+)
+def test_quantized_load_of_a_float_checkpoint(tiny_llama: Path, spec: object, linear_bits: int, head_bits: int) -> None:
+    ref = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=spec)
+    q_proj = model.model.layers[0].self_attn.q_proj
+    assert isinstance(q_proj, QuantLinear) and q_proj.bits == linear_bits
+    assert isinstance(model.model.embed_tokens, QuantEmbedding) and model.model.embed_tokens.bits == head_bits
+    assert isinstance(model.lm_head, TiedQuantHead) and model.lm_head.embedding is model.model.embed_tokens
+    assert model.get_memory_footprint() < 0.45 * ref.get_memory_footprint()
+    expected, got = logits(ref), logits(model)
+    tolerance = 0.05 if linear_bits == 8 else 0.3
+    assert (got - expected).abs().max() < tolerance * expected.abs().max()
+    assert not torch.equal(got, expected)  # really quantized
+    assert model.config.quantization_config["quant_method"] == ("int8" if linear_bits == 8 else "int4")
+
+
+def test_quantized_model_generates_with_beams_and_static_cache(tiny_llama: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config())
+    greedy = model.generate(IDS, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    static = model.generate(IDS, max_new_tokens=6, min_new_tokens=6, do_sample=False, cache_implementation="static")
+    assert torch.equal(greedy, static)
+    beams = model.generate(IDS, max_new_tokens=6, min_new_tokens=6, do_sample=False, num_beams=3)
+    assert beams.shape == (1, IDS.shape[1] + 6)
+    batch = torch.cat([IDS, IDS.flip(1)])
+    assert torch.equal(model.generate(batch, max_new_tokens=4, do_sample=False)[0], greedy[0, : IDS.shape[1] + 4])
+
+
+def test_untied_head_is_int8_per_channel_for_int4(tiny_llama_untied: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_untied, quantization_config=Int4Config())
+    assert isinstance(model.lm_head, QuantLinear) and model.lm_head.bits == 8 and model.lm_head.group == 64
+    assert isinstance(model.model.embed_tokens, torch.nn.Embedding)  # an untied embedding costs no matmul
+
+
+def test_modules_to_not_convert(tiny_llama: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_llama, quantization_config=Int8Config(modules_to_not_convert=["lm_head", "q_proj"])
+    )
+    assert type(model.lm_head) is torch.nn.Linear and type(model.model.embed_tokens) is torch.nn.Embedding
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert type(model.model.layers[1].self_attn.q_proj) is torch.nn.Linear
+    assert isinstance(model.model.layers[1].self_attn.k_proj, QuantLinear)
+
+
+@pytest.mark.parametrize("spec", [Int8Config(), Int4Config(group_size=32)])
+def test_save_and_reload_without_arguments(tiny_llama: Path, tmp_path: Path, spec: object) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=spec)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["quantization_config"] == spec.to_dict()
+    tensors = load_file(tmp_path / "model.safetensors")
+    q = tensors["model.layers.0.mlp.up_proj.qweight"]
+    assert q.dtype == (torch.int8 if spec.quant_method == "int8" else torch.uint8)
+    assert "model.layers.0.mlp.up_proj.weight" not in tensors and "lm_head.qweight" not in tensors
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert isinstance(reloaded.model.layers[0].mlp.up_proj, QuantLinear)
+    assert torch.equal(logits(reloaded), logits(model))
+
+
+def test_load_in_8bit_and_4bit_warn_and_quantize(tiny_llama: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="microformers"):
+        model = AutoModelForCausalLM.from_pretrained(tiny_llama, load_in_8bit=True)
+    assert isinstance(model.model.layers[0].mlp.up_proj, QuantLinear) and model.model.layers[0].mlp.up_proj.bits == 8
+    assert "load_in_8bit=True" in caplog.text and "symmetric per output channel" in caplog.text
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, load_in_4bit=True)
+    assert model.model.layers[0].mlp.up_proj.bits == 4
+    with pytest.raises(ConfigError, match="one of"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, load_in_8bit=True, load_in_4bit=True)
+
+
+def test_bad_quantization_configs(tiny_llama: Path) -> None:
+    with pytest.raises(MicroformersError, match="quantization method 'awq'"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "awq"})
+    with pytest.raises(ConfigError, match="quant_method"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"bits": 4})
+    with pytest.raises(ConfigError, match=r"group_size 128 does not divide the input size 64 of layer"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=128))
+    with pytest.raises(ConfigError, match="multiple of 32"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "int4", "group_size": 48})
+    with pytest.raises(ConfigError, match="unknown field"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "int8", "bits": 3})
+
+
+def test_missing_and_misshaped_scales_name_the_tensor(tiny_llama: Path, tmp_path: Path) -> None:
+    AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config()).save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    key = "model.layers.1.self_attn.o_proj.scales"
+    broken = dict(tensors)
+    broken[key] = tensors[key][:, :1].contiguous()
+    save_file(broken, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=key.replace(".", r"\.")):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+    del broken[key]
+    save_file(broken, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=key.replace(".", r"\.")):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_dtype_change_of_a_quantized_model_is_refused(tiny_llama: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
+    with pytest.raises(QuantizedDtypeError, match="dtype="):
+        model.to(torch.float16)
+    with pytest.raises(QuantizedDtypeError):
+        model.half()
+    model.to("cpu")  # moving without a dtype change is fine
+    assert isinstance(QuantizedDtypeError("x"), microformers.MicroformersError)

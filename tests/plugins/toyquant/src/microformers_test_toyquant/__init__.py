@@ -1,0 +1,1 @@
+"""A toy third-party quantizer (test only)."""
