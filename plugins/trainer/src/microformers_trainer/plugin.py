@@ -1,0 +1,76 @@
+"""Entry point ``trainer``: the Trainer's public names and its reporting integrations.
+
+Registers ``"module:Name"`` strings only, so discovery imports neither torch nor the trainer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from microformers import hookimpl
+
+MICROFORMERS_API_VERSION = 1
+
+_PKG = "microformers_trainer"
+
+EXPORTS: dict[str, str] = {
+    **{n: "trainer" for n in ("Trainer", "EvalPrediction", "TrainOutput", "PredictionOutput", "TrainingError")},
+    **{n: "trainer" for n in ("set_seed",)},
+    "TrainingArguments": "training_args",
+    **{
+        n: "trainer_callback"
+        for n in (
+            "TrainerCallback",
+            "TrainerState",
+            "TrainerControl",
+            "CallbackHandler",
+            "DefaultFlowCallback",
+            "ProgressCallback",
+            "PrinterCallback",
+            "EarlyStoppingCallback",
+        )
+    },
+    **{n: "integrations" for n in ("JsonLinesCallback", "TensorBoardCallback")},
+    **{
+        n: "data_collator"
+        for n in (
+            "DefaultDataCollator",
+            "default_data_collator",
+            "DataCollatorWithPadding",
+            "DataCollatorForLanguageModeling",
+            "DataCollatorForTokenClassification",
+            "DataCollatorForSeq2Seq",
+            "DataCollatorForWholeWordMask",
+        )
+    },
+    **{
+        n: "optimization"
+        for n in (
+            "Adafactor",
+            "SchedulerType",
+            "get_scheduler",
+            "get_constant_schedule",
+            "get_constant_schedule_with_warmup",
+            "get_linear_schedule_with_warmup",
+            "get_cosine_schedule_with_warmup",
+            "get_cosine_with_hard_restarts_schedule_with_warmup",
+            "get_cosine_with_min_lr_schedule_with_warmup",
+            "get_polynomial_decay_schedule_with_warmup",
+            "get_inverse_sqrt_schedule",
+        )
+    },
+}
+
+
+@hookimpl
+def register_exports(register: Any) -> None:
+    for name, module in EXPORTS.items():
+        register(name, f"{_PKG}.{module}:{name}")
+
+
+@hookimpl
+def register_callbacks(register: Any) -> None:
+    register("jsonl", f"{_PKG}.integrations:JsonLinesCallback")
+    if importlib.util.find_spec("tensorboard") is not None:
+        register("tensorboard", f"{_PKG}.integrations:TensorBoardCallback")

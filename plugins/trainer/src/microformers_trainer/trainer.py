@@ -1,0 +1,916 @@
+"""``Trainer``: the training / evaluation / prediction loop, with the reference Trainer's semantics.
+
+One optimizer step = ``gradient_accumulation_steps`` micro-batches; the loss of each is divided by the number
+of micro-batches (or, for models whose ``forward`` takes ``**kwargs``, the summed token loss is divided by the
+number of label tokens of the whole step, ``num_items_in_batch``). Under ``torchrun`` the model runs in
+``DistributedDataParallel`` (gloo on CPU, nccl on CUDA), each process reads its shard of every epoch's
+permutation, and only rank 0 logs and saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+
+from microformers import ConfigError, InputError, MicroformersError, registry
+from microformers.hub import staged_folder
+
+from . import checkpointing as ckpt
+from .data_collator import DataCollatorWithPadding, default_data_collator
+from .optimization import Adafactor, get_scheduler
+from .trainer_callback import (
+    CallbackHandler,
+    DefaultFlowCallback,
+    PrinterCallback,
+    ProgressCallback,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+)
+from .training_args import TrainingArguments
+
+logger = logging.getLogger("microformers.trainer")
+
+IGNORE_INDEX = -100
+_NO_DECAY = [re.compile(p) for p in (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")]
+
+
+class TrainingError(MicroformersError, RuntimeError):
+    """Training cannot go on (a NaN/inf loss with ``stop_on_nan_inf=True``)."""
+
+
+class EvalPrediction:
+    """What ``compute_metrics`` receives: ``predictions`` and ``label_ids`` (numpy), unpackable as a pair."""
+
+    def __init__(self, predictions: Any, label_ids: Any, inputs: Any = None) -> None:
+        self.predictions = predictions
+        self.label_ids = label_ids
+        self.inputs = inputs
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from (
+            (self.predictions, self.label_ids)
+            if self.inputs is None
+            else (
+                self.predictions,
+                self.label_ids,
+                self.inputs,
+            )
+        )
+
+    def __getitem__(self, idx: int) -> Any:
+        return tuple(self)[idx]
+
+
+class TrainOutput(NamedTuple):
+    global_step: int
+    training_loss: float
+    metrics: dict[str, float]
+
+
+class PredictionOutput(NamedTuple):
+    predictions: Any
+    label_ids: Any
+    metrics: dict[str, float] | None
+
+
+def set_seed(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class _EpochSampler(DistributedSampler):
+    """A ``DistributedSampler`` (also used with one process) whose order depends only on seed and epoch,
+    and that can start part-way through an epoch, so a resumed run reads exactly the batches it would have."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, shuffle: bool, seed: int, drop_last: bool):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        self.skip = 0
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        return iter(indices[self.skip :])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.skip
+
+
+def _is_sized(dataset: Any) -> bool:
+    try:
+        len(dataset)
+    except TypeError:
+        return False
+    return not isinstance(dataset, IterableDataset)
+
+
+def _to_numpy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.float().numpy() if value.dtype == torch.bfloat16 else value.numpy()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_numpy(v) for v in value)
+    return value
+
+
+def _concat(a: Any, b: Any) -> Any:
+    """Concatenate batches along dim 0, padding later dims with -100 when sequence lengths differ."""
+    if a is None:
+        return b
+    if isinstance(a, (tuple, list)):
+        return type(a)(_concat(x, y) for x, y in zip(a, b))
+    if a.dim() < 2 or a.shape[1:] == b.shape[1:]:
+        return torch.cat([a, b], dim=0)
+    shape = [a.shape[0] + b.shape[0], *(max(x, y) for x, y in zip(a.shape[1:], b.shape[1:]))]
+    out = a.new_full(shape, IGNORE_INDEX)
+    out[(slice(0, a.shape[0]), *(slice(0, s) for s in a.shape[1:]))] = a
+    out[(slice(a.shape[0], None), *(slice(0, s) for s in b.shape[1:]))] = b
+    return out
+
+
+def _detach(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detach(v) for v in value)
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+
+class Trainer:
+    """Train, evaluate and predict with a model (see docs/training.md)."""
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        args: TrainingArguments | None = None,
+        data_collator: Callable[[list[Any]], dict[str, Any]] | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        model_init: Callable[[], nn.Module] | None = None,
+        compute_loss_func: Callable[..., torch.Tensor] | None = None,
+        compute_metrics: Callable[[EvalPrediction], dict[str, float]] | None = None,
+        callbacks: list[TrainerCallback] | None = None,
+        optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
+        preprocess_logits_for_metrics: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        self.args = args if args is not None else TrainingArguments(output_dir="trainer_output")
+        set_seed(self.args.seed)
+        self.model_init = model_init
+        if model is None:
+            if model_init is None:
+                raise ConfigError("Trainer needs a model (or model_init, a function that builds one)")
+            model = model_init()
+        self._setup_distributed()
+        self.model = model.to(self.args.device)
+        self.model_wrapped: nn.Module = self.model
+        self.processing_class = processing_class
+        if data_collator is None:
+            data_collator = (
+                DataCollatorWithPadding(processing_class) if hasattr(processing_class, "pad") else default_data_collator
+            )
+        self.data_collator = data_collator
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        if self.args.eval_strategy != "no" and eval_dataset is None:
+            raise ConfigError(
+                f"TrainingArguments(eval_strategy={self.args.eval_strategy!r}) needs an eval_dataset; pass "
+                "Trainer(eval_dataset=...) or set eval_strategy='no'"
+            )
+        self.compute_loss_func = compute_loss_func
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.optimizer, self.lr_scheduler = optimizers
+        forward = inspect.signature(self.model.forward).parameters
+        self._forward_params = list(forward)
+        self.model_accepts_loss_kwargs = getattr(
+            self.model, "accepts_loss_kwargs", any(p.kind is inspect.Parameter.VAR_KEYWORD for p in forward.values())
+        )
+        default_labels = [n for n in forward if "label" in n or n in ("start_positions", "end_positions")]
+        self.label_names = self.args.label_names if self.args.label_names is not None else default_labels
+        self.can_return_loss = "return_loss" in forward
+        self._is_causal_lm = self._detect_causal_lm()
+        # Label tokens counted for ``num_items_in_batch``: position 0 is no target of a shifted causal-LM loss.
+        # Like the reference, the shift is assumed for ``*ForCausalLM`` classes (or ``loss_type="ForCausalLM"``)
+        # only, so GPT2LMHeadModel counts every label and its logged loss matches the reference's.
+        loss_type = getattr(self.model, "loss_type", None) or type(self.model).__name__
+        self._loss_shifts_labels = "ForCausalLM" in loss_type and not getattr(
+            getattr(self.model, "config", None), "is_encoder_decoder", False
+        )
+
+        integrations = self._report_to_callbacks()
+        progress = PrinterCallback if self.args.disable_tqdm else ProgressCallback
+        self.callback_handler = CallbackHandler(
+            [DefaultFlowCallback, *integrations, *(callbacks or [])],
+            self.model,
+            processing_class,
+            self.optimizer,
+            self.lr_scheduler,
+        )
+        self.add_callback(progress)
+        self.state = TrainerState(
+            is_local_process_zero=self.args.local_process_index == 0, is_world_process_zero=self.args.process_index == 0
+        )
+        self.control = TrainerControl()
+        self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
+
+    # -- setup -------------------------------------------------------------------------------------
+    def _setup_distributed(self) -> None:
+        self.is_distributed = self.args.world_size > 1
+        if self.is_distributed and not torch.distributed.is_initialized():
+            backend = "nccl" if self.args.device.type == "cuda" else "gloo"
+            torch.distributed.init_process_group(backend=backend)
+
+    def _detect_causal_lm(self) -> bool:
+        model_type = getattr(getattr(self.model, "config", None), "model_type", None)
+        reg = registry.get("models", (model_type, "AutoModelForCausalLM")) if model_type else None
+        if reg is not None and isinstance(reg.ref, str):
+            return reg.ref.rpartition(":")[2] == type(self.model).__name__
+        return reg is not None and reg.ref is type(self.model)
+
+    def _report_to_callbacks(self) -> list[TrainerCallback]:
+        wanted = self.args.report_to
+        installed = registry.names("callbacks")
+        if wanted == ["none"]:
+            return []
+        if "all" in wanted:
+            wanted = installed
+        out = []
+        for name in wanted:
+            reg = registry.get("callbacks", name)
+            if reg is None:
+                raise ConfigError(
+                    f"TrainingArguments(report_to={name!r}): no installed plugin provides this integration; "
+                    f"installed: {', '.join(map(repr, installed)) or 'none'} (or 'all' / 'none')"
+                )
+            out.append(reg.load()())
+        return out
+
+    def add_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> None:
+        self.callback_handler.add_callback(callback)
+
+    def pop_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> TrainerCallback | None:
+        return self.callback_handler.pop_callback(callback)
+
+    def remove_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> None:
+        self.callback_handler.remove_callback(callback)
+
+    # -- data --------------------------------------------------------------------------------------
+    def _signature_columns(self) -> set[str]:
+        return {*self._forward_params, *self.label_names, "label", "label_ids"}
+
+    def _prepare_dataset(self, dataset: Any) -> Any:
+        columns = getattr(dataset, "column_names", None)
+        if self.args.remove_unused_columns and isinstance(columns, list) and hasattr(dataset, "remove_columns"):
+            unused = [c for c in columns if c not in self._signature_columns()]
+            if unused and len(unused) == len(columns):
+                raise InputError(
+                    f"remove_unused_columns=True would drop every column {columns} of the dataset: none is an "
+                    f"argument of {type(self.model).__name__}.forward; rename them or pass remove_unused_columns=False"
+                )
+            if unused:
+                dataset = dataset.remove_columns(unused)
+                if hasattr(dataset, "set_format"):
+                    dataset.set_format(type=None)
+        return dataset
+
+    def _collate(self, features: list[Any]) -> dict[str, Any]:
+        if self.args.remove_unused_columns and features and isinstance(features[0], Mapping):
+            keep = self._signature_columns()
+            features = [{k: v for k, v in f.items() if k in keep} for f in features]
+        return self.data_collator(features)
+
+    def _get_train_sampler(self, dataset: Any) -> Any:
+        """Each epoch a fresh permutation from ``data_seed`` (or ``seed``) and the epoch; under torchrun,
+        this process's shard of it. Override to change the order (``None`` for the dataset's own)."""
+        if not _is_sized(dataset):
+            return None
+        return _EpochSampler(
+            dataset,
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+            shuffle=True,
+            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            drop_last=self.args.dataloader_drop_last,
+        )
+
+    def _loader(self, dataset: Any, batch_size: int, train: bool) -> DataLoader:
+        dataset = self._prepare_dataset(dataset)
+        sampler = self._get_train_sampler(dataset) if train else None
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            collate_fn=self._collate,
+            num_workers=self.args.dataloader_num_workers,
+            drop_last=self.args.dataloader_drop_last,
+            pin_memory=self.args.dataloader_pin_memory and self.args.device.type == "cuda",
+            generator=torch.Generator().manual_seed(self.args.seed),
+        )
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise ConfigError("Trainer.train() needs a train_dataset; pass Trainer(train_dataset=...)")
+        return self._loader(self.train_dataset, self.args.train_batch_size, train=True)
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> DataLoader:
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ConfigError("Trainer.evaluate() needs an eval_dataset (Trainer(eval_dataset=...) or evaluate(ds))")
+        return self._loader(dataset, self.args.eval_batch_size, train=False)
+
+    def get_test_dataloader(self, test_dataset: Any) -> DataLoader:
+        return self._loader(test_dataset, self.args.eval_batch_size, train=False)
+
+    def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(inputs, Mapping):
+            raise InputError(
+                f"a training batch must be a dict of tensors; the collator returned a {type(inputs).__name__}"
+            )
+        device = self.args.device
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+    # -- optimizer and schedule ----------------------------------------------------------------------
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """Parameters weight decay applies to: not biases, not norm weights (LayerNorm / RMSNorm / ``*norm``)."""
+        names = []
+        for module_name, module in model.named_modules():
+            is_norm = isinstance(module, nn.LayerNorm) or "RMSNorm" in type(module).__name__
+            for pname, _ in module.named_parameters(recurse=False):
+                full = f"{module_name}.{pname}" if module_name else pname
+                if not is_norm and not any(p.search(full.lower()) for p in _NO_DECAY):
+                    names.append(full)
+        return names
+
+    def create_optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            decay = set(self.get_decay_parameter_names(self.model))
+            params = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+            groups = [
+                {"params": [p for n, p in params if n in decay], "weight_decay": self.args.weight_decay},
+                {"params": [p for n, p in params if n not in decay], "weight_decay": 0.0},
+            ]
+            args = self.args
+            if args.optim in ("adamw_torch", "adamw_torch_fused"):
+                self.optimizer = torch.optim.AdamW(
+                    groups,
+                    lr=args.learning_rate,
+                    betas=(args.adam_beta1, args.adam_beta2),
+                    eps=args.adam_epsilon,
+                    fused=args.optim == "adamw_torch_fused",
+                )
+            elif args.optim == "sgd":
+                self.optimizer = torch.optim.SGD(groups, lr=args.learning_rate)
+            else:
+                self.optimizer = Adafactor(groups, lr=args.learning_rate, scale_parameter=False, relative_step=False)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+        if self.lr_scheduler is None:
+            self.lr_scheduler = get_scheduler(
+                self.args.lr_scheduler_type,
+                optimizer or self.optimizer,
+                num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                num_training_steps=num_training_steps,
+                scheduler_specific_kwargs=self.args.lr_scheduler_kwargs,
+            )
+        return self.lr_scheduler
+
+    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
+        self.create_optimizer()
+        self.create_scheduler(num_training_steps)
+
+    def _get_learning_rate(self) -> float:
+        lr = self.lr_scheduler.get_last_lr()[0]
+        return lr.item() if isinstance(lr, torch.Tensor) else lr
+
+    # -- loss ----------------------------------------------------------------------------------------
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.args.bf16:
+            return torch.autocast(device_type=self.args.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _smoothed_loss(self, outputs: Any, labels: torch.Tensor, num_items: Any) -> torch.Tensor:
+        logits = outputs["logits"] if isinstance(outputs, Mapping) else outputs[0]
+        if self._is_causal_lm:
+            logits, labels = logits[..., :-1, :], labels[..., 1:]
+        log_probs = -torch.log_softmax(logits.float(), dim=-1)
+        if labels.dim() == log_probs.dim() - 1:
+            labels = labels.unsqueeze(-1)
+        padding = labels.eq(IGNORE_INDEX)
+        nll = log_probs.gather(-1, labels.clamp(min=0)).masked_fill(padding, 0.0)
+        smooth = log_probs.sum(dim=-1, keepdim=True).masked_fill(padding, 0.0)
+        active = num_items if num_items is not None else padding.numel() - padding.long().sum()
+        eps = self.args.label_smoothing_factor
+        return (1 - eps) * nll.sum() / active + eps * smooth.sum() / (active * log_probs.shape[-1])
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        """The model's loss on ``inputs`` (label smoothing or ``compute_loss_func`` when configured)."""
+        custom = self.args.label_smoothing_factor != 0 or self.compute_loss_func is not None
+        labels = inputs.pop("labels") if custom and "labels" in inputs else None
+        if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
+            inputs = {**inputs, "num_items_in_batch": num_items_in_batch}
+        outputs = model(**inputs)
+        if self.compute_loss_func is not None:
+            loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+        elif labels is not None:
+            loss = self._smoothed_loss(outputs, labels, num_items_in_batch)
+        else:
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else (outputs[0] if outputs else None)
+            if loss is None or (isinstance(loss, torch.Tensor) and loss.dim() > 0 and loss.numel() > 1):
+                keys = sorted(k for k in inputs if k != "num_items_in_batch")
+                raise InputError(
+                    f"{type(self.model).__name__} returned no loss for a batch with keys {keys}; the batch needs "
+                    f"labels (the model's label arguments are {self.label_names or 'none'}; set "
+                    "TrainingArguments(label_names=[...]) if yours are named differently), or pass "
+                    "Trainer(compute_loss_func=...)"
+                )
+        return (loss, outputs) if return_outputs else loss
+
+    def _num_items(self, batches: list[dict[str, Any]], across_processes: bool = True) -> Any:
+        if not batches or "labels" not in batches[0]:
+            return None
+        if not (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
+            return None
+        count = 0
+        for batch in batches:
+            labels = batch["labels"]
+            if self._loss_shifts_labels:
+                labels = labels[..., 1:]
+            count += int(labels.ne(IGNORE_INDEX).sum())
+        total = torch.tensor(count, device=self.args.device)
+        if self.is_distributed and across_processes:
+            torch.distributed.all_reduce(total)
+        return total
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """Forward and backward on one micro-batch; returns the detached (scaled) loss."""
+        model.train()
+        inputs = self._prepare_inputs(inputs)
+        with self._autocast():
+            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or self.compute_loss_func
+        if not scaled:
+            loss = loss / self._current_accumulation
+        elif num_items_in_batch is not None and self.is_distributed:
+            loss = loss * self.args.world_size
+        loss.backward()
+        return loss.detach()
+
+    # -- training loop -------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
+        """Train; ``resume_from_checkpoint`` (a folder, or ``True`` for the latest in ``output_dir``) continues a run."""
+        if kwargs:
+            raise ConfigError(f"Trainer.train() got unexpected arguments {sorted(kwargs)}")
+        args = self.args
+        if resume_from_checkpoint is None:
+            resume_from_checkpoint = args.resume_from_checkpoint
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = ckpt.get_last_checkpoint(args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ckpt.CheckpointError(
+                    f"resume_from_checkpoint=True: no complete checkpoint-<step> folder in {args.output_dir}"
+                )
+        resume = None
+        if resume_from_checkpoint is not None:
+            resume = ckpt.require_checkpoint(resume_from_checkpoint, need_optimizer=not args.save_only_model)
+        if self.model_init is not None and resume is None and self.state.global_step == 0:
+            set_seed(args.seed)
+        if args.gradient_checkpointing:
+            enable = getattr(self.model, "gradient_checkpointing_enable", None)
+            if enable is None or not getattr(self.model, "supports_gradient_checkpointing", False):
+                raise ConfigError(
+                    f"TrainingArguments(gradient_checkpointing=True): {type(self.model).__name__} does not support "
+                    "gradient checkpointing"
+                )
+            enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+        if resume is not None:
+            ckpt.load_model_weights(self.model, resume)
+        return self._training_loop(resume)
+
+    def _wrap_model(self) -> nn.Module:
+        model: nn.Module = self.model
+        if self.is_distributed and not isinstance(self.model_wrapped, nn.parallel.DistributedDataParallel):
+            device_ids = [self.args.device.index] if self.args.device.type == "cuda" else None
+            model = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        elif isinstance(self.model_wrapped, nn.parallel.DistributedDataParallel):
+            model = self.model_wrapped
+        if self.args.torch_compile:
+            model = torch.compile(model)
+        return model
+
+    def _training_loop(self, resume: Path | None) -> TrainOutput:
+        args = self.args
+        loader = self.get_train_dataloader()
+        sized = _is_sized(loader.dataset)
+        ga = args.gradient_accumulation_steps
+        if sized:
+            batches_per_epoch = len(loader)
+            if batches_per_epoch == 0:
+                raise InputError("the train_dataset is empty (or smaller than one batch with dataloader_drop_last)")
+            updates_per_epoch = max(batches_per_epoch // ga + int(batches_per_epoch % ga > 0), 1)
+            if args.max_steps > 0:
+                max_steps = args.max_steps
+                num_epochs = max_steps // updates_per_epoch + int(max_steps % updates_per_epoch > 0)
+            else:
+                max_steps = math.ceil(args.num_train_epochs * updates_per_epoch)
+                num_epochs = math.ceil(args.num_train_epochs)
+        else:
+            if args.max_steps <= 0:
+                raise ConfigError(
+                    "a train_dataset without a length (IterableDataset) needs TrainingArguments(max_steps=N)"
+                )
+            max_steps, num_epochs = args.max_steps, 2**31
+            updates_per_epoch, batches_per_epoch = max_steps, max_steps * ga
+
+        self.state = TrainerState(
+            is_local_process_zero=args.local_process_index == 0, is_world_process_zero=args.process_index == 0
+        )
+        self.state.train_batch_size = args.train_batch_size
+        self.state.compute_steps(args, max_steps)
+        self.state.max_steps, self.state.num_train_epochs = max_steps, num_epochs
+        first_epoch, skip_batches = 0, 0
+        if resume is not None:
+            saved = TrainerState.load_from_json(resume / ckpt.STATE_NAME)
+            self.state.global_step, self.state.epoch = saved.global_step, saved.epoch
+            self.state.log_history, self.state.best_metric = saved.log_history, saved.best_metric
+            self.state.best_global_step, self.state.best_model_checkpoint = (
+                saved.best_global_step,
+                saved.best_model_checkpoint,
+            )
+            self.state.num_input_tokens_seen, self.state.total_flos = saved.num_input_tokens_seen, saved.total_flos
+            first_epoch = saved.global_step // updates_per_epoch
+            if not args.ignore_data_skip:
+                skip_batches = (saved.global_step % updates_per_epoch) * ga
+
+        self.create_optimizer()
+        model = self._wrap_model()
+        self.model_wrapped = model
+        self.create_scheduler(max_steps)
+        restore_rng = None
+        if resume is not None:
+            if (resume / ckpt.OPTIMIZER_NAME).is_file():
+                self.optimizer.load_state_dict(ckpt.load_torch_file(resume / ckpt.OPTIMIZER_NAME))
+                self.lr_scheduler.load_state_dict(ckpt.load_torch_file(resume / ckpt.SCHEDULER_NAME))
+            if (resume / ckpt.RNG_NAME).is_file():
+                restore_rng = ckpt.load_torch_file(resume / ckpt.RNG_NAME)
+        for name in ("model", "optimizer", "lr_scheduler"):
+            setattr(self.callback_handler, name, getattr(self, name))
+        self.callback_handler.train_dataloader = loader
+
+        start = time.time()
+        self._initial_step = self.state.global_step
+        self._tr_loss = torch.tensor(0.0, device=args.device)
+        self._total_loss = 0.0
+        self._last_logged = self.state.global_step
+        self._epochs_run = first_epoch
+        grad_norm: Any = None
+        model.zero_grad()
+        self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
+        if args.eval_on_start:
+            self._evaluate_during_training()
+
+        for epoch in range(first_epoch, num_epochs):
+            sampler = loader.sampler
+            if isinstance(sampler, _EpochSampler):
+                sampler.set_epoch(epoch)
+                sampler.skip = skip_batches * args.train_batch_size if epoch == first_epoch else 0
+            done_updates = skip_batches // ga if epoch == first_epoch else 0
+            step = (skip_batches - 1) if epoch == first_epoch else -1
+            self.control = self.callback_handler.on_epoch_begin(args, self.state, self.control)
+            iterator = iter(loader)
+            remainder = batches_per_epoch % ga or ga
+            for update in range(done_updates, updates_per_epoch):
+                if restore_rng is not None:
+                    ckpt.set_rng_state(restore_rng)
+                    restore_rng = None
+                wanted = ga if update != updates_per_epoch - 1 else remainder
+                batches = [b for _, b in zip(range(wanted), iterator)]
+                if not batches:
+                    break
+                num_items = self._num_items(batches)
+                self._current_accumulation = len(batches)
+                for i, inputs in enumerate(batches):
+                    step += 1
+                    sync = (step + 1) % ga == 0 or step + 1 == batches_per_epoch or i == len(batches) - 1
+                    if step % ga == 0:
+                        self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
+                    no_sync = getattr(model, "no_sync", None)
+                    context = no_sync() if no_sync is not None and i != len(batches) - 1 else contextlib.nullcontext()
+                    with context:
+                        loss = self.training_step(model, inputs, num_items)
+                    self._track_loss(loss)
+                    if sync:
+                        grad_norm = self._optimizer_step(model)
+                        self.state.global_step += 1
+                        self.state.epoch = epoch + (step + 1) / batches_per_epoch
+                        self.control = self.callback_handler.on_step_end(args, self.state, self.control)
+                        self._maybe_log_save_evaluate(grad_norm, start)
+                    else:
+                        self.control = self.callback_handler.on_substep_end(args, self.state, self.control)
+                    if self.control.should_epoch_stop or self.control.should_training_stop:
+                        break
+                if self.control.should_epoch_stop or self.control.should_training_stop:
+                    break
+            self._epochs_run = epoch + 1
+            self.control = self.callback_handler.on_epoch_end(args, self.state, self.control)
+            self._maybe_log_save_evaluate(grad_norm, start)
+            if self.control.should_training_stop:
+                break
+        return self._finish_training(start, sized and args.max_steps <= 0)
+
+    def _track_loss(self, loss: torch.Tensor) -> None:
+        value = float(loss)
+        if math.isfinite(value):
+            self._tr_loss += loss
+            return
+        step = self.state.global_step + 1
+        message = f"loss is {value} at step {step} (epoch {self.state.epoch or 0:.2f})"
+        if self.args.stop_on_nan_inf:
+            raise TrainingError(
+                f"{message}; training stopped (stop_on_nan_inf=True). Lower the learning_rate, enable "
+                "max_grad_norm clipping, or check the data of this step"
+            )
+        logger.warning(
+            "%s; %s",
+            message,
+            "it is replaced by the running mean of the logged losses"
+            if self.args.logging_nan_inf_filter
+            else "it is added to the logged loss",
+        )
+        self.state.log_history.append({"nan_inf_loss": value, "step": step})
+        if self.args.logging_nan_inf_filter:
+            self._tr_loss += self._tr_loss / (1 + self.state.global_step - self._last_logged)
+        else:
+            self._tr_loss += loss
+
+    def _optimizer_step(self, model: nn.Module) -> float | None:
+        args = self.args
+        params = [p for p in model.parameters() if p.grad is not None]
+        grad_norm = None
+        if args.max_grad_norm is not None and args.max_grad_norm > 0 and params:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm))
+        self.control = self.callback_handler.on_pre_optimizer_step(args, self.state, self.control)
+        self.optimizer.step()
+        self.control = self.callback_handler.on_optimizer_step(args, self.state, self.control)
+        self._step_lr = self._get_learning_rate()
+        self.lr_scheduler.step()
+        model.zero_grad()
+        return grad_norm
+
+    def _gathered_loss(self) -> float:
+        loss = self._tr_loss.detach().clone()
+        if self.is_distributed:
+            torch.distributed.all_reduce(loss)
+            loss /= self.args.world_size
+        return float(loss)
+
+    def _maybe_log_save_evaluate(self, grad_norm: float | None, start: float) -> None:
+        if self.control.should_log and self.state.global_step > self._last_logged:
+            total = self._gathered_loss()
+            self._tr_loss.zero_()
+            logs: dict[str, float] = {"loss": total / (self.state.global_step - self._last_logged)}
+            if grad_norm is not None:
+                logs["grad_norm"] = grad_norm
+            logs["learning_rate"] = self._step_lr if hasattr(self, "_step_lr") else self._get_learning_rate()
+            self._total_loss += total
+            self._last_logged = self.state.global_step
+            self.log(logs)
+        is_new_best = False
+        if self.control.should_evaluate:
+            metrics = self._evaluate_during_training()
+            is_new_best = self._update_best(metrics)
+            if self.args.save_strategy == "best":
+                self.control.should_save = is_new_best
+        if self.control.should_save:
+            self._save_checkpoint()
+            self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
+    def _evaluate_during_training(self) -> dict[str, float]:
+        return self.evaluate()
+
+    def _update_best(self, metrics: dict[str, float]) -> bool:
+        name = self.args.metric_for_best_model
+        if name is None:
+            return False
+        key = name if name.startswith("eval_") else f"eval_{name}"
+        if key not in metrics:
+            raise ConfigError(
+                f"metric_for_best_model={name!r}: the evaluation returned no {key!r}; metrics are {sorted(metrics)}"
+            )
+        value = metrics[key]
+        best = self.state.best_metric
+        if best is None or (value > best if self.args.greater_is_better else value < best):
+            self.state.best_metric, self.state.best_global_step = value, self.state.global_step
+            return True
+        return False
+
+    def _finish_training(self, start: float, by_epochs: bool) -> TrainOutput:
+        args = self.args
+        self._total_loss += self._gathered_loss()
+        self._tr_loss.zero_()
+        steps = self.state.global_step - self._initial_step
+        train_loss = self._total_loss / max(steps, 0.001)
+        runtime = time.time() - start
+        metrics = {
+            "train_runtime": round(runtime, 4),
+            "train_steps_per_second": round(steps / runtime, 3) if runtime > 0 else 0.0,
+            "total_flos": float(self.state.total_flos),
+            "train_loss": train_loss,
+        }
+        if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
+            best = Path(self.state.best_model_checkpoint)
+            if ckpt.is_complete(best):
+                ckpt.load_model_weights(self.model, best)
+        self.log(dict(metrics))
+        if self.is_distributed:
+            torch.distributed.barrier()
+        self.control = self.callback_handler.on_train_end(args, self.state, self.control)
+        return TrainOutput(self.state.global_step, train_loss, metrics)
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def _save_checkpoint(self) -> None:
+        args = self.args
+        folder = Path(args.output_dir) / f"{ckpt.PREFIX}-{self.state.global_step}"
+        if args.metric_for_best_model is not None and self.state.best_global_step:
+            best = Path(args.output_dir) / f"{ckpt.PREFIX}-{self.state.best_global_step}"
+            if best == folder or best.is_dir():
+                self.state.best_model_checkpoint = str(best)
+        if args.should_save:
+            with staged_folder(folder) as staging:
+                self._save(staging)
+                if not args.save_only_model:
+                    torch.save(self.optimizer.state_dict(), staging / ckpt.OPTIMIZER_NAME)
+                    torch.save(self.lr_scheduler.state_dict(), staging / ckpt.SCHEDULER_NAME)
+                    torch.save(ckpt.rng_state(), staging / ckpt.RNG_NAME)
+                self.state.save_to_json(staging / ckpt.STATE_NAME)
+            ckpt.rotate(args.output_dir, args.save_total_limit, self.state.best_model_checkpoint)
+        if self.is_distributed:
+            torch.distributed.barrier()
+
+    def _save(self, folder: Path) -> None:
+        model = self.model
+        if hasattr(model, "save_pretrained"):
+            model.save_pretrained(folder)
+        else:
+            from safetensors.torch import save_file
+
+            save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+        if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
+            self.processing_class.save_pretrained(folder)
+        (folder / ckpt.ARGS_NAME).write_text(self.args.to_json_string() + "\n", encoding="utf-8")
+
+    def save_model(self, output_dir: str | None = None) -> None:
+        """Save the model (and the processing class) to ``output_dir`` (default ``args.output_dir``), atomically."""
+        if not self.args.should_save:
+            return
+        target = Path(output_dir if output_dir is not None else self.args.output_dir)
+        with staged_folder(target) as staging:
+            self._save(staging)
+
+    # -- logging -----------------------------------------------------------------------------------
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Record ``logs`` in ``state.log_history`` and pass them to every callback's ``on_log``."""
+        if self.state.epoch is not None:
+            logs["epoch"] = self.state.epoch
+        self.state.log_history.append({**logs, "step": self.state.global_step})
+        self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs=logs)
+
+    # -- evaluation and prediction ---------------------------------------------------------------------
+    def evaluate(
+        self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
+        """Loss (``eval_loss``) and ``compute_metrics`` results on the eval dataset."""
+        loader = self.get_eval_dataloader(eval_dataset)
+        start = time.time()
+        output = self.evaluation_loop(loader, "Evaluation", None, ignore_keys, metric_key_prefix)
+        metrics = dict(output.metrics or {})
+        metrics.update(self._speed(metric_key_prefix, start, output))
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
+        return metrics
+
+    def predict(
+        self, test_dataset: Any, ignore_keys: list[str] | None = None, metric_key_prefix: str = "test"
+    ) -> PredictionOutput:
+        """Predictions (numpy), labels (when the dataset has them) and metrics on ``test_dataset``."""
+        loader = self.get_test_dataloader(test_dataset)
+        start = time.time()
+        output = self.evaluation_loop(loader, "Prediction", False, ignore_keys, metric_key_prefix)
+        metrics = dict(output.metrics or {})
+        metrics.update(self._speed(metric_key_prefix, start, output))
+        self.control = self.callback_handler.on_predict(self.args, self.state, self.control, metrics=metrics)
+        return PredictionOutput(output.predictions, output.label_ids, metrics)
+
+    def _speed(self, prefix: str, start: float, output: Any) -> dict[str, float]:
+        runtime = time.time() - start
+        out = {f"{prefix}_runtime": round(runtime, 4)}
+        if self._num_samples and runtime > 0:
+            out[f"{prefix}_samples_per_second"] = round(self._num_samples / runtime, 3)
+            out[f"{prefix}_steps_per_second"] = round(self._num_batches / runtime, 3)
+        return out
+
+    def evaluation_loop(
+        self,
+        dataloader: DataLoader,
+        description: str,
+        prediction_loss_only: bool | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> PredictionOutput:
+        loss_only = prediction_loss_only if prediction_loss_only is not None else self.args.prediction_loss_only
+        if self.compute_metrics is None and prediction_loss_only is None:
+            loss_only = True
+        model = self.model
+        model.eval()
+        self.callback_handler.eval_dataloader = dataloader
+        losses: list[torch.Tensor] = []
+        preds: Any = None
+        labels: Any = None
+        self._num_samples = self._num_batches = 0
+        for inputs in dataloader:
+            loss, logits, label = self.prediction_step(model, inputs, loss_only, ignore_keys)
+            size = self._batch_size(inputs)
+            self._num_samples += size
+            self._num_batches += 1
+            if loss is not None:
+                losses.append(loss.float().repeat(size))
+            if logits is not None and self.preprocess_logits_for_metrics is not None:
+                logits = self.preprocess_logits_for_metrics(logits, label)
+            if logits is not None:
+                preds = _concat(preds, logits)
+            if label is not None:
+                labels = _concat(labels, label)
+            self.control = self.callback_handler.on_prediction_step(self.args, self.state, self.control)
+        preds, labels = _to_numpy(preds), _to_numpy(labels)
+        metrics: dict[str, float] = {}
+        if self.compute_metrics is not None and preds is not None and labels is not None:
+            metrics = dict(self.compute_metrics(EvalPrediction(predictions=preds, label_ids=labels)))
+        if losses:
+            metrics["loss"] = float(torch.cat(losses).mean())
+        metrics = {
+            k if k.startswith(f"{metric_key_prefix}_") else f"{metric_key_prefix}_{k}": v for k, v in metrics.items()
+        }
+        return PredictionOutput(preds, labels, metrics)
+
+    @staticmethod
+    def _batch_size(inputs: Mapping[str, Any]) -> int:
+        for value in inputs.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                return int(value.shape[0])
+        return 1
+
+    def prediction_step(
+        self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool, ignore_keys: list[str] | None = None
+    ) -> tuple[torch.Tensor | None, Any, Any]:
+        """``(loss, logits, labels)`` for one batch, without gradients."""
+        inputs = self._prepare_inputs(inputs)
+        has_labels = bool(self.label_names) and all(inputs.get(k) is not None for k in self.label_names)
+        return_loss = inputs.get("return_loss", self.can_return_loss)
+        loss_without_labels = not self.label_names and bool(return_loss)
+        label = None
+        if has_labels:
+            found = tuple(_detach(inputs[k]) for k in self.label_names)
+            label = found[0] if len(found) == 1 else found
+        if ignore_keys is None:
+            ignore_keys = list(
+                getattr(getattr(model, "config", None), "keys_to_ignore_at_inference", ["past_key_values"])
+            )
+        with torch.no_grad(), self._autocast():
+            if has_labels or loss_without_labels:
+                num_items = self._num_items([inputs], across_processes=False)
+                loss, outputs = self.compute_loss(
+                    model, dict(inputs), return_outputs=True, num_items_in_batch=num_items
+                )
+                loss = loss.detach().mean()
+                skip = {*ignore_keys, "loss"}
+            else:
+                loss, outputs = None, model(**inputs)
+                skip = set(ignore_keys)
+        if prediction_loss_only:
+            return loss, None, None
+        if isinstance(outputs, Mapping):
+            logits = tuple(v for k, v in outputs.items() if k not in skip)
+        else:
+            logits = tuple(outputs[1:] if loss is not None else outputs)
+        logits = _detach(logits)
+        return loss, (logits[0] if len(logits) == 1 else logits), label

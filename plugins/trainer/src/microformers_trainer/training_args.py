@@ -1,0 +1,193 @@
+"""``TrainingArguments``: the reference's names and defaults; contradictory settings raise ``ConfigError``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import attrs
+
+from microformers import ConfigError
+
+from .optimization import scheduler_type
+
+INTERVALS = ("no", "steps", "epoch")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor")
+
+
+def _listify(value: Any) -> list[str]:
+    if value is None:
+        return ["none"]
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()] or ["none"]
+    return [str(v) for v in value]
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    value = getattr(value, "value", value)
+    if value not in allowed:
+        raise ConfigError(f"TrainingArguments({name}={value!r}): use one of {', '.join(map(repr, allowed))}")
+    return value
+
+
+@attrs.define(kw_only=True, slots=False)
+class TrainingArguments:
+    """Everything that controls a training run (see docs/training.md for each group)."""
+
+    output_dir: str | None = None
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    num_train_epochs: float = 3.0
+    max_steps: int = -1
+    per_device_train_batch_size: int = 8
+    per_device_eval_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    eval_accumulation_steps: int | None = None
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: str = "linear"
+    lr_scheduler_kwargs: dict[str, Any] | None = None
+    warmup_steps: float = 0
+    warmup_ratio: float = 0.0
+    logging_strategy: str = "steps"
+    logging_steps: float = 500
+    logging_first_step: bool = False
+    logging_nan_inf_filter: bool = True
+    stop_on_nan_inf: bool = False
+    eval_strategy: str = "no"
+    eval_steps: float | None = None
+    eval_delay: float = 0
+    eval_on_start: bool = False
+    prediction_loss_only: bool = False
+    save_strategy: str = "steps"
+    save_steps: float = 500
+    save_total_limit: int | None = None
+    save_only_model: bool = False
+    load_best_model_at_end: bool = False
+    metric_for_best_model: str | None = None
+    greater_is_better: bool | None = None
+    seed: int = 42
+    data_seed: int | None = None
+    dataloader_num_workers: int = 0
+    dataloader_drop_last: bool = False
+    dataloader_pin_memory: bool = True
+    remove_unused_columns: bool = True
+    label_names: list[str] | None = None
+    label_smoothing_factor: float = 0.0
+    report_to: str | list[str] | None = "none"
+    run_name: str | None = None
+    disable_tqdm: bool | None = None
+    bf16: bool = False
+    fp16: bool = False
+    use_cpu: bool = False
+    gradient_checkpointing: bool = False
+    gradient_checkpointing_kwargs: dict[str, Any] | None = None
+    torch_compile: bool = False
+    resume_from_checkpoint: str | None = None
+    ignore_data_skip: bool = False
+    optim: str = "adamw_torch_fused"
+    optim_args: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.output_dir is None:
+            self.output_dir = "trainer_output"
+        self.output_dir = os.fspath(self.output_dir)
+        self.logging_strategy = _choice("logging_strategy", self.logging_strategy, INTERVALS)
+        self.eval_strategy = _choice("eval_strategy", self.eval_strategy, INTERVALS)
+        self.save_strategy = _choice("save_strategy", self.save_strategy, (*INTERVALS, "best"))
+        self.optim = _choice("optim", self.optim, OPTIMIZERS)
+        self.lr_scheduler_type = scheduler_type(self.lr_scheduler_type).value
+        self.report_to = _listify(self.report_to)
+        if self.disable_tqdm is None:
+            self.disable_tqdm = False
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"TrainingArguments({name}={getattr(self, name)}): must be at least 1")
+        if self.fp16:
+            raise ConfigError("TrainingArguments(fp16=True): float16 mixed precision needs CUDA; use bf16=True on CPU")
+        if self.warmup_steps < 0 or self.warmup_ratio < 0 or self.warmup_ratio > 1:
+            raise ConfigError("TrainingArguments: warmup_steps must be >= 0 and warmup_ratio within [0, 1]")
+        if self.eval_strategy == "steps" and self.eval_steps is None:
+            self.eval_steps = self.logging_steps
+        for name in ("logging_steps", "eval_steps", "save_steps"):
+            value = getattr(self, name)
+            if value is not None and (value <= 0 or (value > 1 and value != int(value))):
+                raise ConfigError(f"TrainingArguments({name}={value}): use an integer >= 1 or a ratio in (0, 1]")
+        if self.load_best_model_at_end:
+            if self.save_strategy != "best":
+                if self.eval_strategy != self.save_strategy:
+                    raise ConfigError(
+                        "load_best_model_at_end=True needs save_strategy and eval_strategy to match; got "
+                        f"save_strategy={self.save_strategy!r}, eval_strategy={self.eval_strategy!r}"
+                    )
+                if self.eval_strategy == "steps" and self.save_steps % self.eval_steps != 0:
+                    raise ConfigError(
+                        f"load_best_model_at_end=True needs save_steps ({self.save_steps}) to be a multiple of "
+                        f"eval_steps ({self.eval_steps})"
+                    )
+            if self.metric_for_best_model is None:
+                self.metric_for_best_model = "loss"
+        if self.save_strategy == "best" and self.metric_for_best_model is None:
+            self.metric_for_best_model = "loss"
+        if self.greater_is_better is None and self.metric_for_best_model is not None:
+            self.greater_is_better = self.metric_for_best_model not in ("loss", "eval_loss")
+        if self.optim_args is not None:
+            raise ConfigError("TrainingArguments(optim_args=...) is not supported; configure the optimizer directly")
+
+    # -- derived values ----------------------------------------------------------------------------
+    @property
+    def train_batch_size(self) -> int:
+        return self.per_device_train_batch_size
+
+    @property
+    def eval_batch_size(self) -> int:
+        return self.per_device_eval_batch_size
+
+    @property
+    def world_size(self) -> int:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+
+    @property
+    def process_index(self) -> int:
+        return int(os.environ.get("RANK", "0"))
+
+    @property
+    def local_process_index(self) -> int:
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+    @property
+    def should_log(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def should_save(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def device(self) -> Any:
+        import torch
+
+        if not self.use_cpu and torch.cuda.is_available():
+            return torch.device("cuda", self.local_process_index)
+        return torch.device("cpu")
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        """``warmup_steps`` (a ratio of the run when below 1), else ``warmup_ratio`` of the run."""
+        if self.warmup_steps >= 1:
+            return int(self.warmup_steps)
+        if self.warmup_steps > 0:
+            return math.ceil(num_training_steps * self.warmup_steps)
+        return math.ceil(num_training_steps * self.warmup_ratio)
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self, recurse=False)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
