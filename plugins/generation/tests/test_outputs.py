@@ -1,0 +1,79 @@
+"""return_dict_in_generate outputs and compute_transition_scores, against the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from microformers import set_seed
+
+
+@pytest.fixture(scope="module")
+def eager_reference(llama_folder):
+    import transformers
+
+    return transformers.LlamaForCausalLM.from_pretrained(llama_folder, attn_implementation="eager").eval()
+
+
+def _assert_nested_close(ours, theirs):
+    assert type(ours) is tuple and len(ours) == len(theirs)
+    for mine, reference in zip(ours, theirs, strict=True):
+        if isinstance(reference, tuple):
+            _assert_nested_close(mine, reference)
+        else:
+            assert mine.shape == reference.shape
+            torch.testing.assert_close(mine, reference, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("settings", [{}, {"num_beams": 2}])
+def test_attentions_and_hidden_states_match_reference(model, eager_reference, prompts, settings):
+    kwargs = {
+        **settings,
+        "max_new_tokens": 4,
+        "return_dict_in_generate": True,
+        "output_attentions": True,
+        "output_hidden_states": True,
+    }
+    # unpadded rows: what a model puts at padded positions is its own business, not generate()'s
+    expected = eager_reference.generate(**prompts["single"], **kwargs)
+    ours = model.generate(**prompts["single"], **kwargs)
+    assert type(ours).__name__ == type(expected).__name__
+    assert torch.equal(ours.sequences, expected.sequences)
+    _assert_nested_close(ours.attentions, expected.attentions)
+    _assert_nested_close(ours.hidden_states, expected.hidden_states)
+    assert ours.scores is None and expected.scores is None
+
+
+def test_outputs_are_none_unless_asked(model, prompts):
+    out = model.generate(**prompts["single"], max_new_tokens=3, return_dict_in_generate=True)
+    assert out.sequences.shape == (1, 11)
+    assert (out.scores, out.logits, out.attentions, out.hidden_states) == (None, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("settings", "normalize"),
+    [
+        ({}, False),
+        ({}, True),
+        ({"do_sample": True, "top_k": 10, "temperature": 0.7}, False),
+        ({"num_beams": 3, "num_return_sequences": 2}, True),
+        ({"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.0}, False),
+    ],
+)
+def test_transition_scores_match_reference(model, reference_model, prompts, settings, normalize):
+    kwargs = {**settings, "max_new_tokens": 6, "return_dict_in_generate": True, "output_scores": True}
+    set_seed(4)
+    ours = model.generate(**prompts["batch"], **kwargs)
+    set_seed(4)
+    expected = reference_model.generate(**prompts["batch"], **kwargs)
+    assert torch.equal(ours.sequences, expected.sequences)
+    beams = {"beam_indices": expected.beam_indices} if "num_beams" in settings else {}
+    theirs = reference_model.compute_transition_scores(
+        expected.sequences, expected.scores, normalize_logits=normalize, **beams
+    )
+    mine_beams = {"beam_indices": ours.beam_indices} if "num_beams" in settings else {}
+    mine = model.compute_transition_scores(ours.sequences, ours.scores, normalize_logits=normalize, **mine_beams)
+    torch.testing.assert_close(mine, theirs)
+    if "num_beams" in settings and settings.get("length_penalty") == 0.0:
+        # with no length penalty a beam's score is the sum of its transition scores
+        torch.testing.assert_close(mine.sum(dim=1), ours.sequences_scores)
