@@ -1,0 +1,37 @@
+"""Generation limits: memory follows the tokens produced, max_time stops every strategy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from microformers import GenerationConfig
+
+
+@pytest.fixture
+def unbounded_model(tiny_model_class, tiny_config_class):
+    """The tiny model with no declared context: positions wrap around, so nothing clamps max_length."""
+
+    class Unbounded(tiny_model_class):
+        def forward(self, input_ids, position_ids=None, **kwargs):
+            if position_ids is not None:
+                position_ids = position_ids % self.config.vocab_size
+            return super().forward(input_ids, position_ids=position_ids, **kwargs)
+
+    torch.manual_seed(0)
+    model = Unbounded(tiny_config_class(bos_token_id=1, eos_token_id=None, pad_token_id=0)).eval()
+    model.config.max_position_embeddings = None
+    model.generation_config = GenerationConfig(pad_token_id=0)
+    return model
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"do_sample": True}, {"num_beams": 3}, {"num_beams": 2, "do_sample": True, "num_return_sequences": 2}],
+)
+def test_max_time_stops_every_strategy_and_nothing_is_sized_for_max_new_tokens(unbounded_model, settings):
+    """Buffers sized for 10**9 new tokens (x beams) could not be allocated; they grow with the tokens instead."""
+    ids = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    out = unbounded_model.generate(ids, max_new_tokens=10**9, max_time=0.3, **settings)
+    rows = 2 * settings.get("num_return_sequences", 1)
+    assert out.shape[0] == rows and 3 < out.shape[1] < 10**6
