@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from .errors import MicroformersError
@@ -24,22 +26,39 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser, runners = build_parser()
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 0
-    runner = runners[args.command]
+    """Run a subcommand. Errors print one line (no traceback; MICROFORMERS_TRACEBACK=1 shows it)."""
+    command = ""
     try:
+        parser, runners = build_parser()
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help()
+            return 0
+        command = f" {args.command}"
+        runner = runners[args.command]
         if isinstance(runner, MicroformersError):
             raise runner
-        result = runner(args)  # type: ignore[operator]
+        return int(runner(args) or 0)  # type: ignore[operator]
     except MicroformersError as exc:
-        print(f"microformers {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"microformers{command}: error: {exc}", 2)
     except KeyboardInterrupt:
-        return 130
-    return int(result or 0)
+        return _fail(f"\nmicroformers{command}: interrupted", 130)
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as a SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as exc:
+        return _fail(
+            f"microformers{command}: internal error: {type(exc).__name__}: {exc}. This is a bug in microformers or "
+            "a plugin; please report it (set MICROFORMERS_TRACEBACK=1 to see where it happened).",
+            1,
+        )
+
+
+def _fail(message: str, code: int) -> int:
+    if os.environ.get("MICROFORMERS_TRACEBACK"):
+        traceback.print_exc()
+    print(message, file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

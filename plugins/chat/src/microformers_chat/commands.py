@@ -17,8 +17,18 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=_seed, default=None, help="random seed, 0 <= SEED < 2**64")
     parser.add_argument("--system", default=None, help="system prompt")
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"{text} is out of range; a seed is 0 <= SEED < 2**64")
+    return value
 
 
 class Session:
@@ -50,6 +60,15 @@ class Session:
     def answer(self, inputs: dict[str, Any], out: TextIO | None) -> str:
         from microformers import TextStreamer
 
+        rows = self.model.get_input_embeddings().num_embeddings
+        if inputs["input_ids"].numel() and int(inputs["input_ids"].max()) >= rows:
+            from microformers import ConfigError
+
+            raise ConfigError(
+                f"the tokenizer of {self.args.model} produced token id {int(inputs['input_ids'].max())}, but the "
+                f"model's vocabulary has {rows} entries (config vocab_size={self.model.config.vocab_size}): the "
+                "tokenizer does not belong to this model. Put the model's own tokenizer files in its folder."
+            )
         streamer = TextStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True) if out else None
         output = self.model.generate(**inputs, streamer=streamer, **self.generation_kwargs())
         new_tokens = output[0, inputs["input_ids"].shape[1] :]

@@ -48,6 +48,29 @@ def parse_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
+def _check_device(device: str | None) -> None:
+    if device is None:
+        return
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"--device {device!r} is not a device ({exc}); use cpu, cuda, cuda:0, mps") from None
+    backend = getattr(torch, kind, None)
+    if kind != "cpu" and not (backend is not None and getattr(backend, "is_available", lambda: True)()):
+        raise ConfigError(f"--device {device}: {kind} is not available on this machine; use --device cpu")
+
+
+def _check_dtype(dtype: str | None) -> None:
+    allowed = ("auto", "float32", "float16", "bfloat16", "float64", "float", "half", "double")
+    if dtype is not None and dtype.removeprefix("torch.") not in allowed:
+        raise ConfigError(
+            f"--dtype {dtype} is not a floating-point dtype for model weights; use one of "
+            f"{', '.join(allowed[:5])} (8-bit or 4-bit weights need a quantization config, not --dtype)"
+        )
+
+
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -85,6 +108,8 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
 
     stdout = stdout or sys.stdout
     options = parse_options(args.option)
+    _check_device(args.device)
+    _check_dtype(args.dtype)
     load: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
     pipe = pipeline(
         args.task,
@@ -95,6 +120,16 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         batch_size=args.batch_size,
         **load,
     )
+    try:  # refuse unknown options before reading any input
+        pipe._sanitize_parameters(**options)
+    except TypeError:
+        import inspect
+
+        known = [p for p in inspect.signature(pipe._sanitize_parameters).parameters if p != "kwargs"]
+        unknown = sorted(set(options) - set(known)) or sorted(options)
+        raise ConfigError(
+            f"-o {', '.join(unknown)}: not an option of the {args.task} task; its options: {', '.join(known) or 'none'}"
+        ) from None
     inputs = [_parse_input(text) for text in args.inputs] if args.inputs else _stdin_inputs(stdin or sys.stdin)
     for result in pipe(iter(inputs), **options):
         print(json.dumps(result, default=_plain, ensure_ascii=False), file=stdout, flush=True)
