@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from microformers import PretrainedConfig, PreTrainedModel
-from microformers.outputs import CausalLMOutputWithPast
 from microformers_sdk.cache import DynamicCache
 from microformers_sdk.masks import build_attention_mask, position_ids_from_attention_mask
+from microformers_sdk.outputs import CausalLMOutputWithPast
 from microformers_sdk.testing import (
     ModelConformanceTests,
     build_model,

@@ -68,106 +68,11 @@ class ModelOutput(dict):
         return (type(self), (), None, None, iter(self.items()))
 
 
-class BaseModelOutput(ModelOutput):
-    last_hidden_state: Any
-    hidden_states: Any
-    attentions: Any
+def __getattr__(name: str) -> Any:
+    """The task outputs moved to ``microformers_sdk.outputs``; this old import path keeps working."""
+    import microformers_sdk.outputs as task_outputs
 
-
-class BaseModelOutputWithPast(ModelOutput):
-    last_hidden_state: Any
-    past_key_values: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class BaseModelOutputWithPooling(ModelOutput):
-    last_hidden_state: Any
-    pooler_output: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class BaseModelOutputWithPastAndCrossAttentions(ModelOutput):
-    last_hidden_state: Any
-    past_key_values: Any
-    hidden_states: Any
-    attentions: Any
-    cross_attentions: Any
-
-
-class BaseModelOutputWithPoolingAndCrossAttentions(ModelOutput):
-    last_hidden_state: Any
-    pooler_output: Any
-    hidden_states: Any
-    past_key_values: Any
-    attentions: Any
-    cross_attentions: Any
-
-
-class CausalLMOutput(ModelOutput):
-    loss: Any
-    logits: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class CausalLMOutputWithPast(ModelOutput):
-    loss: Any
-    logits: Any
-    past_key_values: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class CausalLMOutputWithCrossAttentions(ModelOutput):
-    loss: Any
-    logits: Any
-    past_key_values: Any
-    hidden_states: Any
-    attentions: Any
-    cross_attentions: Any
-
-
-class MaskedLMOutput(ModelOutput):
-    loss: Any
-    logits: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class SequenceClassifierOutput(ModelOutput):
-    loss: Any
-    logits: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class SequenceClassifierOutputWithPast(ModelOutput):
-    loss: Any
-    logits: Any
-    past_key_values: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class TokenClassifierOutput(ModelOutput):
-    loss: Any
-    logits: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class QuestionAnsweringModelOutput(ModelOutput):
-    loss: Any
-    start_logits: Any
-    end_logits: Any
-    hidden_states: Any
-    attentions: Any
-
-
-class NextSentencePredictorOutput(ModelOutput):
-    loss: Any
-    logits: Any
-    hidden_states: Any
-    attentions: Any
+    try:
+        return getattr(task_outputs, name)
+    except AttributeError:
+        raise AttributeError(f"module 'microformers.outputs' has no attribute {name!r}") from None

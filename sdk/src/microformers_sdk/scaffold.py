@@ -289,7 +289,7 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from microformers_sdk.attention import get_attention_function
 from microformers_sdk.cache import Cache
 from microformers_sdk.inputs import prepare_decoder_inputs

@@ -22,7 +22,11 @@ from torch import nn
 
 from microformers import PreTrainedModel
 from microformers.errors import ConfigError, InputError
-from microformers.outputs import (
+from microformers_sdk.attention import eager_attention, get_attention_function
+from microformers_sdk.layers import get_activation
+from microformers_sdk.losses import sequence_classification_loss, span_loss, token_cross_entropy
+from microformers_sdk.masks import build_attention_mask
+from microformers_sdk.outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     MaskedLMOutput,
     ModelOutput,
@@ -31,10 +35,6 @@ from microformers.outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.layers import get_activation
-from microformers_sdk.losses import sequence_classification_loss, span_loss, token_cross_entropy
-from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.weights import KeyRenamer
 
 from .configuration_bert import BertConfig

@@ -20,17 +20,17 @@ from torch import nn
 
 from microformers import PreTrainedModel
 from microformers.errors import ConfigError, InputError
-from microformers.outputs import (
-    BaseModelOutputWithPastAndCrossAttentions,
-    CausalLMOutputWithCrossAttentions,
-    SequenceClassifierOutputWithPast,
-)
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache
 from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
 from microformers_sdk.masks import build_attention_mask, last_token_indices
+from microformers_sdk.outputs import (
+    BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
+    SequenceClassifierOutputWithPast,
+)
 
 from .configuration_gpt2 import GPT2Config
 

@@ -18,13 +18,13 @@ from torch import nn
 
 from microformers import PreTrainedModel
 from microformers.errors import InputError
-from microformers.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache, StaticCache
 from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
 from microformers_sdk.masks import build_attention_mask, last_token_indices, position_ids_from_attention_mask
+from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 
 from .configuration_llama import LlamaConfig

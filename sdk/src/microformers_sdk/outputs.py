@@ -1,0 +1,116 @@
+"""Task-specific model outputs (``CausalLMOutputWithPast`` ...): the fields the reference returns.
+
+``ModelOutput`` itself (attribute / key / position access) is the kernel's; these are the shapes
+plugins build on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microformers.outputs import ModelOutput
+
+
+class BaseModelOutput(ModelOutput):
+    last_hidden_state: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class BaseModelOutputWithPast(ModelOutput):
+    last_hidden_state: Any
+    past_key_values: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class BaseModelOutputWithPooling(ModelOutput):
+    last_hidden_state: Any
+    pooler_output: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class BaseModelOutputWithPastAndCrossAttentions(ModelOutput):
+    last_hidden_state: Any
+    past_key_values: Any
+    hidden_states: Any
+    attentions: Any
+    cross_attentions: Any
+
+
+class BaseModelOutputWithPoolingAndCrossAttentions(ModelOutput):
+    last_hidden_state: Any
+    pooler_output: Any
+    hidden_states: Any
+    past_key_values: Any
+    attentions: Any
+    cross_attentions: Any
+
+
+class CausalLMOutput(ModelOutput):
+    loss: Any
+    logits: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class CausalLMOutputWithPast(ModelOutput):
+    loss: Any
+    logits: Any
+    past_key_values: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class CausalLMOutputWithCrossAttentions(ModelOutput):
+    loss: Any
+    logits: Any
+    past_key_values: Any
+    hidden_states: Any
+    attentions: Any
+    cross_attentions: Any
+
+
+class MaskedLMOutput(ModelOutput):
+    loss: Any
+    logits: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class SequenceClassifierOutput(ModelOutput):
+    loss: Any
+    logits: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class SequenceClassifierOutputWithPast(ModelOutput):
+    loss: Any
+    logits: Any
+    past_key_values: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class TokenClassifierOutput(ModelOutput):
+    loss: Any
+    logits: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class QuestionAnsweringModelOutput(ModelOutput):
+    loss: Any
+    start_logits: Any
+    end_logits: Any
+    hidden_states: Any
+    attentions: Any
+
+
+class NextSentencePredictorOutput(ModelOutput):
+    loss: Any
+    logits: Any
+    hidden_states: Any
+    attentions: Any
