@@ -178,21 +178,23 @@ def test_base_model_and_sequence_classification_match_reference(tmp_path: Path) 
 def test_causal_lm_loss_hidden_states_and_attentions_match_reference(
     checkpoints: dict[str, tuple[Path, Any, Any]],
 ) -> None:
-    _, reference, ours = checkpoints["llama-gqa"]
+    folder, reference, ours = checkpoints["llama-gqa"]
+    # the reference's default (SDPA) attention returns no weights: compare with its eager implementation
+    eager = type(reference).from_pretrained(folder, attn_implementation="eager").eval()
     ids = random_ids(TINY["vocab_size"], batch=2, length=8, seed=6)
     labels = ids.clone()
     labels[0, :3] = -100
     with torch.no_grad():
         got = ours(ids, labels=labels, output_hidden_states=True, output_attentions=True)
-        want = reference(ids, labels=labels, output_hidden_states=True, output_attentions=True)
+        want = eager(ids, labels=labels, output_hidden_states=True, output_attentions=True)
     assert_close(got.loss, want.loss, atol=1e-5, what="loss")
     assert len(got.hidden_states) == len(want.hidden_states) == TINY["num_hidden_layers"] + 1
     for i, (a, b) in enumerate(zip(got.hidden_states, want.hidden_states)):
         assert_close(a, b, atol=1e-4, what=f"hidden_states[{i}]")
-    if want.attentions:  # the reference returns them with eager attention only
-        for i, (a, b) in enumerate(zip(got.attentions, want.attentions)):
-            assert_close(a, b, atol=1e-5, what=f"attentions[{i}]")
-    assert len(got.attentions) == TINY["num_hidden_layers"]
+    assert len(got.attentions) == len(want.attentions) == TINY["num_hidden_layers"]
+    for i, (a, b) in enumerate(zip(got.attentions, want.attentions)):
+        assert a.shape == b.shape == (2, TINY["num_attention_heads"], 8, 8)
+        assert_close(a, b, atol=1e-5, what=f"attentions[{i}]")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
