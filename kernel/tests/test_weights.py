@@ -171,5 +171,10 @@ def test_model_outputs_behave_like_the_reference():
     out = CausalLMOutput(logits=torch.ones(1))
     assert out.loss is None and out["logits"] is out.logits and out[0] is out.logits
     assert list(out.keys()) == ["logits"] and len(out.to_tuple()) == 1
-    out.loss = torch.zeros(())
-    assert list(out.keys()) == ["logits", "loss"] or out[0] is not None
+    out.loss = torch.zeros(())  # the reference appends a field set later, keeping the original order
+    assert list(out.keys()) == ["logits", "loss"] and out[0] is out.logits and out[1] is out.loss
+    assert len(out.to_tuple()) == 2 and out["loss"] is out.loss
+    both = CausalLMOutput(logits=torch.ones(1), loss=torch.zeros(()))
+    assert list(both.keys()) == ["loss", "logits"] and both[0] is both.loss  # field order when given at once
+    both.logits = torch.zeros(2)  # setting an attribute updates the dict view and the tuple view
+    assert both["logits"].shape == (2,) and both.to_tuple()[1].shape == (2,)
