@@ -141,6 +141,8 @@ def test_bad_quantization_configs(tiny_llama: Path) -> None:
         AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=128))
     with pytest.raises(ConfigError, match="multiple of 32"):
         AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "int4", "group_size": 48})
+    with pytest.raises(ConfigError, match="activations"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config(activations="int4"))
     with pytest.raises(ConfigError, match="unknown field"):
         AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "int8", "bits": 3})
 
@@ -168,3 +170,22 @@ def test_dtype_change_of_a_quantized_model_is_refused(tiny_llama: Path) -> None:
         model.half()
     model.to("cpu")  # moving without a dtype change is fine
     assert isinstance(QuantizedDtypeError("x"), microformers.MicroformersError)
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (4, 64), (8, 32), (8, 64)])
+def test_int8_activation_kernels_match_their_torch_definition(bits: int, group: int) -> None:
+    torch.manual_seed(bits * group)
+    layer = QuantLinear(128, 40, bias=False, bits=bits, group=group)
+    for name, tensor in layer.quantize_weight(torch.randn(40, 128)).items():
+        setattr(layer, name, tensor)
+    layer.int8_activations = True
+    x = torch.randn(2, 128)
+    q = kernels.quantize_activations(x)
+    if bits == 4:
+        low = layer.mins.float().repeat_interleave(group, dim=1)
+        expected = torch.nn.functional.linear(q, layer.dequantize() - low) + torch.nn.functional.linear(x, low)
+    else:
+        expected = torch.nn.functional.linear(q, layer.dequantize())
+    assert torch.allclose(layer(x), expected, atol=2e-4, rtol=1e-4)
+    exact = torch.nn.functional.linear(x, layer.dequantize())
+    assert 0 < (layer(x) - exact).abs().max() < 0.05 * exact.abs().max()

@@ -71,8 +71,9 @@ def _register_fakes() -> None:
     def q8_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int):
         return x.new_empty((*x.shape[:-1], qweight.shape[0]))
 
-    torch.library.register_fake("mfquant::q4_linear")(q4_fake)
-    torch.library.register_fake("mfquant::q8_linear")(q8_fake)
+    for suffix in ("", "_i8"):
+        torch.library.register_fake(f"mfquant::q4_linear{suffix}")(q4_fake)
+        torch.library.register_fake(f"mfquant::q8_linear{suffix}")(q8_fake)
 
 
 def dequantize_q4(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int) -> torch.Tensor:
@@ -89,15 +90,35 @@ def dequantize_q8(qweight: torch.Tensor, scales: torch.Tensor, group: int) -> to
     return (qweight.view(n, -1, group).float() * scales.unsqueeze(-1)).view(n, -1)
 
 
-def q4_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int):
-    """``x @ W.T`` for float32 2-D ``x`` and a q4 ``W``."""
+def quantize_activations(x: torch.Tensor) -> torch.Tensor:
+    """What the int8-activation kernels compute with: ``x`` rounded to int8 per 32 values (one scale each)."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32)
+    scale = blocks.abs().amax(-1, keepdim=True) / 127.0
+    q = torch.round(blocks / torch.where(scale > 0, scale, torch.ones_like(scale)))
+    return (q * scale).reshape(x.shape)
+
+
+def q4_linear(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, int8_act: bool = False
+) -> torch.Tensor:
+    """``x @ W.T`` for float32 2-D ``x`` and a q4 ``W``; ``int8_act`` quantizes ``x`` per 32 values first."""
     if _state.get("ok", None) or ("ok" not in _state and native_available()):
+        if int8_act:
+            return torch.ops.mfquant.q4_linear_i8(x, qweight, scales, mins, group)
         return torch.ops.mfquant.q4_linear(x, qweight, scales, mins, group)
+    if int8_act:  # the minimum term uses the float sums of x, as the kernel does
+        w = dequantize_q4(qweight, scales, mins, group)
+        low = mins.float().repeat_interleave(group, dim=1)
+        return torch.nn.functional.linear(quantize_activations(x), w - low) + torch.nn.functional.linear(x, low)
     return torch.nn.functional.linear(x, dequantize_q4(qweight, scales, mins, group))
 
 
-def q8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int):
-    """``x @ W.T`` for float32 2-D ``x`` and a q8 ``W``."""
+def q8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int, int8_act: bool = False
+) -> torch.Tensor:
+    """``x @ W.T`` for float32 2-D ``x`` and a q8 ``W``; ``int8_act`` quantizes ``x`` per 32 values first."""
     if _state.get("ok", None) or ("ok" not in _state and native_available()):
+        if int8_act:
+            return torch.ops.mfquant.q8_linear_i8(x, qweight, scales, group)
         return torch.ops.mfquant.q8_linear(x, qweight, scales, group)
-    return torch.nn.functional.linear(x, dequantize_q8(qweight, scales, group))
+    return torch.nn.functional.linear(quantize_activations(x) if int8_act else x, dequantize_q8(qweight, scales, group))

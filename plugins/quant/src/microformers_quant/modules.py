@@ -43,6 +43,7 @@ class _QuantWeight(nn.Module):
                 "choose another group_size (32, 64 or 128) or list the layer in modules_to_not_convert"
             )
         self.rows, self.cols, self.bits, self.group = rows, cols, bits, group
+        self.int8_activations = False  # set by the quantizer from quantization_config.activations
         groups = cols // group
         if bits == 4:
             self.register_buffer("qweight", _meta(rows, cols // 2, dtype=torch.uint8))
@@ -79,8 +80,8 @@ class _QuantWeight(nn.Module):
         if x.shape[0] > KERNEL_MAX_ROWS:
             return F.linear(x, self.dequantize())
         if self.bits == 4:
-            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group)
-        return kernels.q8_linear(x, self.qweight, self.scales, self.group)
+            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group, self.int8_activations)
+        return kernels.q8_linear(x, self.qweight, self.scales, self.group, self.int8_activations)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         probe = fn(torch.zeros(1))

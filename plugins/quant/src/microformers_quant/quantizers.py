@@ -22,7 +22,8 @@ class PluginQuantizer(Quantizer):
     tensors (a folder saved from a quantized model), else from ``layout_for``.
     """
 
-    allowed_keys: frozenset[str] = frozenset({"quant_method", "modules_to_not_convert"})
+    allowed_keys: frozenset[str] = frozenset({"quant_method", "modules_to_not_convert", "activations"})
+    default_activations = "float32"
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         unknown = sorted(set(config) - self.allowed_keys)
@@ -32,6 +33,12 @@ class PluginQuantizer(Quantizer):
                 f"accepted: {sorted(self.allowed_keys)}"
             )
         super().__init__(config)
+        self.activations = self.config.get("activations", self.default_activations)
+        if self.activations not in ("float32", "int8"):
+            raise ConfigError(
+                f"quantization_config.activations must be 'float32' or 'int8' (quantized per 32 values, as "
+                f"llama.cpp does), got {self.activations!r}"
+            )
         self.source: Mapping[str, Any] = {}
         self.prefix = ""
         self.head_name: str | None = None
@@ -98,6 +105,8 @@ class PluginQuantizer(Quantizer):
 
     def finish(self, model: nn.Module) -> None:
         super().finish(model)
+        for module in self.converted.values():
+            module.int8_activations = self.activations == "int8"
         kernels.native_available()  # build/load now, not inside the first forward (or a compiled graph)
 
     def quantized_linear(self, name: str, module: nn.Linear) -> nn.Module | None:
@@ -139,7 +148,7 @@ class Int8Quantizer(PluginQuantizer):
 
 class Int4Quantizer(PluginQuantizer):
     quant_method = "int4"
-    allowed_keys = frozenset({"quant_method", "modules_to_not_convert", "group_size"})
+    allowed_keys = frozenset({"quant_method", "modules_to_not_convert", "activations", "group_size"})
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
