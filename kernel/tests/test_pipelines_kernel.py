@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import microformers
-from microformers import ConfigError, MicroformersError, PluginError, UnknownModelTypeError
-from microformers.pipelines import PIPELINE_REGISTRY, ChunkPipeline, Pipeline, resolve_device
+from microformers import ChunkPipeline, ConfigError, MicroformersError, Pipeline, PluginError, UnknownModelTypeError
+from microformers.pipelines import PIPELINE_REGISTRY
 from microformers.plugins import IN_PROCESS, registry
+from microformers_pipelines.base import resolve_device
 
 
 class CharTokenizer:

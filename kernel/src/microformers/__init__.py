@@ -46,8 +46,6 @@ _LAZY: dict[str, str] = {
     "AutoProcessor": "auto",
     "GenerationConfig": "generation",
     "GenerationMixin": "generation",
-    "Pipeline": "pipelines",
-    "ChunkPipeline": "pipelines",
     "pipeline": "pipelines",
     "PIPELINE_REGISTRY": "pipelines",
     "set_seed": "utils",

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from microformers import ConfigError
-from microformers.pipelines import Pipeline
 
 from ._common import check_text
+from .base import Pipeline
 
 POOLING = ("none", "mean", "cls")
 

@@ -64,3 +64,10 @@ def register_model_sources(register: Any) -> None:
 @hookimpl
 def register_cli_commands(register: Any) -> None:
     register("run", f"{_PACKAGE}.cli:run_command", help="run a pipeline task on arguments or stdin lines (JSON lines)")
+
+
+@hookimpl
+def register_exports(register: Any) -> None:
+    """``microformers.Pipeline`` / ``microformers.ChunkPipeline``: the base classes every task builds on."""
+    for name in ("Pipeline", "ChunkPipeline"):
+        register(name, f"{_PACKAGE}.base:{name}")

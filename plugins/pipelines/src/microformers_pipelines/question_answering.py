@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from microformers import ConfigError
-from microformers.pipelines import ChunkPipeline
 
 from ._common import check_text, model_inputs, softmax
+from .base import ChunkPipeline
 
 TASK = "question-answering"
 

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 
 from microformers import ConfigError
-from microformers.pipelines import Pipeline
 
 from ._common import check_choice, check_text, labels_of, logits_of, model_inputs, sigmoid, softmax
+from .base import Pipeline
 
 FUNCTIONS = ("softmax", "sigmoid", "none")
 _UNSET: Any = ""

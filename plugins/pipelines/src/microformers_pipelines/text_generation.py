@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from microformers import ConfigError
-from microformers.pipelines import Pipeline
 
 from ._common import check_text
+from .base import Pipeline
 
 TASK = "text-generation"
 # Applied unless the call or the model's generation_config sets them (as the reference pipeline does);

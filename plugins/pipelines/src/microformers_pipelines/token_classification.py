@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 
 from microformers import ConfigError
-from microformers.pipelines import ChunkPipeline
 
 from ._common import check_choice, check_text, labels_of, logits_of, model_inputs, softmax
+from .base import ChunkPipeline
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 
 from microformers import ConfigError
-from microformers.pipelines import ChunkPipeline
 
 from ._common import check_text, logits_of, model_inputs
+from .base import ChunkPipeline
 
 TASK = "zero-shot-classification"
 
