@@ -42,6 +42,15 @@ BERT: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    """Tiny models gain nothing from intra-op threads; on a busy machine they lose a lot to spin-waiting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _sequential(trainer_cls: type) -> type:
     class Sequential(trainer_cls):  # type: ignore[misc, valid-type]
         def _get_train_sampler(self, *args: Any, **kwargs: Any) -> SequentialSampler:

@@ -12,6 +12,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    """Tiny models gain nothing from intra-op threads, and on a busy machine they lose a lot (spin-waiting)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def args_factory(tmp_path: Any) -> Any:
     from microformers import TrainingArguments
