@@ -103,6 +103,8 @@ def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
             model_kwargs=prepared.model_kwargs,
             **extra,
         )
+    if config.return_dict_in_generate and isinstance(output, torch.Tensor):
+        return GenerateDecoderOnlyOutput(sequences=output)  # a loop that returned bare sequences
     return output.clone() if inference_only and isinstance(output, torch.Tensor) else output
 
 
@@ -140,9 +142,7 @@ class TokenByToken(Strategy):
 
         sequences = input_ids
         unfinished = torch.ones(rows, dtype=torch.bool, device=input_ids.device)
-        decoder = IncrementalDecoder(
-            model, model_kwargs, max_length, attentions is not None, hidden_states is not None
-        )
+        decoder = IncrementalDecoder(model, model_kwargs, max_length, attentions is not None, hidden_states is not None)
         length = prompt_length
         logits = decoder.prefill(input_ids)
         while True:
@@ -257,9 +257,7 @@ class BeamSearch(Strategy):
         row_offset = (torch.arange(batch, device=device) * num_beams).view(-1, 1)
         identity_rows = torch.arange(rows, device=device)
 
-        decoder = IncrementalDecoder(
-            model, model_kwargs, max_length, attentions is not None, hidden_states is not None
-        )
+        decoder = IncrementalDecoder(model, model_kwargs, max_length, attentions is not None, hidden_states is not None)
         length = prompt_length
         flat_running = input_ids
         logits = decoder.prefill(input_ids)

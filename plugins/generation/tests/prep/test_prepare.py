@@ -296,4 +296,7 @@ def test_strategy_runs_without_autograd_and_returns_an_ordinary_tensor(tiny_mode
         torch.tensor([[3, 4]]), strategy="kernel-test-spying", max_new_tokens=2, return_dict_in_generate=True
     )
     assert grad_states[-1] == (False, False)
-    assert dict_out is not None
+    # return_dict_in_generate wraps what the strategy returned: the sequences, and nothing it did not record
+    assert torch.equal(dict_out.sequences, torch.tensor([[3, 4, 5, 5]]))
+    assert dict_out["sequences"] is dict_out.sequences and dict_out[0] is dict_out.sequences
+    assert dict_out.scores is None and not torch.is_inference(dict_out.sequences)
