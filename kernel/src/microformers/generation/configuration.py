@@ -41,6 +41,14 @@ DEFAULTS: dict[str, Any] = {
     "output_scores": False,
     "output_logits": False,
     "return_dict_in_generate": False,
+    "encoder_repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0,
+    "remove_invalid_values": False,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "num_assistant_tokens": 20,
+    "num_assistant_tokens_schedule": "constant",
+    "assistant_confidence_threshold": 0.4,
 }
 
 # Keys written by other libraries that mean nothing here and are not written back.
@@ -78,7 +86,24 @@ class GenerationConfig:
     no_repeat_ngram_size: int | None = None
     bad_words_ids: list[list[int]] | None = None
     suppress_tokens: list[int] | None = None
+    begin_suppress_tokens: list[int] | None = None
+    sequence_bias: Any = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: int | list[int] | None = None
+    exponential_decay_length_penalty: tuple[int, float] | None = None
+    remove_invalid_values: bool | None = None
+    epsilon_cutoff: float | None = None
+    eta_cutoff: float | None = None
+    encoder_repetition_penalty: float | None = None
+    encoder_no_repeat_ngram_size: int | None = None
+    guidance_scale: float | None = None
     renormalize_logits: bool | None = None
+    # assisted and prompt-lookup decoding
+    num_assistant_tokens: int | None = None
+    num_assistant_tokens_schedule: str | None = None
+    assistant_confidence_threshold: float | None = None
+    prompt_lookup_num_tokens: int | None = None
+    max_matching_ngram_size: int | None = None
     # special tokens
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None

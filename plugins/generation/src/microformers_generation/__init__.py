@@ -26,7 +26,19 @@ _EXPORTS = {
     **{
         name: "logits_process"
         for name in (
+            "EncoderNoRepeatNGramLogitsProcessor",
+            "EncoderRepetitionPenaltyLogitsProcessor",
+            "EpsilonLogitsWarper",
+            "EtaLogitsWarper",
+            "ExponentialDecayLengthPenalty",
+            "ForcedBOSTokenLogitsProcessor",
+            "ForcedEOSTokenLogitsProcessor",
+            "InfNanRemoveLogitsProcessor",
             "LogitNormalization",
+            "PrefixConstrainedLogitsProcessor",
+            "SequenceBiasLogitsProcessor",
+            "SuppressTokensAtBeginLogitsProcessor",
+            "UnbatchedClassifierFreeGuidanceLogitsProcessor",
             "MinLengthLogitsProcessor",
             "MinNewTokensLengthLogitsProcessor",
             "MinPLogitsWarper",

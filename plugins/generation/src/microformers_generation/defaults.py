@@ -18,18 +18,30 @@ from microformers import GenerationConfig, GenerationError
 
 from .base import LogitsProcessorList, StoppingCriteriaList
 from .logits_process import (
+    EncoderNoRepeatNGramLogitsProcessor,
+    EncoderRepetitionPenaltyLogitsProcessor,
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    ExponentialDecayLengthPenalty,
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    InfNanRemoveLogitsProcessor,
     LogitNormalization,
     MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
     MinPLogitsWarper,
     NoBadWordsLogitsProcessor,
     NoRepeatNGramLogitsProcessor,
+    PrefixConstrainedLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
     TypicalLogitsWarper,
+    UnbatchedClassifierFreeGuidanceLogitsProcessor,
 )
 from .stopping_criteria import EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria
 
@@ -59,22 +71,61 @@ def build_logits_processor(
     input_ids_length: int,
     attention_mask: torch.Tensor | None = None,
     logits_processor: Iterable[Any] | None = None,
+    prompt_ids: torch.Tensor | None = None,
+    prefix_allowed_tokens_fn: Any = None,
+    negative_prompt_ids: torch.Tensor | None = None,
+    negative_prompt_attention_mask: torch.Tensor | None = None,
 ) -> LogitsProcessorList:
+    """The processors ``config`` asks for, in the reference's order, with the caller's merged in.
+
+    ``prompt_ids`` (the prompt before expansion for beams) feeds the ``encoder_*`` processors.
+    """
     eos = config.eos_token_ids
     processors = LogitsProcessorList()
+    if config.guidance_scale is not None and config.guidance_scale != 1:
+        processors.append(
+            UnbatchedClassifierFreeGuidanceLogitsProcessor(
+                config.guidance_scale,
+                model,
+                unconditional_ids=negative_prompt_ids,
+                unconditional_attention_mask=negative_prompt_attention_mask,
+                use_cache=bool(config.use_cache),
+            )
+        )
+    if config.sequence_bias is not None:
+        processors.append(SequenceBiasLogitsProcessor(config.sequence_bias))
+    if config.encoder_repetition_penalty is not None and config.encoder_repetition_penalty != 1.0:
+        processors.append(EncoderRepetitionPenaltyLogitsProcessor(config.encoder_repetition_penalty, _ids(prompt_ids)))
     if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
         padding = (attention_mask != 0).int().argmax(dim=1) if attention_mask is not None else None
         processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty, prompt_ignore_length=padding))
     if config.no_repeat_ngram_size:
         processors.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
+    if config.encoder_no_repeat_ngram_size:
+        processors.append(EncoderNoRepeatNGramLogitsProcessor(config.encoder_no_repeat_ngram_size, _ids(prompt_ids)))
     if config.bad_words_ids is not None:
         processors.append(NoBadWordsLogitsProcessor(config.bad_words_ids, eos))
     if config.min_length and eos:
         processors.append(MinLengthLogitsProcessor(config.min_length, eos))
     if config.min_new_tokens and eos:
         processors.append(MinNewTokensLengthLogitsProcessor(input_ids_length, config.min_new_tokens, eos))
+    if prefix_allowed_tokens_fn is not None:
+        processors.append(PrefixConstrainedLogitsProcessor(prefix_allowed_tokens_fn, config.num_beams or 1))
+    if config.forced_bos_token_id is not None:
+        processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
+    if config.forced_eos_token_id is not None:
+        processors.append(ForcedEOSTokenLogitsProcessor(config.max_length, config.forced_eos_token_id))
+    if config.remove_invalid_values:
+        processors.append(InfNanRemoveLogitsProcessor())
+    if config.exponential_decay_length_penalty is not None:
+        if not eos:
+            raise GenerationError("exponential_decay_length_penalty raises the eos score, but no eos_token_id is set")
+        processors.append(ExponentialDecayLengthPenalty(config.exponential_decay_length_penalty, eos, input_ids_length))
     if config.suppress_tokens:
         processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens))
+    if config.begin_suppress_tokens:
+        begin = input_ids_length if input_ids_length > 1 or config.forced_bos_token_id is None else input_ids_length + 1
+        processors.append(SuppressTokensAtBeginLogitsProcessor(config.begin_suppress_tokens, begin))
     processors = merge_with_defaults(processors, logits_processor, LogitsProcessorList)
 
     if config.do_sample:
@@ -90,9 +141,19 @@ def build_logits_processor(
             processors.append(MinPLogitsWarper(config.min_p, min_tokens_to_keep=keep))
         if config.typical_p is not None and config.typical_p < 1.0:
             processors.append(TypicalLogitsWarper(config.typical_p, min_tokens_to_keep=keep))
+        if config.epsilon_cutoff is not None and 0.0 < config.epsilon_cutoff < 1.0:
+            processors.append(EpsilonLogitsWarper(config.epsilon_cutoff, min_tokens_to_keep=keep))
+        if config.eta_cutoff is not None and 0.0 < config.eta_cutoff < 1.0:
+            processors.append(EtaLogitsWarper(config.eta_cutoff, min_tokens_to_keep=keep))
     if config.renormalize_logits:
         processors.append(LogitNormalization())
     return processors
+
+
+def _ids(prompt_ids: torch.Tensor | None) -> torch.Tensor:
+    if prompt_ids is None:
+        raise GenerationError("encoder_repetition_penalty / encoder_no_repeat_ngram_size need the prompt's input_ids")
+    return prompt_ids
 
 
 def build_stopping_criteria(

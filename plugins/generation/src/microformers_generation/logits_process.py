@@ -7,6 +7,7 @@ eos mask, banned single tokens) are built once, on first use, when the vocabular
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -183,6 +184,261 @@ class SuppressTokensLogitsProcessor(LogitsProcessor):
         return scores.masked_fill(self.tokens.get(scores), NEG_INF)
 
 
+class SuppressTokensAtBeginLogitsProcessor(LogitsProcessor):
+    """Bans the given tokens at the first generated position (``begin_index``) only."""
+
+    def __init__(self, begin_suppress_tokens: Sequence[int], begin_index: int) -> None:
+        self.tokens = _TokenMask(_token_list("begin_suppress_tokens", begin_suppress_tokens))
+        self.begin_index = begin_index
+
+    def set_begin_index(self, begin_index: int) -> None:
+        self.begin_index = begin_index
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] != self.begin_index:
+            return scores
+        return scores.masked_fill(self.tokens.get(scores), NEG_INF)
+
+
+class SequenceBiasLogitsProcessor(LogitsProcessor):
+    """Adds a bias to a token whenever it would complete one of the given sequences.
+
+    ``sequence_bias``: ``[[token_ids, bias], ...]`` (or ``{tuple(token_ids): bias}``). A one-token
+    sequence biases that token always; a longer one only when the sequences end in its other tokens.
+    """
+
+    def __init__(self, sequence_bias: Any) -> None:
+        pairs = list(sequence_bias.items()) if isinstance(sequence_bias, dict) else sequence_bias
+        if not isinstance(pairs, list) or not pairs:
+            raise GenerationError(
+                f"sequence_bias={sequence_bias!r} must be a non-empty list of [token_ids, bias] pairs"
+            )
+        self.biases: dict[tuple[int, ...], float] = {}
+        for pair in pairs:
+            ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[1], float)
+            tokens = list(pair[0]) if ok and isinstance(pair[0], (list, tuple)) else []
+            if not tokens or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens):
+                raise GenerationError(
+                    f"sequence_bias entry {pair!r} must be [list of token ids, float bias], e.g. [[12, 7], -2.0]"
+                )
+            self.biases[tuple(tokens)] = pair[1]
+        self._prepared: tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] | None = None
+
+    def _prepare(self, scores: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
+        vocab, device = scores.shape[-1], scores.device
+        outside = sorted({t for tokens in self.biases for t in tokens if t >= vocab})
+        if outside:
+            raise GenerationError(f"sequence_bias names token ids {outside}, outside the vocabulary of {vocab} ids")
+        single = torch.zeros(vocab, dtype=torch.float32, device=device)
+        groups: dict[int, list[tuple[tuple[int, ...], float]]] = {}
+        for tokens, bias in self.biases.items():
+            if len(tokens) == 1:
+                single[tokens[0]] = bias
+            else:
+                groups.setdefault(len(tokens) - 1, []).append((tokens, bias))
+        longer = [
+            (
+                torch.tensor([t[:-1] for t, _ in group], device=device),
+                torch.tensor([t[-1] for t, _ in group], device=device),
+                torch.tensor([b for _, b in group], dtype=torch.float32, device=device),
+            )
+            for group in groups.values()
+        ]
+        self._prepared = (single, longer)
+        return self._prepared
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        single, longer = self._prepared or self._prepare(scores)
+        bias = single.to(scores.dtype).expand_as(scores).clone()
+        for prefixes, last, values in longer:
+            if prefixes.shape[1] > input_ids.shape[1]:
+                continue
+            matches = (input_ids[:, None, -prefixes.shape[1] :] == prefixes).all(dim=-1)  # (rows, sequences)
+            bias.index_add_(1, last, (matches * values).to(bias.dtype))
+        return scores + bias
+
+
+class PrefixConstrainedLogitsProcessor(LogitsProcessor):
+    """Allows only the tokens ``prefix_allowed_tokens_fn(batch_id, sequence)`` returns for each row."""
+
+    def __init__(self, prefix_allowed_tokens_fn: Any, num_beams: int) -> None:
+        if not callable(prefix_allowed_tokens_fn):
+            raise GenerationError("prefix_allowed_tokens_fn must be a function (batch_id, input_ids) -> list of ids")
+        self.allowed = prefix_allowed_tokens_fn
+        self.num_beams = num_beams
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        mask = torch.full_like(scores, NEG_INF)
+        for row in range(input_ids.shape[0]):
+            batch_id = row // self.num_beams
+            allowed = list(self.allowed(batch_id, input_ids[row]))
+            if not allowed:
+                raise GenerationError(
+                    f"prefix_allowed_tokens_fn returned no allowed token for batch item {batch_id}: the constraint "
+                    "cannot be satisfied"
+                )
+            mask[row, allowed] = 0.0
+        constrained = scores + mask
+        # when every allowed token of an item's beams is already impossible, force the constraint anyway
+        stuck = constrained.amax(dim=-1).isneginf().view(-1, self.num_beams).all(dim=-1, keepdim=True)
+        return torch.where(stuck.repeat_interleave(self.num_beams, dim=0), mask, constrained)
+
+
+class ForcedBOSTokenLogitsProcessor(LogitsProcessor):
+    """Forces ``bos_token_id`` as the first token (when the sequences are one token long)."""
+
+    def __init__(self, bos_token_id: int) -> None:
+        self.bos_token_id = _positive_int("forced_bos_token_id", bos_token_id, minimum=0)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] != 1:
+            return scores
+        forced = torch.full_like(scores, NEG_INF)
+        forced[:, self.bos_token_id] = 0.0
+        return forced
+
+
+class ForcedEOSTokenLogitsProcessor(LogitsProcessor):
+    """Forces an eos token as the last token before ``max_length``."""
+
+    def __init__(self, max_length: int, eos_token_id: int | Sequence[int] | torch.Tensor) -> None:
+        self.max_length = max_length
+        self.eos = _token_list("forced_eos_token_id", eos_token_id)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] != self.max_length - 1:
+            return scores
+        forced = torch.full_like(scores, NEG_INF)
+        forced[:, self.eos] = 0.0
+        return forced
+
+
+class ExponentialDecayLengthPenalty(LogitsProcessor):
+    """After ``start`` new tokens, raises the eos scores by ``|score| * (factor ** steps - 1)``."""
+
+    def __init__(
+        self,
+        exponential_decay_length_penalty: tuple[int, float],
+        eos_token_id: int | Sequence[int] | torch.Tensor,
+        input_ids_seq_length: int,
+    ) -> None:
+        value = exponential_decay_length_penalty
+        if not (isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], int)):
+            raise GenerationError(
+                f"exponential_decay_length_penalty={value!r} must be (start_index, decay_factor), e.g. (10, 1.05)"
+            )
+        self.start = value[0] + input_ids_seq_length
+        self.factor = float(value[1])
+        self.eos = _token_list("eos_token_id", eos_token_id)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        length = input_ids.shape[-1]
+        if length <= self.start:
+            return scores
+        eos_scores = scores[:, self.eos]
+        raise_by = eos_scores.abs() * (self.factor ** (length - self.start) - 1)
+        penalties = torch.zeros_like(scores)
+        penalties[:, self.eos] = raise_by.masked_fill(~torch.isfinite(eos_scores), 0.0)
+        return scores + penalties
+
+
+class InfNanRemoveLogitsProcessor(LogitsProcessor):
+    """NaN becomes 0 and +-inf the largest finite values (``remove_invalid_values=True``)."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        info = torch.finfo(scores.dtype)
+        return torch.nan_to_num(scores, nan=0.0, posinf=info.max, neginf=info.min)
+
+
+class EncoderRepetitionPenaltyLogitsProcessor(LogitsProcessor):
+    """Favours tokens of the prompt (``encoder_input_ids``): the inverse of the repetition penalty."""
+
+    def __init__(self, penalty: float, encoder_input_ids: torch.LongTensor) -> None:
+        if isinstance(penalty, bool) or not isinstance(penalty, float) or not penalty > 0:
+            raise GenerationError(f"encoder_repetition_penalty={penalty!r} must be a positive float (1.0 = off)")
+        self.penalty = penalty
+        self.encoder_input_ids = encoder_input_ids
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        ids = self.encoder_input_ids.to(scores.device)
+        if scores.shape[0] > ids.shape[0]:
+            ids = ids.repeat_interleave(scores.shape[0] // ids.shape[0], dim=0)
+        picked = scores.gather(1, ids)
+        picked = torch.where(picked < 0, picked / self.penalty, picked * self.penalty)
+        return scores.scatter(1, ids, picked)
+
+
+class EncoderNoRepeatNGramLogitsProcessor(LogitsProcessor):
+    """Bans any token that would repeat an n-gram of the prompt (``encoder_input_ids``)."""
+
+    def __init__(self, encoder_ngram_size: int, encoder_input_ids: torch.LongTensor) -> None:
+        self.ngram_size = _positive_int("encoder_no_repeat_ngram_size", encoder_ngram_size)
+        ids = encoder_input_ids if encoder_input_ids.dim() == 2 else encoder_input_ids.unsqueeze(0)
+        self.windows = ids.unfold(1, self.ngram_size, 1) if ids.shape[1] >= self.ngram_size else None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.windows is None:
+            return scores
+        n, vocab, rows = self.ngram_size, scores.shape[-1], scores.shape[0]
+        windows = self.windows.to(scores.device)
+        windows = windows.repeat_interleave(rows // windows.shape[0], dim=0)
+        prefix = input_ids[:, input_ids.shape[-1] - n + 1 :]
+        follows = (windows[..., :-1] == prefix[:, None, :]).all(dim=-1)
+        banned_columns = torch.where(follows, windows[..., -1].clamp(max=vocab), vocab)
+        banned = torch.zeros((rows, vocab + 1), dtype=torch.bool, device=scores.device)
+        banned.scatter_(1, banned_columns, True)
+        return scores.masked_fill(banned[:, :vocab], NEG_INF)
+
+
+class UnbatchedClassifierFreeGuidanceLogitsProcessor(LogitsProcessor):
+    """Classifier-free guidance (``guidance_scale``): mixes the log-probabilities with an unconditional run.
+
+    The unconditional run starts from ``unconditional_ids`` (a negative prompt), or the prompt's last
+    token, and is fed each generated token with its own cache. Returns
+    ``scale * (log p - log p_uncond) + log p_uncond``.
+    """
+
+    def __init__(
+        self,
+        guidance_scale: float,
+        model: Any,
+        unconditional_ids: torch.LongTensor | None = None,
+        unconditional_attention_mask: torch.LongTensor | None = None,
+        use_cache: bool = True,
+    ) -> None:
+        self.guidance_scale = guidance_scale
+        self.model = model
+        self.ids = unconditional_ids
+        self.mask = unconditional_attention_mask
+        self.use_cache = use_cache
+        self.cache: Any = None
+        self.started = False
+
+    def _unconditional_logits(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        if not self.started:
+            self.started = True
+            if self.ids is None:
+                self.ids = input_ids[:, -1:]
+            if self.mask is None:
+                self.mask = torch.ones_like(self.ids, dtype=torch.long)
+            ids = self.ids
+        else:
+            newest = input_ids[:, -1:]
+            self.mask = torch.cat((self.mask, torch.ones_like(newest, dtype=torch.long)), dim=1)
+            self.ids = newest if self.use_cache else torch.cat((self.ids, newest), dim=1)
+            ids = self.ids
+        out = self.model(ids, attention_mask=self.mask, use_cache=self.use_cache, past_key_values=self.cache)
+        self.cache = getattr(out, "past_key_values", None) if self.use_cache else None
+        return out.logits[:, -1].float()
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = scores.log_softmax(dim=-1)
+        if self.guidance_scale == 1:
+            return scores
+        unconditional = self._unconditional_logits(input_ids).log_softmax(dim=-1)
+        return self.guidance_scale * (scores - unconditional) + unconditional
+
+
 class LogitNormalization(LogitsProcessor):
     """Turns scores into log-probabilities (``renormalize_logits=True``; runs last)."""
 
@@ -277,3 +533,42 @@ class TypicalLogitsWarper(LogitsProcessor):
         drop_sorted[..., : self.min_tokens_to_keep] = False
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         return scores.masked_fill(drop, self.filter_value)
+
+
+class EpsilonLogitsWarper(LogitsProcessor):
+    """Keeps tokens with probability at least ``epsilon`` (``epsilon_cutoff``; truncation sampling)."""
+
+    def __init__(self, epsilon: float, filter_value: float = NEG_INF, min_tokens_to_keep: int = 1) -> None:
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < 1:
+            raise GenerationError(f"epsilon_cutoff={epsilon!r} must be in (0, 1); 0.0 disables it")
+        self.epsilon = float(epsilon)
+        self.filter_value = filter_value
+        self.min_tokens_to_keep = _positive_int("min_tokens_to_keep", min_tokens_to_keep)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return _drop_below(scores, scores.softmax(dim=-1) < self.epsilon, self.min_tokens_to_keep, self.filter_value)
+
+
+class EtaLogitsWarper(LogitsProcessor):
+    """Keeps tokens with probability at least ``min(eta, sqrt(eta) * exp(-entropy))`` (``eta_cutoff``)."""
+
+    def __init__(self, epsilon: float, filter_value: float = NEG_INF, min_tokens_to_keep: int = 1) -> None:
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < 1:
+            raise GenerationError(f"eta_cutoff={epsilon!r} must be in (0, 1); 0.0 disables it")
+        self.epsilon = float(epsilon)
+        self.filter_value = filter_value
+        self.min_tokens_to_keep = _positive_int("min_tokens_to_keep", min_tokens_to_keep)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        log_probs = scores.log_softmax(dim=-1)
+        probs = log_probs.exp()
+        entropy = -(probs * log_probs).nan_to_num(0.0).sum(dim=-1, keepdim=True)
+        eta = torch.tensor(self.epsilon, dtype=scores.dtype, device=scores.device)
+        threshold = torch.minimum(eta, eta.sqrt() * torch.exp(-entropy))
+        return _drop_below(scores, probs < threshold, self.min_tokens_to_keep, self.filter_value)
+
+
+def _drop_below(scores: torch.Tensor, drop: torch.Tensor, keep: int, filter_value: float) -> torch.Tensor:
+    """``scores`` with ``drop`` positions filtered, except the ``keep`` best of each row."""
+    kth_best = torch.topk(scores, min(keep, scores.shape[-1])).values[..., -1:]
+    return scores.masked_fill(drop & (scores < kth_best), filter_value)

@@ -31,6 +31,9 @@ CALL_ARGUMENTS = (
     "assistant_model",
     "assistant_tokenizer",
     "synced_gpus",
+    "prefix_allowed_tokens_fn",
+    "negative_prompt_ids",
+    "negative_prompt_attention_mask",
 )
 # Decoding methods the reference moved out of its core: (setting, its "off" value, method name).
 MOVED_OUT = (
@@ -83,6 +86,7 @@ def prepare(
     check_model_kwargs(model, model_kwargs)
 
     input_ids, model_kwargs = prepare_inputs(model, inputs, config, model_kwargs)
+    prompt_ids = input_ids
     expand = max(config.num_beams, config.num_return_sequences)
     if expand > 1:
         input_ids = input_ids.repeat_interleave(expand, dim=0)
@@ -99,6 +103,7 @@ def prepare(
         input_ids_length=input_ids.shape[1],
         attention_mask=model_kwargs.get("attention_mask"),
         logits_processor=logits_processor,
+        **_processor_arguments(prompt_ids, call_arguments),
     )
     criteria = builders.build_stopping_criteria(
         model, config, tokenizer=call_arguments.get("tokenizer"), stopping_criteria=stopping_criteria
@@ -106,6 +111,13 @@ def prepare(
     if streamer is not None:
         streamer.put(input_ids.cpu())
     return Prepared(input_ids, config, processors, criteria, streamer, model_kwargs, call_arguments)
+
+
+def _processor_arguments(prompt_ids: torch.Tensor, call_arguments: dict[str, Any]) -> dict[str, Any]:
+    """What the default processor builder takes beyond the config: only the values actually given."""
+    names = ("prefix_allowed_tokens_fn", "negative_prompt_ids", "negative_prompt_attention_mask")
+    given = {name: call_arguments[name] for name in names if call_arguments.get(name) is not None}
+    return {"prompt_ids": prompt_ids, **given}
 
 
 def check_settings(config: GenerationConfig, model_kwargs: dict[str, Any] | None = None) -> None:
