@@ -79,7 +79,19 @@ def register_quantizers(register):
 
 @hookspec
 def register_adapters(register):
-    """Provide adapter types (LoRA ...): ``register(peft_type, cls)``, keyed by ``adapter_config.json`` ``peft_type``."""
+    """Provide adapter types (LoRA ...): ``register(peft_type, cls)``, keyed by ``adapter_config.json`` ``peft_type``.
+
+    ``cls(model)`` is created once per model, on its first ``add_adapter(config)`` (``config.peft_type``)
+    or ``load_adapter(path)`` (the folder's ``adapter_config.json``), and kept on the model; from then
+    on the model's methods ``add_adapter(config, adapter_name)``, ``load_adapter(path, adapter_name,
+    **kwargs)``, ``set_adapter(names)``, ``disable_adapters()``, ``enable_adapters()``,
+    ``active_adapters() -> list[str]``, ``delete_adapter(names)``, ``get_adapter_state_dict(adapter_name,
+    state_dict)``, ``merge_adapter(names)``, ``unmerge_adapter()``, ``merge_and_unload(**kw) -> model``
+    and ``print_trainable_parameters()`` call the same-named method of that instance, and the model's
+    ``save_pretrained(folder, **kw)`` calls its ``save_pretrained`` instead of writing the full model
+    (adapter files only). Removing the last adapter removes the instance: ``del
+    model.__dict__["_adapter_manager"]``. See docs/adapters.md; ``microformers-peft`` implements LORA.
+    """
 
 
 @hookspec
