@@ -71,10 +71,20 @@ def test_auto_classes_round_trip_and_share_the_encoder(tmp_path: Path) -> None:
     with torch.no_grad():
         torch.testing.assert_close(base(ids).last_hidden_state, model.bert(ids).last_hidden_state)
     # A classifier starts from the encoder: its new head is reported missing and initialised, as is the pooler.
+    torch.manual_seed(1)  # the statistics below are then the same whatever ran before
     classifier, info = AutoModelForSequenceClassification.from_pretrained(tmp_path, output_loading_info=True)
     assert {"classifier.weight", "classifier.bias"} <= set(info["missing_keys"])
-    assert torch.isfinite(classifier.bert.pooler.dense.weight).all()
-    assert torch.isfinite(classifier(ids).logits).all()
+    # initialised like the reference: weights ~ N(0, initializer_range), biases zero (isfinite alone passes on
+    # uninitialised memory most of the time)
+    std = classifier.config.initializer_range
+    for name in ("bert.pooler.dense", "classifier"):
+        layer = classifier.get_submodule(name)
+        weight = layer.weight.detach().double()
+        assert abs(weight.std().item() - std) < 0.25 * std, f"{name}.weight std {weight.std().item()} != {std}"
+        assert abs(weight.mean().item()) < 5 * std / weight.numel() ** 0.5, f"{name}.weight mean"
+        assert torch.count_nonzero(layer.bias) == 0, f"{name}.bias is not zero"
+    # the loaded encoder is the saved one, not re-initialised
+    torch.testing.assert_close(classifier.bert.encoder.state_dict(), model.bert.encoder.state_dict(), rtol=0, atol=0)
 
 
 def test_token_type_ids_and_padding_change_the_right_things() -> None:
