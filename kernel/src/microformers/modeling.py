@@ -173,6 +173,33 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     def num_parameters(self, only_trainable: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not only_trainable)
 
+    # -- gradient checkpointing: base models run each layer through ``self._call_layer`` ----------
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
+        """Recompute layer activations during backward while training (less memory, same gradients)."""
+        if not self.supports_gradient_checkpointing:
+            raise ConfigError(f"{type(self).__name__} does not support gradient checkpointing")
+        from torch.utils.checkpoint import checkpoint
+
+        options = {"use_reentrant": False, **(gradient_checkpointing_kwargs or {})}
+        for module in self.modules():
+            if isinstance(module, PreTrainedModel):
+                module._checkpoint_fn = lambda fn, *a, **kw: checkpoint(fn, *a, **options, **kw)
+
+    def gradient_checkpointing_disable(self) -> None:
+        for module in self.modules():
+            module.__dict__.pop("_checkpoint_fn", None)
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return "_checkpoint_fn" in self.__dict__
+
+    def _call_layer(self, layer: nn.Module, *args: Any) -> Any:
+        run = self.__dict__.get("_checkpoint_fn")
+        if run is None or not self.training:
+            return layer(*args)
+        # a KV cache is not built while recomputing: layers get None in its place
+        return run(layer.__call__, *(None if hasattr(a, "get_seq_length") else a for a in args))
+
     @classmethod
     def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
         dtype = to_torch_dtype(kwargs.pop("dtype", kwargs.pop("torch_dtype", None)))

@@ -45,3 +45,21 @@ def lm_rows(n: int, length: int = 8, seed: int = 0) -> list[dict[str, list[int]]
 def cls_rows(n: int, length: int = 6, seed: int = 0) -> list[dict[str, Any]]:
     g = torch.Generator().manual_seed(seed)
     return [{"input_ids": torch.randint(1, VOCAB, (length,), generator=g).tolist(), "labels": i % 3} for i in range(n)]
+
+
+def tiny_llama(**overrides: Any) -> Any:
+    from microformers_llama.configuration_llama import LlamaConfig
+    from microformers_llama.modeling_llama import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = {
+        "vocab_size": VOCAB,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 32,
+        **overrides,
+    }
+    return LlamaForCausalLM(LlamaConfig(**config))

@@ -282,6 +282,7 @@ class BertPreTrainedModel(PreTrainedModel):
     config_class = BertConfig
     base_model_prefix = "bert"
     _no_split_modules: ClassVar[list[str]] = ["BertLayer"]
+    supports_gradient_checkpointing = True
     # Checkpoints saved by heads without a pooler (e.g. BertForMaskedLM) load into models that have one.
     _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
     # Older exporters saved the position/token-type id buffers, and tied files may repeat the MLM bias.
@@ -373,7 +374,7 @@ class BertModel(BertPreTrainedModel):
         all_hidden_states: list[torch.Tensor] = [hidden_states]
         all_attentions: list[torch.Tensor] = []
         for layer in self.encoder.layer:
-            hidden_states, weights = layer(hidden_states, mask, attention_fn, output_attentions)
+            hidden_states, weights = self._call_layer(layer, hidden_states, mask, attention_fn, output_attentions)
             all_hidden_states.append(hidden_states)
             if output_attentions:
                 all_attentions.append(weights)

@@ -167,6 +167,7 @@ class GPT2PreTrainedModel(PreTrainedModel):
     config_class = GPT2Config
     base_model_prefix = "transformer"
     _no_split_modules: ClassVar[list[str]] = ["GPT2Block"]
+    supports_gradient_checkpointing = True
     # The causal-mask buffers saved by older exporters are rebuilt, never loaded.
     _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"attn\.bias$", r"attn\.masked_bias$"]
 
@@ -259,8 +260,8 @@ class GPT2Model(GPT2PreTrainedModel):
         for block in self.h:
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
-            hidden_states, weights = block(
-                hidden_states, mask, is_causal, past_key_values, attention_fn, output_attentions
+            hidden_states, weights = self._call_layer(
+                block, hidden_states, mask, is_causal, past_key_values, attention_fn, output_attentions
             )
             if output_attentions:
                 all_attentions.append(weights)
