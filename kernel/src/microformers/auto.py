@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .configuration import CONFIG_NAME, PretrainedConfig, read_json
+from .configuration import CONFIG_NAME, PretrainedConfig, config_from_dict, read_json
 from .errors import ConfigError, MicroformersError
 from .hub import resolve_file, resolve_folder, split_hub_kwargs
 from .plugins import IN_PROCESS, registry
@@ -42,7 +42,7 @@ class AutoConfig:
         trust_remote_code = rest.pop("trust_remote_code", None)
         code_options = {k: rest.pop(k) for k in ("code_revision", "code_sha256") if k in rest}
         config_dict = checkpoint.carried("config")
-        where = f"{pretrained}/{CONFIG_NAME}"
+        where = getattr(config_dict, "source", None) or f"{pretrained}/{CONFIG_NAME}"
         if config_dict is None:
             path = resolve_file(pretrained, CONFIG_NAME, **hub_kwargs)
             config_dict = read_json(path, what="model configuration")
@@ -67,7 +67,7 @@ class AutoConfig:
             )
         else:
             config_cls = registry.require("configs", model_type, what="model_type")
-        config = config_cls.from_dict(config_dict, **rest)
+        config = config_from_dict(config_cls, config_dict, where, rest)
         config.name_or_path = str(pretrained)
         return config
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -72,6 +73,8 @@ class PretrainedConfig(RegisterForAutoClass):
         kwargs.pop("model_type", None)
         kwargs.pop("transformers_version", None)
         for key, value in kwargs.items():
+            if key.startswith("__") or callable(getattr(type(self), key, None)):
+                raise ConfigError(f"config key '{key}' is reserved: it names a method of {type(self).__name__}")
             try:
                 setattr(self, key, value)
             except AttributeError as exc:
@@ -193,7 +196,7 @@ class PretrainedConfig(RegisterForAutoClass):
                 f"{pretrained}/config.json has model_type '{file_type}', but {cls.__name__} is for "
                 f"'{cls.model_type}'; load it with AutoConfig instead"
             )
-        config = cls.from_dict(config_dict, **overrides)
+        config = config_from_dict(cls, config_dict, getattr(config_dict, "source", pretrained), overrides)
         config.name_or_path = str(pretrained)
         return config
 
@@ -207,19 +210,119 @@ class PretrainedConfig(RegisterForAutoClass):
 PreTrainedConfig = PretrainedConfig
 
 
+class ConfigDict(dict):  # type: ignore[type-arg]
+    """A ``dict`` read from a file, remembering the file (``.source``) for error messages."""
+
+    source: str = ""
+
+
+MAX_JSON_DEPTH = 64
+MAX_LABELS = 1_000_000
+_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+_SIZE_KEYS += ("intermediate_size", "max_position_embeddings", "head_dim", "type_vocab_size")
+_SIZE_KEYS += ("n_embd", "n_layer", "n_head", "n_positions", "n_inner")
+
+
 def read_json(path: str | os.PathLike[str], what: str = "JSON file") -> dict[str, Any]:
-    """Read a JSON object from a file, with an error naming the file when it is malformed."""
+    """Read a JSON object from a file, with an error naming the file when it is malformed.
+
+    NaN/Infinity, numbers that overflow to infinity and nesting deeper than ``MAX_JSON_DEPTH`` are
+    refused; a model configuration is checked with :func:`check_config_dict` too.
+    """
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} ({what}) is not UTF-8 text: {exc}. Replace it with a valid JSON file.") from exc
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_finite, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{path} ({what}) is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}. "
             "Fix or re-download the file."
         ) from exc
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path} ({what}) cannot be used: {exc}. Fix or re-download the file.") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path} ({what}) must hold a JSON object, found {type(data).__name__}")
-    return data
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ConfigError(f"{path} ({what}) nests objects/lists more than {MAX_JSON_DEPTH} deep; fix the file")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    if what == "model configuration":
+        check_config_dict(data, path)
+    out = ConfigDict(data)
+    out.source = str(path)
+    return out
+
+
+def _not_finite(name: str) -> float:
+    raise ValueError(f"{name} is not a valid JSON number (NaN and infinities are refused)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} overflows to infinity")
+    return value
+
+
+def check_config_dict(data: dict[str, Any], source: Any) -> None:
+    """Types of the keys the kernel and every model rely on; a ConfigError naming ``source`` otherwise."""
+
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(f"{source}: {what}. Fix the file (or download it again).")
+
+    for key, value in data.items():
+        if key.startswith("__") or callable(getattr(PretrainedConfig, key, None)):
+            raise refuse(f"the key '{key}' is reserved (it names a method of the configuration object)")
+        if key.endswith(("_eps", "_epsilon")) and value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise refuse(f"{key}={value!r} must be a positive number")
+    if not isinstance(data.get("model_type", ""), str):
+        raise refuse(f"model_type={data['model_type']!r} must be a string such as \"llama\"")
+    auto_map = data.get("auto_map")
+    if auto_map is not None and not (
+        isinstance(auto_map, dict) and all(isinstance(v, (str, list)) for v in auto_map.values())
+    ):
+        raise refuse(f"auto_map must map Auto class names to 'module.Class' strings, found {auto_map!r:.80}")
+    for key in (*_SIZE_KEYS, "num_labels"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise refuse(f"{key}={value!r} must be a non-negative integer")
+    if (data.get("num_labels") or 0) > MAX_LABELS:
+        raise refuse(f"num_labels={data['num_labels']} is more than {MAX_LABELS} labels")
+    id2label, label2id = data.get("id2label"), data.get("label2id")
+    if id2label is not None and not (
+        isinstance(id2label, dict) and all(k.lstrip("-").isdigit() and isinstance(v, str) for k, v in id2label.items())
+    ):
+        raise refuse("id2label must map label ids (\"0\", \"1\", ...) to label names (strings)")
+    if label2id is not None and not (
+        isinstance(label2id, dict)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in label2id.values())
+    ):
+        raise refuse("label2id must map label names to integer ids")
+    architectures = data.get("architectures")
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
+    ):
+        raise refuse(f"architectures={architectures!r:.80} must be a list of class names")
+
+
+def config_from_dict(
+    cls: type[PretrainedConfig], config_dict: dict[str, Any], source: Any, overrides: dict[str, Any] | None = None
+) -> PretrainedConfig:
+    """``cls.from_dict``; any failure becomes a ConfigError naming ``source`` (config.json or a GGUF file)."""
+    try:
+        return cls.from_dict(config_dict, **(overrides or {}))
+    except ConfigError as exc:
+        message = str(exc)
+        if str(source) in message:
+            raise
+        raise ConfigError(f"{source}: {message.replace('config.json', Path(str(source)).name)}") from exc
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError, RecursionError) as exc:
+        raise ConfigError(
+            f"{source} holds a value {cls.__name__} cannot use ({type(exc).__name__}: {exc}); fix the file"
+        ) from exc

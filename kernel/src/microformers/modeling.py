@@ -10,14 +10,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from .configuration import PretrainedConfig, dtype_name
+from .configuration import PretrainedConfig, config_from_dict, dtype_name
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import staged_folder
@@ -26,44 +29,83 @@ from .weights import open_checkpoint, save_format
 
 logger = logging.getLogger("microformers")
 
-_CONSTRUCTING_ON_META = False
+_LOCAL = threading.local()
+_META_FACTORIES = frozenset({torch.empty, torch.empty_like, torch.empty_strided, torch.rand, torch.randn})
+# In-place tensor methods that keep the shape (used by initialisers): no-ops on meta tensors.
+_FILLS = frozenset("normal_ uniform_ fill_ zero_ copy_ clamp_ mul_ div_ add_ sub_ erfinv_ exponential_".split())
+
+
+class _MetaConstruction(TorchFunctionMode):
+    """Uninitialised and random tensors are created on the meta device; ``nn.init`` leaves meta tensors alone.
+
+    A torch function mode is thread-local: other threads keep building real modules meanwhile.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _META_FACTORIES:
+            kwargs["device"] = "meta"
+        else:
+            target = args[0] if args else kwargs.get("tensor")
+            init = getattr(func, "__module__", None) == "torch.nn.init" or getattr(func, "__name__", "") in _FILLS
+            if init and isinstance(target, torch.Tensor) and target.is_meta:
+                return target  # initialising meta tensors: nothing to do (and it would import torch._dynamo)
+        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
 def meta_parameters() -> Iterator[None]:
-    """Within this block, module parameters are created on the meta device; buffers stay real."""
-    global _CONSTRUCTING_ON_META
-    original = nn.Module.register_parameter
+    """Within this block (in this thread), models are built with every parameter on the meta device.
 
-    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        original(module, name, param)
-        if param is not None:
-            kwargs = {"requires_grad": param.requires_grad}
-            module._parameters[name] = type(param)(param.to("meta"), **kwargs)
-
-    # Layers' own reset_parameters() would "initialise" meta tensors: pointless, and the first such call
-    # costs seconds (it imports torch._dynamo). Make the init functions no-ops meanwhile.
-    init_functions = {
-        name: fn
-        for name, fn in vars(nn.init).items()
-        if name.endswith("_") and not name.startswith("_") and callable(fn)
-    }
-    previous = _CONSTRUCTING_ON_META
-    nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign]
-    for name in init_functions:
-        setattr(nn.init, name, _return_tensor)
-    _CONSTRUCTING_ON_META = True
+    Parameters made by ``torch.empty`` (every torch layer) never get memory; the few made from values
+    (``torch.ones`` in a norm: one row, bounded by ``check_declared_sizes``) are moved to meta by
+    ``post_init``. Tensors built from values (buffers, rotary frequencies) stay real.
+    """
+    previous = constructing_on_meta()
+    _LOCAL.meta = True
     try:
-        yield
+        with _MetaConstruction():
+            yield
     finally:
-        nn.Module.register_parameter = original  # type: ignore[method-assign]
-        for name, fn in init_functions.items():
-            setattr(nn.init, name, fn)
-        _CONSTRUCTING_ON_META = previous
+        _LOCAL.meta = previous
 
 
-def _return_tensor(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return tensor
+def constructing_on_meta() -> bool:
+    return getattr(_LOCAL, "meta", False)
+
+
+_LAYER_FIELDS = ("num_hidden_layers", "num_layers", "n_layer")
+_DIM_FIELDS = ("hidden_size", "intermediate_size", "vocab_size", "head_dim", "num_attention_heads", "num_key_value_heads")
+MAX_LAYERS = 4096
+
+
+def check_declared_sizes(config: PretrainedConfig, fmt: Any, files: list[Path], strict: bool = True) -> None:
+    """Refuse, before building anything, sizes in a config that the checkpoint's tensors cannot back.
+
+    A dimension larger than every tensor dimension, or more layers than the tensors have layer indices,
+    would build a model the weights cannot fill (or exhaust memory building it).
+    """
+    shapes = fmt.shapes(files) if hasattr(fmt, "shapes") else {}
+    source = files[0] if hasattr(fmt, "load_config") else files[0].parent / "config.json"
+    largest = max((dim for shape in shapes.values() for dim in shape), default=None)
+    indices = {int(i) for name in shapes for i in re.findall(r"\.(\d+)(?=\.)", name)}
+    for field in _LAYER_FIELDS + _DIM_FIELDS:
+        value = getattr(config, field, None)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{field}={value!r} in {source} must be a non-negative integer; fix the file")
+        if field in _LAYER_FIELDS:  # a few missing layers get the precise missing-tensor error later
+            present = max(indices, default=-1) + 1
+            limit = min(present + 64, MAX_LAYERS) if strict and shapes else MAX_LAYERS
+            what = f"its tensors have layer indices up to {present - 1}" if limit < MAX_LAYERS else f"at most {limit}"
+        else:
+            limit, what = largest, f"the largest tensor dimension in the checkpoint is {largest}"
+        if limit is not None and value > limit:
+            raise ConfigError(
+                f"{field}={value} in {source} does not match the weights: {what}. The configuration is corrupt "
+                "or belongs to another checkpoint; fix the value or use the matching files."
+            )
 
 
 def to_torch_dtype(dtype: Any) -> torch.dtype | None:
@@ -103,7 +145,12 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     # -- construction ------------------------------------------------------------------------------
     def post_init(self) -> None:
         """Call at the end of ``__init__``: initialises weights (skipped while loading) and ties them."""
-        if not _CONSTRUCTING_ON_META:
+        if constructing_on_meta():
+            for module in self.modules():
+                for name, param in module._parameters.items():
+                    if param is not None and not param.is_meta:
+                        module._parameters[name] = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+        else:
             self.apply(self._init_weights)
         self.tie_weights()
 
@@ -242,6 +289,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         config.name_or_path = str(pretrained)
 
         target_dtype = cls._pick_dtype(dtype, config)
+        check_declared_sizes(config, fmt, files, strict)
         with meta_parameters():
             model = cls(config, *model_args)
         source = fmt.load(files, dtype=target_dtype)
@@ -261,7 +309,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             raise ConfigError(f"{cls.__name__} has no config_class; pass config=... to from_pretrained")
         if hasattr(fmt, "load_config"):
             config_dict = fmt.load_config(files)
-            return cls.config_class.from_dict(config_dict, **overrides)
+            return config_from_dict(cls.config_class, config_dict, files[0], overrides)
         return cls.config_class.from_pretrained(source, **overrides)
 
     @staticmethod

@@ -99,6 +99,11 @@ class SafetensorsFormat:
     def load(self, files: list[Path], **_: Any) -> LazySafetensors:
         return LazySafetensors(files)
 
+    def shapes(self, files: list[Path]) -> dict[str, tuple[int, ...]]:
+        """Tensor name -> shape, from the headers only."""
+        source = LazySafetensors(files)
+        return {name: source.shape_of(name) for name in source}
+
     def save(
         self, state_dict: Mapping[str, Any], folder: Path, max_shard_size: int | str, metadata: dict[str, str]
     ) -> list[str]:

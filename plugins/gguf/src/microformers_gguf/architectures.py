@@ -184,11 +184,40 @@ def build_config(gguf: GGUFFile) -> dict[str, Any]:
         config["head_dim"] = _get(gguf, head_dim_key, int)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling
+    _check_against_tensors(gguf, prefix, config, head_dim_key if head_dim_key in md else "")
     for name, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown")):
         token_id = md.get(f"tokenizer.ggml.{key}_token_id")
         if isinstance(token_id, int) and not isinstance(token_id, bool):
             config[f"{name}_token_id"] = token_id
     return config
+
+
+def _check_against_tensors(gguf: GGUFFile, prefix: str, config: dict[str, Any], head_key: str) -> None:
+    """Declared sizes must match the tensor table: a corrupt block_count would otherwise build a huge model."""
+
+    def refuse(key: str, value: Any, found: str) -> ConfigError:
+        return ConfigError(
+            f"GGUF file {gguf.path}: metadata {key}={value}, but {found}. The file is corrupt or was edited; "
+            "download or convert it again."
+        )
+
+    blocks = {int(m.group(1)) for name in gguf.tensors if (m := _BLOCK_NAME.match(name))}
+    layers, hidden, heads = config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]
+    if layers <= 0 or (blocks and layers > max(blocks) + 1):  # (vocab-only files have no tensors)
+        raise refuse(f"{prefix}block_count", layers, f"its tensors cover {len(blocks)} blocks")
+    embedding = gguf.tensors.get("token_embd.weight")
+    if embedding is not None and embedding.shape[-1] != hidden:
+        raise refuse(f"{prefix}embedding_length", hidden, f"token_embd.weight has shape {embedding.shape}")
+    if embedding is not None and config["vocab_size"] != embedding.shape[0]:
+        raise refuse("the vocabulary size", config["vocab_size"], f"token_embd.weight has shape {embedding.shape}")
+    up = gguf.tensors.get("blk.0.ffn_up.weight")
+    if up is not None and up.shape[0] != config["intermediate_size"]:
+        raise refuse(f"{prefix}feed_forward_length", config["intermediate_size"], f"blk.0.ffn_up has shape {up.shape}")
+    query = gguf.tensors.get("blk.0.attn_q.weight")
+    head_dim = config.get("head_dim", hidden // heads)
+    if query is not None and query.shape[0] != heads * head_dim:
+        found = f"blk.0.attn_q.weight has shape {query.shape}"
+        raise refuse(f"{prefix}attention.head_count x {head_key or 'head dimension'}", f"{heads} x {head_dim}", found)
 
 
 def qk_row_permutation(rows: int, n_heads: int) -> Any:

@@ -155,8 +155,20 @@ class GGUFFormat:
     def load(self, files: list[Path], dtype: Any = None, **kwargs: Any) -> dict[str, Any]:
         return load_state_dict(open_gguf(_single(files)), dtype)
 
+    def shapes(self, files: list[Path]) -> dict[str, tuple[int, ...]]:
+        """Hugging Face tensor name -> shape, from the tensor table only."""
+        tensors = open_gguf(_single(files)).tensors
+        return {hf: info.shape for name, info in tensors.items() if (hf := hf_tensor_name(name)) is not None}
+
     def load_config(self, files: list[Path]) -> dict[str, Any]:
-        return build_config(open_gguf(_single(files)))
+        """The config dict (a ``ConfigDict`` whose ``source`` is the GGUF file, for error messages)."""
+        from microformers.configuration import ConfigDict, check_config_dict
+
+        path = _single(files)
+        config = ConfigDict(build_config(open_gguf(path)))
+        config.source = str(path)
+        check_config_dict(config, path)
+        return config
 
     def load_tokenizer_files(self, files: list[Path]) -> dict[str, Any]:
         from .tokenizer import build_tokenizer_files
