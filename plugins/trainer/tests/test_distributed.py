@@ -1,0 +1,52 @@
+"""torchrun --nproc_per_node 2 on CPU (gloo, DDP): 2 processes x batch 4 end where 1 process x batch 8 does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ddp_script import main
+from safetensors.torch import load_file
+from trainer_helpers import tiny_gpt2
+
+SCRIPT = Path(__file__).parent / "ddp_script.py"
+
+
+def ddp_script_initial() -> dict[str, torch.Tensor]:
+    return tiny_gpt2(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0).state_dict()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
+def test_two_processes_match_one_process_with_the_whole_batch(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    assert torchrun, "torchrun ships with torch"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    ddp = tmp_path / "ddp"
+    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(ddp), "4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    single = main(str(tmp_path / "single"), 8)
+    ours = load_file(ddp / "final" / "model.safetensors")
+    theirs = {k: v for k, v in single.model.state_dict().items() if k in ours}
+    assert len(theirs) == len(ours)
+    worst = max(float((ours[k] - theirs[k]).abs().max()) for k in ours)
+    assert worst <= 1e-6, f"DDP weights differ from the single-process run by {worst:.3g}"
+    initial = ddp_script_initial()
+    assert max(float((ours[k] - initial[k]).abs().max()) for k in ours) > 1e-3, "training did not move the weights"
+
+    logged = [json.loads(x) for x in (ddp / "training_log.jsonl").read_text().splitlines()]
+    single_logged = [json.loads(x) for x in (tmp_path / "single" / "training_log.jsonl").read_text().splitlines()]
+    steps = [x for x in logged if "loss" in x]
+    assert [x["step"] for x in steps] == [1, 2, 3, 4]  # written once: only rank 0 logs
+    for a, b in zip(steps, (x for x in single_logged if "loss" in x)):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["learning_rate"] == b["learning_rate"]
