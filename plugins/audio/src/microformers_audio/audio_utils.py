@@ -45,7 +45,7 @@ def hertz_to_mel(freq: float | np.ndarray, mel_scale: str = "htk") -> float | np
     if mel_scale == "kaldi":
         return 1127.0 * np.log(1.0 + freq / 700.0)
     mels = 3.0 * freq / 200.0
-    if isinstance(freq, np.ndarray):
+    if isinstance(freq, np.ndarray) and freq.ndim:
         high = freq >= _SLANEY_MIN_LOG_HZ
         mels[high] = _SLANEY_MIN_LOG_MEL + np.log(freq[high] / _SLANEY_MIN_LOG_HZ) * _SLANEY_LOG_STEP
     elif freq >= _SLANEY_MIN_LOG_HZ:
@@ -62,7 +62,7 @@ def mel_to_hertz(mels: float | np.ndarray, mel_scale: str = "htk") -> float | np
         return 700.0 * (np.exp(mels / 1127.0) - 1.0)
     step = np.log(6.4) / 27.0
     freq = 200.0 * mels / 3.0
-    if isinstance(mels, np.ndarray):
+    if isinstance(mels, np.ndarray) and mels.ndim:
         high = mels >= _SLANEY_MIN_LOG_MEL
         freq[high] = _SLANEY_MIN_LOG_HZ * np.exp(step * (mels[high] - _SLANEY_MIN_LOG_MEL))
     elif mels >= _SLANEY_MIN_LOG_MEL:

@@ -134,7 +134,7 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             post["return_timestamps"] = return_timestamps
         return pre, {}, post
 
-    def _check_memory(self, num_samples: int) -> None:
+    def _check_memory(self, num_samples: int, chunked: bool = False) -> None:
         config = self.model.config
         frames = num_samples // max(self._align_to, 1)
         heads = int(getattr(config, "num_attention_heads", 1))
@@ -145,6 +145,11 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         available = _available_memory()
         if available is not None and needed > _MEMORY_SHARE * available:
             seconds = num_samples / self.feature_extractor.sampling_rate
+            if chunked:
+                raise AudioInputError(
+                    f"a {seconds:.1f} s window needs about {needed / 2**20:.0f} MiB of activations, more than the "
+                    f"{available / 2**20:.0f} MiB available; pass a smaller chunk_length_s"
+                )
             raise AudioInputError(
                 f"this audio is {seconds:.0f} s long; transcribing it in one pass needs about {needed / 2**30:.1f} GiB "
                 f"of activations, more than the {available / 2**30:.1f} GiB available. Pass chunk_length_s=30 (and "
@@ -179,7 +184,7 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
                 )
             if chunk_len == left + right:
                 raise ConfigError("chunk_length_s equals the two strides together: the windows would not advance")
-            self._check_memory(chunk_len)
+            self._check_memory(chunk_len, chunked=True)
             yield from (dict(item, **extra) for item in self._chunks(audio, chunk_len, left, right))
             return
         self._check_memory(audio.shape[0])

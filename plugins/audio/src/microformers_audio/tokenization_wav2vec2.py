@@ -30,13 +30,22 @@ _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
 class Wav2Vec2CTCTokenizerOutput(dict):
-    """``text`` plus ``char_offsets`` / ``word_offsets`` (lists of dicts with frame offsets), as keys or attributes."""
+    """``text`` plus ``char_offsets`` / ``word_offsets`` (lists of dicts with frame offsets), as keys or attributes.
+
+    Like the reference's output, a field that was not asked for is absent from the keys and reads as ``None``.
+    """
+
+    _fields = ("text", "char_offsets", "word_offsets")
+
+    def __init__(self, data: dict[str, Any] | None = None, **fields: Any) -> None:
+        super().__init__({k: v for k, v in {**(data or {}), **fields}.items() if v is not None})
 
     def __getattr__(self, name: str) -> Any:
-        try:
+        if name in self:
             return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        if name in self._fields:
+            return None
+        raise AttributeError(name)
 
 
 def _token_text(value: Any) -> str | None:
@@ -422,8 +431,7 @@ class Wav2Vec2CTCTokenizer:
             sequences = sequences.tolist()
         decoded = [self.decode(row, **kwargs) for row in sequences]
         if kwargs.get("output_char_offsets") or kwargs.get("output_word_offsets"):
-            keys = ("text", "char_offsets", "word_offsets")
-            return Wav2Vec2CTCTokenizerOutput({k: [d[k] for d in decoded] for k in keys})
+            return Wav2Vec2CTCTokenizerOutput({k: [d[k] for d in decoded] for k in decoded[0]})
         return decoded
 
     # -- files --------------------------------------------------------------------------------------

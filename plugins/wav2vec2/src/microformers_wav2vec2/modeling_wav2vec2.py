@@ -481,6 +481,9 @@ class Wav2Vec2Model(Wav2Vec2PreTrainedModel):
         config = self.config
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        weight_dtype = self.feature_extractor.conv_layers[0].conv.weight.dtype
+        if input_values.is_floating_point() and input_values.dtype != weight_dtype:
+            input_values = input_values.to(weight_dtype)  # float32 audio into a half-precision model
         if self.feature_extractor._requires_grad and self.training:
             input_values = input_values.requires_grad_(True) if input_values.is_leaf else input_values
         features = self.feature_extractor(input_values).transpose(1, 2)
