@@ -27,6 +27,7 @@ from microformers_sdk.testing import (
     default_labels,
     random_token_ids,
 )
+from microformers_sdk.testing.checks import assert_outputs_close
 
 
 class ToyConfig(PretrainedConfig):
@@ -58,6 +59,8 @@ class ToyForCausalLM(PreTrainedModel):
             self.unused = nn.Linear(size, size)
         if config.bug == "unsaved-state":
             self.register_buffer("offset", torch.randn(size), persistent=False)
+        if config.bug in ("zero-gradient", "nan-gradient"):
+            self.dead = nn.Linear(size, size)
         self.post_init()
 
     def forward(
@@ -85,6 +88,8 @@ class ToyForCausalLM(PreTrainedModel):
         query, key, value = self.qkv(hidden).unflatten(-1, (3, 1, -1)).permute(2, 0, 3, 1, 4)
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, 0)
+            if bug == "double-cache-update":
+                past_key_values.update(key[..., -1:, :], value[..., -1:, :], 0)
         mask, is_causal = build_attention_mask(None if bug == "ignores-mask" else attention_mask, length, past)
         attended = F.scaled_dot_product_attention(
             query, key, value, attn_mask=mask, is_causal=is_causal and mask is None and length > 1
@@ -92,13 +97,32 @@ class ToyForCausalLM(PreTrainedModel):
         logits = self.head(self.norm(hidden + attended.transpose(1, 2).flatten(2)))
         if bug == "float32-constant":
             logits = logits + torch.zeros(1, dtype=torch.float32)
+        low_precision = logits.dtype != torch.float32
+        if bug == "drift-in-low-precision" and low_precision:
+            logits = logits * 1.1  # a 10% error: more than bf16 rounding, less than the old tolerance
+        if bug == "zero-gradient":
+            logits = logits + 0.0 * self.dead(hidden).sum()
+        if bug == "nan-gradient":
+            logits = logits + torch.sqrt(torch.cat([self.dead.weight.flatten(), self.dead.bias]) * 0.0).sum()
+        if bug == "loss-without-labels" and labels is None:
+            labels = input_ids
         loss = None
-        if labels is not None:
+        if labels is not None and bug != "no-loss":
             shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]
-            loss = F.cross_entropy(logits.flatten(0, 1), shifted.flatten(), ignore_index=-100)
+            reduction = "none" if bug == "loss-per-token" else "mean"
+            loss = F.cross_entropy(logits.flatten(0, 1), shifted.flatten(), ignore_index=-100, reduction=reduction)
             if bug == "detached-loss":
                 loss = loss.detach()
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)
+            if bug == "nan-loss":
+                loss = loss * float("nan")
+        cache = None if bug == "no-cache-returned" or not use_cache else past_key_values
+        if bug == "no-logits-in-low-precision" and low_precision:
+            logits = None
+        if bug == "loss-not-first":
+            output = CausalLMOutputWithPast(logits=logits, past_key_values=cache)
+            output.loss = loss
+            return output
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
 
 
 class TestToyConformance(ModelConformanceTests):
@@ -217,3 +241,160 @@ def test_suite_parametrizes_only_the_classes_a_test_applies_to() -> None:
         collected = _Registry(getattr(Mixed, name))
         Mixed().pytest_generate_tests(collected)  # type: ignore[arg-type]
         assert collected.params == expected, name
+
+
+# -- every assertion of every check can fail: one deliberate defect each -------------------------
+class TamperedToy(ToyForCausalLM):
+    """A toy whose loading path is broken in one way (``tamper``), for the round-trip and dtype checks."""
+
+    tamper: ClassVar[str | None] = None
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
+        model = super().from_pretrained(*args, **kwargs)
+        dtype = kwargs.get("dtype")
+        if cls.tamper == "wrong-class":
+            plain = ToyForCausalLM(model.config)
+            plain.load_state_dict(model.state_dict())
+            return plain
+        if cls.tamper == "extra-buffer":
+            model.register_buffer("extra", torch.zeros(1))
+        if cls.tamper == "bias-as-float64":
+            model.head.bias.data = model.head.bias.data.double()
+        if cls.tamper == "bias-shifted":
+            model.head.bias.data += 1.0
+        if cls.tamper == "config-changed":
+            model.config.max_positions = 31
+        if cls.tamper == "norm-stays-float32" and dtype is not None:
+            model.norm.float()
+        if cls.tamper == "auto-dtype-lost" and dtype is None:
+            model.float()
+        return model
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32 if self.tamper == "misreported-dtype" else super().dtype
+
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().save_pretrained(*args, **kwargs)
+        if self.tamper == "dtype-not-recorded":
+            self.config.dtype = None
+        return result
+
+
+def _tampered(tamper: str) -> tuple[Any, dict[str, torch.Tensor]]:
+    cls = type(f"Tampered_{tamper.replace('-', '_')}", (TamperedToy,), {"tamper": tamper})
+    model = build_model(cls, ToyConfig(pad_token_id=0))
+    ids = random_token_ids(model.config, 3, 6, avoid=0)
+    return model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        ("wrong-class", "from_pretrained returned a ToyForCausalLM"),
+        ("extra-buffer", r"state dict names changed in the round trip: lost \[\], gained \['extra'\]"),
+        ("bias-as-float64", "'head.bias' came back as torch.float64"),
+        ("bias-shifted", "'head.bias' changed in the save/load round trip"),
+        ("config-changed", "the config changed in the save/load round trip"),
+    ],
+)
+def test_round_trip_check_catches_each_loading_defect(tmp_path: Path, tamper: str, message: str) -> None:
+    model, inputs = _tampered(tamper)
+    with pytest.raises(AssertionError, match=message):
+        check_save_load_round_trip(model, inputs, tmp_path / "saved")
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        ("norm-stays-float32", r"left \['norm.weight', 'norm.bias'\] in another dtype"),
+        ("misreported-dtype", "reports model.dtype torch.float32"),
+        ("dtype-not-recorded", "save_pretrained did not record the dtype"),
+        ("auto-dtype-lost", "dtype='auto' loading should keep the saved torch.bfloat16"),
+    ],
+)
+def test_dtype_check_catches_each_loading_defect(tmp_path: Path, tamper: str, message: str) -> None:
+    model, inputs = _tampered(tamper)
+    with pytest.raises(AssertionError, match=message):
+        check_dtype_casting(model, inputs, tmp_path / "saved")
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("no-logits-in-low-precision", "output fields differ"),
+        ("drift-in-low-precision", "more than torch.bfloat16 rounding explains"),
+    ],
+)
+def test_dtype_check_catches_each_output_defect(tmp_path: Path, bug: str, message: str) -> None:
+    broken, _, inputs = _toy(bug)
+    with pytest.raises(AssertionError, match=message):
+        check_dtype_casting(broken, inputs, tmp_path / "bad")
+
+
+def test_bf16_tolerance_is_what_bf16_rounding_needs(tmp_path: Path) -> None:
+    """A 10% error in bfloat16 passed the old tolerance (0.1 x scale); 4 eps of bfloat16 (0.031) catches it."""
+    broken, _, inputs = _toy("drift-in-low-precision")
+    with pytest.raises(AssertionError, match="4 eps"):
+        check_dtype_casting(broken, inputs, tmp_path / "tight")
+    check_dtype_casting(broken, inputs, tmp_path / "loose", eps_multiple=0.1 / torch.finfo(torch.bfloat16).eps)
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("no-cache-returned", "returned no past_key_values with use_cache=True"),
+        ("double-cache-update", "the cache holds 4 positions, not 3"),
+    ],
+)
+def test_cache_check_catches_each_cache_defect(bug: str, message: str) -> None:
+    broken, config, _ = _toy(bug)
+    with pytest.raises(AssertionError, match=message):
+        check_cache_equivalence(broken, config, pad_token_id=0)
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("no-loss", "returned no loss although"),
+        ("loss-per-token", "the loss should be a scalar"),
+        ("nan-loss", "the loss is not finite"),
+        ("loss-not-first", "the loss must be the first field"),
+        ("loss-without-labels", "a loss was returned although no labels were given"),
+    ],
+)
+def test_loss_check_catches_each_loss_defect(bug: str, message: str) -> None:
+    broken, _, inputs = _toy(bug)
+    labels = random_token_ids(broken.config, 3, 6, seed=5)
+    with pytest.raises(AssertionError, match=message):
+        check_loss(broken, inputs, {"labels": labels})
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("zero-gradient", r"all-zero gradients in \['dead.weight', 'dead.bias'\]"),
+        ("nan-gradient", r"non-finite gradients in \['dead.weight', 'dead.bias'\]"),
+    ],
+)
+def test_gradient_check_catches_zero_and_non_finite_gradients(bug: str, message: str) -> None:
+    broken, _, inputs = _toy(bug)
+    labels = default_labels(broken, inputs)
+    with pytest.raises(AssertionError, match=message):
+        check_gradients_flow(broken, inputs, labels)
+    check_gradients_flow(broken, inputs, labels, exempt=(r"^dead\.",))
+
+
+def test_output_comparison_catches_each_kind_of_difference() -> None:
+    want = {"logits": torch.zeros(2, 3)}
+    assert_outputs_close({"logits": torch.zeros(2, 3) + 1e-7}, want, atol=1e-6, what="ok")
+    cases = [
+        ({"scores": torch.zeros(2, 3)}, "output fields differ"),
+        ({"logits": torch.zeros(2, 4)}, r"'logits' has shape \(2, 4\), expected \(2, 3\)"),
+        ({"logits": torch.full((2, 3), float("nan"))}, "'logits' has non-finite values"),
+        ({"logits": torch.full((2, 3), 1e-3)}, "'logits' differs by 0.001"),
+    ]
+    for got, message in cases:
+        with pytest.raises(AssertionError, match=message):
+            assert_outputs_close(got, want, atol=1e-6, what="case")

@@ -167,7 +167,7 @@ def check_save_load_round_trip(model: Any, inputs: Mapping[str, torch.Tensor], f
     """``save_pretrained`` then ``from_pretrained`` gives the same config, tensors and outputs."""
     model.save_pretrained(folder)
     reloaded = type(model).from_pretrained(folder).eval()
-    assert type(reloaded) is type(model)
+    assert type(reloaded) is type(model), f"from_pretrained returned a {type(reloaded).__name__}"
     mine, theirs = model.state_dict(), reloaded.state_dict()
     assert set(mine) == set(theirs), (
         f"state dict names changed in the round trip: lost {sorted(set(mine) - set(theirs))}, "
@@ -185,9 +185,19 @@ def check_save_load_round_trip(model: Any, inputs: Mapping[str, torch.Tensor], f
 
 
 def check_dtype_casting(
-    model: Any, inputs: Mapping[str, torch.Tensor], folder: Path, dtype: torch.dtype = torch.bfloat16
+    model: Any,
+    inputs: Mapping[str, torch.Tensor],
+    folder: Path,
+    dtype: torch.dtype = torch.bfloat16,
+    eps_multiple: float = 4.0,
 ) -> None:
-    """The model runs in ``dtype`` (cast or loaded with ``dtype=``), its outputs stay near float32's."""
+    """The model runs in ``dtype`` (cast or loaded with ``dtype=``), its outputs stay near float32's.
+
+    "Near" is ``eps_multiple`` machine epsilons of ``dtype`` relative to ``1 + max|output|``: for bfloat16
+    (eps 2**-7) 0.031 of the scale. The tiny models of the llama, gpt2, bert and wav2vec2 plugins stay
+    within 0.0102 (1.3 eps), so a correct model passes with a 3x margin while an error of a few percent fails.
+    """
+    rtol = eps_multiple * torch.finfo(dtype).eps
     with torch.no_grad():
         reference = main_outputs(model(**inputs))
     model.save_pretrained(folder)
@@ -195,7 +205,7 @@ def check_dtype_casting(
     floating = [name for name, param in loaded.named_parameters() if param.is_floating_point()]
     wrong = [name for name in floating if loaded.get_parameter(name).dtype != dtype]
     assert not wrong, f"from_pretrained(dtype={dtype}) left {wrong[:5]} in another dtype"
-    assert loaded.dtype == dtype
+    assert loaded.dtype == dtype, f"from_pretrained(dtype={dtype}) reports model.dtype {loaded.dtype}"
     cast = copy.deepcopy(model).to(dtype)
     for what, candidate in (("from_pretrained(dtype=...)", loaded), ("model.to(dtype)", cast)):
         with torch.no_grad():
@@ -205,7 +215,10 @@ def check_dtype_casting(
             assert value.dtype == dtype, f"{what}: '{name}' is {value.dtype}, expected {dtype}"
             scale = 1.0 + float(reference[name].abs().max())
             diff = _max_diff(value, reference[name])
-            assert diff <= 0.1 * scale, f"{what}: '{name}' is {diff:.3g} away from float32 (scale {scale:.3g})"
+            assert diff <= rtol * scale, (
+                f"{what}: '{name}' is {diff:.3g} away from float32, more than {dtype} rounding explains "
+                f"({rtol * scale:.3g} = {eps_multiple:g} eps x scale {scale:.3g})"
+            )
     saved = folder.parent / f"{folder.name}-{str(dtype).removeprefix('torch.')}"
     loaded.save_pretrained(saved)
     assert loaded.config.dtype == str(dtype).removeprefix("torch."), "save_pretrained did not record the dtype"
