@@ -255,8 +255,10 @@ class LoraAdapters:
         if adapter_state_dict is None:
             adapter_state_dict = _read_weights(folder)
         config = attrs.evolve(config, inference_mode=not is_trainable)
-        if hotswap:
+        if hotswap:  # new weights for an existing adapter (e.g. resuming training from a checkpoint)
             self._copy_weights(name, adapter_state_dict, where)
+            self.configs[name] = attrs.evolve(self.configs[name], inference_mode=not is_trainable)
+            self._mark_trainable()
         else:
             self.configs[name] = self._inject(config, name, where)
             try:
