@@ -20,10 +20,11 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .configuration import PretrainedConfig, config_from_dict, dtype_name
+from .configuration import PretrainedConfig, config_from_dict, dtype_name, read_json
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
-from .hub import staged_folder
+from .hub import resolve_file, split_hub_kwargs, staged_folder
+from .plugins import registry
 from .remote import RegisterForAutoClass, write_custom_code
 from .weights import open_checkpoint, save_format
 
@@ -247,6 +248,73 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         # a KV cache is not built while recomputing: layers get None in its place
         return run(layer.__call__, *(None if hasattr(a, "get_seq_length") else a for a in args))
 
+    # -- adapters: the reference's API, each call handed to the adapter plugin registered for the
+    # adapter's peft_type (hookspecs.register_adapters), which keeps one manager per model -----------
+    def _adapters(self, adapter_config: Any = None) -> Any:
+        manager = self.__dict__.get("_adapter_manager")
+        if manager is None and adapter_config is not None:
+            if isinstance(adapter_config, Mapping):
+                peft_type = adapter_config.get("peft_type")
+            else:
+                peft_type = getattr(adapter_config, "peft_type", None)
+            what = "adapter type (peft_type)"
+            cls = registry.require("adapters", str(getattr(peft_type, "value", peft_type)), what=what)
+            manager = self.__dict__["_adapter_manager"] = cls(self)
+        if manager is None:
+            if not registry.names("adapters"):
+                raise registry.missing_error("adapters", "LORA", what="adapter type (peft_type)")
+            raise ConfigError("No adapter loaded: add one with add_adapter(config) or load_adapter(path) first")
+        return manager
+
+    def add_adapter(self, adapter_config: Any, adapter_name: str | None = None) -> None:
+        """Add a fresh trainable adapter (e.g. ``LoraConfig(...)``) and make it the active one."""
+        self._adapters(adapter_config).add_adapter(adapter_config, adapter_name)
+
+    def load_adapter(self, peft_model_id: Any = None, adapter_name: str | None = None, **kwargs: Any) -> Any:
+        """Load an adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) onto this model."""
+        config = kwargs.get("peft_config")
+        if config is None:
+            if peft_model_id is None:
+                raise ConfigError("load_adapter needs the adapter folder, or peft_config= and adapter_state_dict=")
+            hub_kwargs = split_hub_kwargs({**(kwargs.get("adapter_kwargs") or {}), **kwargs})[0]
+            path = resolve_file(peft_model_id, "adapter_config.json", **hub_kwargs)
+            config = read_json(path, what="adapter configuration")
+        return self._adapters(config).load_adapter(peft_model_id, adapter_name, **kwargs)
+
+    def set_adapter(self, adapter_name: str | list[str]) -> None:
+        """Run only the named adapter(s)."""
+        self._adapters().set_adapter(adapter_name)
+
+    def disable_adapters(self) -> None:
+        """Run the base model alone until ``enable_adapters()``."""
+        self._adapters().disable_adapters()
+
+    def enable_adapters(self) -> None:
+        self._adapters().enable_adapters()
+
+    def active_adapters(self) -> list[str]:
+        return self._adapters().active_adapters()
+
+    def delete_adapter(self, adapter_names: str | list[str]) -> None:
+        self._adapters().delete_adapter(adapter_names)
+
+    def get_adapter_state_dict(self, adapter_name: str | None = None, state_dict: Any = None) -> dict[str, Any]:
+        """The adapter's tensors under the ``peft`` names (the active adapter by default)."""
+        return self._adapters().get_adapter_state_dict(adapter_name, state_dict)
+
+    def merge_adapter(self, adapter_names: list[str] | None = None) -> None:
+        self._adapters().merge_adapter(adapter_names)
+
+    def unmerge_adapter(self) -> None:
+        self._adapters().unmerge_adapter()
+
+    def merge_and_unload(self, **kwargs: Any) -> PreTrainedModel:
+        """Fold the adapters into the base weights and remove them; returns the plain model."""
+        return self._adapters().merge_and_unload(**kwargs)
+
+    def print_trainable_parameters(self) -> None:
+        self._adapters().print_trainable_parameters()
+
     @classmethod
     def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
         dtype = to_torch_dtype(kwargs.pop("dtype", kwargs.pop("torch_dtype", None)))
@@ -447,6 +515,8 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     ) -> None:
         if not is_main_process:
             return
+        if self.__dict__.get("_adapter_manager") is not None:  # adapter files only, as the reference does
+            return self._adapters().save_pretrained(save_directory, state_dict=state_dict, **kwargs)
         if not safe_serialization:
             raise ConfigError("save_pretrained writes no pickle files (safe_serialization=False); drop that argument")
         target = Path(save_directory)
