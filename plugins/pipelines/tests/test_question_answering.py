@@ -156,3 +156,29 @@ def test_question_too_long_for_the_window(qa):
         qa(["not a dict"])
     with pytest.raises(ConfigError, match="top_k"):
         qa(question=QUESTION, context=CONTEXT, top_k=0)
+
+
+def test_impossible_answer_score_is_the_lowest_null_score_of_the_windows(qa, monkeypatch):
+    """Like the reference: over overlapping windows the "no answer" score is the minimum of the windows' null
+    scores (each window is a separate chance to find the answer), not the maximum or the last."""
+    long_context = " ".join(f"Sentence number {i} talks about item {i * 7}." for i in range(30)) + " " + CONTEXT
+    seen: list[float] = []
+    original = type(qa)._window_spans
+
+    def spy(self, window, top_k, max_answer_len):
+        spans, null = original(self, window, top_k, max_answer_len)
+        seen.append(null)
+        return spans, null
+
+    monkeypatch.setattr(type(qa), "_window_spans", spy)
+    answers = qa(
+        question=QUESTION,
+        context=long_context,
+        max_seq_len=48,
+        doc_stride=12,
+        top_k=1000,
+        handle_impossible_answer=True,
+    )
+    assert len(seen) > 3 and min(seen) < max(seen)  # the windows disagree, so the choice matters
+    (empty,) = [a for a in answers if a["answer"] == ""]
+    assert empty["score"] == pytest.approx(min(seen), rel=1e-6)
