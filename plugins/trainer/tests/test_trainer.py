@@ -379,3 +379,21 @@ def test_default_collator_stacks_and_renames_label() -> None:
     assert floats["labels"].dtype == torch.float32 and floats["x"].shape == (1, 2)
     with pytest.raises(InputError, match="different lengths"):
         microformers.default_data_collator([{"input_ids": [1, 2]}, {"input_ids": [1]}])
+
+
+def test_model_init_builds_a_fresh_model_per_run(args_factory: Any) -> None:
+    built: list[Any] = []
+
+    def init() -> Any:
+        built.append(tiny_gpt2())
+        return built[-1]
+
+    trainer = Trainer(model_init=init, args=args_factory(max_steps=2), train_dataset=lm_rows(8))
+    first = trainer.train().training_loss
+    trainer.args.max_steps = 4
+    second = trainer.train()
+    assert len(built) == 3 and trainer.model is built[-1]
+    assert second.global_step == 4 and second.training_loss != first
+    assert trainer.lr_scheduler.lr_lambdas[0].keywords["total"] == 4
+    with pytest.raises(ConfigError, match="needs a model"):
+        Trainer(args=args_factory())

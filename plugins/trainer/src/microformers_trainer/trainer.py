@@ -281,8 +281,6 @@ class Trainer:
                 )
             if unused:
                 dataset = dataset.remove_columns(unused)
-                if hasattr(dataset, "set_format"):
-                    dataset.set_format(type=None)
         return dataset
 
     def _collate(self, features: list[Any]) -> dict[str, Any]:
@@ -378,6 +376,7 @@ class Trainer:
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         if self.lr_scheduler is None:
+            self._created_scheduler = True
             self.lr_scheduler = get_scheduler(
                 self.args.lr_scheduler_type,
                 optimizer or self.optimizer,
@@ -493,8 +492,11 @@ class Trainer:
         resume = None
         if resume_from_checkpoint is not None:
             resume = ckpt.require_checkpoint(resume_from_checkpoint, need_optimizer=not args.save_only_model)
-        if self.model_init is not None and resume is None and self.state.global_step == 0:
+        if self.model_init is not None:  # a fresh model for every train() call, as the reference does
             set_seed(args.seed)
+            self.model = self.model_init().to(args.device)
+            self.model_wrapped = self.model
+            self.optimizer, self.lr_scheduler = None, None
         if args.gradient_checkpointing:
             enable = getattr(self.model, "gradient_checkpointing_enable", None)
             if enable is None or not getattr(self.model, "supports_gradient_checkpointing", False):
@@ -562,6 +564,8 @@ class Trainer:
             if not args.ignore_data_skip:
                 skip_batches = (saved.global_step % updates_per_epoch) * ga
 
+        if getattr(self, "_created_scheduler", False):  # a new run gets a schedule for its own length
+            self.lr_scheduler, self._created_scheduler = None, False
         self.create_optimizer()
         model = self._wrap_model()
         self.model_wrapped = model
