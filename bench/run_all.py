@@ -45,6 +45,7 @@ def main() -> None:
         run("decode.py", "--model", args.model, *repeats, *decode_extra),
         run("gguf_load.py"),
         run("tokenizer_overhead.py"),
+        run("train.py", "--model", args.model, *(["--quick"] if args.quick else [])),
     ]
     sys.exit(max(codes))
 
