@@ -19,6 +19,7 @@ _EXPORTS = {
     "Prepared": "prepare",
     "prepare": "prepare",
     "Strategy": "strategies",
+    "AssistedDecoding": "assisted",
     "run_loop": "strategies",
     "build_logits_processor": "defaults",
     "build_stopping_criteria": "defaults",

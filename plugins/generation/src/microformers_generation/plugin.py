@@ -27,6 +27,8 @@ def register_generation_strategies(register: Any) -> None:
     register("sample", "microformers_generation.strategies:sample", priority=0)
     register("beam_search", "microformers_generation.strategies:beam_search", priority=0)
     register("custom_generate", "microformers_generation.custom:custom_generate", priority=0)
+    # prompt_lookup_num_tokens: before the standard strategies, whose applies() also holds
+    register("assisted", "microformers_generation.assisted:assisted", priority=10)
 
 
 @hookimpl

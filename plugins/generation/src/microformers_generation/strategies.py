@@ -65,6 +65,11 @@ class Strategy:
             model_kwargs=model_kwargs,
             builders=self,
         )
+        assistant = prepared.call_arguments.get("assistant_model")
+        if assistant is not None:  # assisted decoding: the settings the call made decide the draft length
+            from .assisted import assisted
+
+            return run_loop(assisted.decode, model, prepared, assistant_model=assistant, explicit=generation_config)
         return run_loop(self.decode, model, prepared)
 
     def decode(
