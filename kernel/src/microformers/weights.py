@@ -160,12 +160,6 @@ def _find(folder: Path, candidates: list[tuple[Registration, Any]], kwargs: dict
     raise FileMissingError(f"no model weights found in {folder}. {hint}")
 
 
-def find_checkpoint(folder: Path, **kwargs: Any) -> tuple[Registration, list[Path]]:
-    """The format that finds weights in a local ``folder`` for these format arguments, and its files."""
-    checkpoint, _ = open_checkpoint(folder, kwargs)
-    return checkpoint.resolve()[1:]
-
-
 def save_format() -> Any:
     """The format ``save_pretrained`` writes: the highest-priority one that can save."""
     for _, fmt in formats():

@@ -2,48 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from microformers.plugins import hookimpl
 
 MICROFORMERS_API_VERSION = 1
 
-# Which distribution provides what, so that a missing name's error can say what to install. Any
-# plugin may declare this for names it knows others provide; these are the first-party ones.
-MICROFORMERS_PROVIDES: dict[str, dict[str, list[str]]] = {
-    "microformers-llama": {"configs": ["llama", "mistral", "qwen2"]},
-    "microformers-bert": {"configs": ["bert"]},
-    "microformers-gpt2": {"configs": ["gpt2"]},
-    "microformers-tokenizers": {"tokenizers": ["fast"]},
-    "microformers-gguf": {"checkpoint_formats": ["gguf"], "model_sources": ["smollm2-135m-instruct"]},
-    "microformers-generation": {
-        "generation_strategies": ["greedy", "sample", "beam_search", "custom_generate"],
-        "exports": [
-            *("LogitsProcessor", "LogitsProcessorList", "StoppingCriteria", "StoppingCriteriaList"),
-            *("BaseStreamer", "TextStreamer", "TextIteratorStreamer"),
-        ],
-    },
-    "microformers-pipelines": {
-        "pipelines": [
-            "text-generation",
-            "fill-mask",
-            "text-classification",
-            "token-classification",
-            "question-answering",
-            "feature-extraction",
-            "zero-shot-classification",
-        ],
-        "exports": ["Pipeline", "ChunkPipeline"],
-    },
-    "microformers-trainer": {
-        "exports": ["Trainer", "TrainingArguments", "TrainerCallback", "TrainerState", "TrainerControl"]
-    },
-    "microformers-peft": {"exports": ["LoraConfig", "PeftConfig"], "adapters": ["LORA"]},
-    "microformers-quant": {
-        "exports": ["Int8Config", "Int4Config", "GgufQuantConfig"],
-        "quantizers": ["int8", "int4", "gguf"],
-    },
-}
+# Which distribution provides what, so that a missing name's error can say what to install (data, in
+# providers.json). Any plugin may declare MICROFORMERS_PROVIDES for names it knows others provide.
+MICROFORMERS_PROVIDES: dict[str, dict[str, list[str]]] = json.loads(
+    (Path(__file__).parent / "providers.json").read_text(encoding="utf-8")
+)
 
 
 @hookimpl
