@@ -436,6 +436,12 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                 mismatched.append((name, tuple(tensor.shape), tuple(current.shape)))
                 missing.append(name)
                 continue
+            if current.is_floating_point() and not tensor.is_floating_point():
+                raise CheckpointError(
+                    f"tensor '{key}' in {getattr(source, 'file_of', lambda _k: where)(key)} is stored as "
+                    f"{tensor.dtype}, but the model's '{name}' holds floating-point values; the checkpoint is "
+                    "corrupt or was converted wrongly. Re-save it with floating-point weights."
+                )
             if tensor.is_floating_point() and current.is_floating_point():
                 tensor = tensor.to(dtype) if isinstance(current, nn.Parameter) else tensor.to(current.dtype)
             self._set_tensor(name, tensor)

@@ -66,6 +66,10 @@ def variant_name(name: str, variant: str | None) -> str:
     return f"{stem}.{variant}.{suffix}"
 
 
+def _plain_file_name(name: Any) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
 class SafetensorsFormat:
     name = "safetensors"
     arguments = ("use_safetensors", "variant")
@@ -86,6 +90,12 @@ class SafetensorsFormat:
             weight_map = read_json(index, what="safetensors shard index").get("weight_map")
             if not isinstance(weight_map, dict):
                 raise CheckpointError(f"{index} has no 'weight_map' object; re-save the checkpoint")
+            bad = [v for k, v in weight_map.items() if not isinstance(k, str) or not _plain_file_name(v)]
+            if bad:
+                raise CheckpointError(
+                    f"{index} names shard {bad[0]!r}: weight_map values must be shard file names in the same folder "
+                    "(no paths, no '..'); the index is corrupt or hostile. Re-save or re-download the checkpoint."
+                )
             shards = sorted(set(weight_map.values()))
             for shard in shards:
                 if not (folder / shard).is_file():

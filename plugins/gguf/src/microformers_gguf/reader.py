@@ -10,6 +10,7 @@ Tensor data stays in a memory map and is only touched when a tensor is dequantis
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import struct
@@ -269,6 +270,10 @@ class _Parser:
             if name in tensors:
                 raise self.fail(f"tensor '{name}' appears twice in the tensor table")
             tensors[name] = self.check_tensor(name, type_id, dims, relative_offset, data_offset, alignment)
+        ordered = sorted(tensors.values(), key=lambda info: info.offset)
+        for first, second in itertools.pairwise(ordered):
+            if first.offset + first.nbytes > second.offset:
+                raise self.fail(f"the data of tensors '{first.name}' and '{second.name}' overlap")
         return GGUFFile(
             path=self.path,
             version=version,

@@ -83,7 +83,9 @@ def derive_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str
     """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two pieces, best score first.
 
     Candidates of one piece are ordered by the ids of their halves; all candidates are then ordered by
-    the merged piece's score (higher first), then by the longer left and right half first.
+    the merged piece's score (higher first), then by the longer left and right half first. Only cuts
+    where both halves have the length of some vocabulary entry are tried, so a very long piece costs
+    as many slices as there are distinct piece lengths, not one per character.
     """
     ids: dict[str, int] = {}
     for index, token in enumerate(tokens):
@@ -91,13 +93,17 @@ def derive_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str
     score_of: dict[str, float] = {}
     for token, score in zip(tokens, scores):
         score_of[token] = score
+    lengths = sorted({len(token) for token in ids})
+    length_set = frozenset(lengths)
     candidates: list[tuple[str, str, float]] = []
     for token, score in score_of.items():
-        local = [
-            (token[:cut], token[cut:], score)
-            for cut in range(1, len(token))
-            if token[:cut] in ids and token[cut:] in ids
-        ]
+        size = len(token)
+        local = []
+        for cut in lengths:
+            if cut >= size:
+                break
+            if size - cut in length_set and token[:cut] in ids and token[cut:] in ids:
+                local.append((token[:cut], token[cut:], score))
         local.sort(key=lambda c: (ids[c[0]], ids[c[1]]))
         candidates.extend(local)
     candidates.sort(key=lambda c: (c[2], len(c[0]), len(c[1])), reverse=True)

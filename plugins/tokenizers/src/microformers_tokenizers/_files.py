@@ -26,10 +26,18 @@ def can_load(folder: str | Path) -> bool:
     return path.is_dir() and ((path / TOKENIZER_FILE).is_file() or (path / VOCAB_FILE).is_file())
 
 
+def read_text(path: Path) -> str:
+    """A text file of the tokenizer, as UTF-8; a ConfigError naming the file otherwise."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc}); re-download or re-save the tokenizer.") from exc
+
+
 def read_json_dict(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc}); re-download or re-save the tokenizer.") from exc
     if not isinstance(value, dict):
         raise ConfigError(f"{path} must hold a JSON object, found {type(value).__name__}; re-save the tokenizer.")
@@ -47,18 +55,18 @@ def read_folder(folder: str | Path) -> dict[str, Any]:
     files: dict[str, Any] = {}
     tokenizer_file = path / TOKENIZER_FILE
     if tokenizer_file.is_file():
-        files[TOKENIZER_FILE] = tokenizer_file.read_text(encoding="utf-8")
+        files[TOKENIZER_FILE] = read_text(tokenizer_file)
     for name in _JSON_DICT_FILES:
         if (path / name).is_file():
             files[name] = read_json_dict(path / name)
     if (path / VOCAB_FILE).is_file():
-        files[VOCAB_FILE] = (path / VOCAB_FILE).read_text(encoding="utf-8")
+        files[VOCAB_FILE] = read_text(path / VOCAB_FILE)
     if (path / CHAT_TEMPLATE_FILE).is_file():
-        files[CHAT_TEMPLATE_FILE] = (path / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+        files[CHAT_TEMPLATE_FILE] = read_text(path / CHAT_TEMPLATE_FILE)
     template_dir = path / CHAT_TEMPLATE_DIR
     if template_dir.is_dir():
         files[CHAT_TEMPLATE_DIR] = {
-            p.name.removesuffix(".jinja"): p.read_text(encoding="utf-8") for p in sorted(template_dir.glob("*.jinja"))
+            p.name.removesuffix(".jinja"): read_text(p) for p in sorted(template_dir.glob("*.jinja"))
         }
     if TOKENIZER_FILE not in files and VOCAB_FILE not in files:
         present = sorted(p.name for p in path.iterdir())

@@ -306,7 +306,7 @@ class PreTrainedTokenizerFast:
         folder = Path(path)
         if folder.is_file() and folder.name == _files.TOKENIZER_FILE:
             return cls.from_files(
-                {_files.TOKENIZER_FILE: folder.read_text(encoding="utf-8")}, name_or_path=str(path), **kwargs
+                {_files.TOKENIZER_FILE: _files.read_text(folder)}, name_or_path=str(path), **kwargs
             )
         files = _files.read_folder(folder)
         kwargs.setdefault("name_or_path", str(path))
@@ -323,6 +323,12 @@ class PreTrainedTokenizerFast:
         config = dict(_load_json_dict(files, _files.TOKENIZER_CONFIG_FILE))
         model_config = _load_json_dict(files, _files.MODEL_CONFIG_FILE)
         class_name = config.pop("tokenizer_class", None) or model_config.get("tokenizer_class")
+        where = kwargs.get("name_or_path") or "<in-memory files>"
+        if class_name is not None and not isinstance(class_name, str):
+            raise ConfigError(
+                f"{where}/{_files.TOKENIZER_CONFIG_FILE}: tokenizer_class={class_name!r} must be a class name string "
+                "such as \"PreTrainedTokenizerFast\"; fix the file."
+            )
         if not class_name and model_config.get("model_type") in MODEL_TYPE_CLASSES:
             class_name = MODEL_TYPE_CLASSES[model_config["model_type"]]
         config.pop("init_inputs", None)
@@ -384,11 +390,11 @@ class PreTrainedTokenizerFast:
             parsed = parsed if parsed is not None else _parse_tokenizer_json(tokenizer_text)
             if profile.edit_model is not None:
                 profile.edit_model(parsed["model"], config)
-            backend = _backend_from_json(json.dumps(parsed))
+            backend = _backend_from_json(json.dumps(parsed), where)
             if profile.set_pipeline is not None:
                 profile.set_pipeline(backend, config)
         else:
-            backend = _backend_from_json(tokenizer_text)
+            backend = _backend_from_json(tokenizer_text, where)
         return cls(tokenizer_object=backend, profile=profile, **config)
 
     # -- special tokens -----------------------------------------------------------------------
@@ -861,10 +867,14 @@ class PreTrainedTokenizerFast:
             encodings = self._tokenizer.encode_batch(
                 inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_split_into_words
             )
-        except Exception as exc:  # the Rust side raises plain Exception
+        except BaseException as exc:
+            if not _is_rust_error(exc):
+                raise
             raise ConfigError(
                 f"tokenization failed: {exc}. Check truncation (e.g. 'only_second' needs text pairs, and max_length "
-                "must leave room for the special tokens) and the input types."
+                "must leave room for the special tokens) and the input types"
+                + ("" if isinstance(exc, Exception) else f"; the tokenizer in {self.name_or_path or 'memory'} failed")
+                + "."
             ) from exc
 
         if return_token_type_ids is None:
@@ -1272,13 +1282,20 @@ def _parse_tokenizer_json(text: str) -> dict[str, Any]:
     return parsed
 
 
-def _backend_from_json(text: str) -> Tokenizer:
+def _is_rust_error(exc: BaseException) -> bool:
+    """The Rust side raises plain Exception, and panics as pyo3's PanicException (a BaseException)."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
+def _backend_from_json(text: str, where: str = "<in-memory files>") -> Tokenizer:
     try:
         return Tokenizer.from_str(text)
-    except Exception as exc:  # the Rust side raises plain Exception
+    except BaseException as exc:
+        if not _is_rust_error(exc):
+            raise
         raise ConfigError(
-            f"tokenizer.json could not be read by the tokenizers library ({exc}); re-download or re-save it, "
-            "or upgrade the tokenizers package if the file comes from a newer version."
+            f"{where}/tokenizer.json could not be read by the tokenizers library ({exc}); re-download or re-save "
+            "it, or upgrade the tokenizers package if the file comes from a newer version."
         ) from exc
 
 
@@ -1286,6 +1303,9 @@ def _write_all(folder: Path, contents: Mapping[str, str]) -> list[Path]:
     """Write the files into a staging copy of ``folder`` and swap it in atomically (the kernel's ``staged_folder``)."""
     from microformers.hub import staged_folder
 
+    blocked = [str(folder / name) for name in contents if (folder / name).is_dir()]
+    if blocked:
+        raise ConfigError(f"save_pretrained cannot write {blocked}: a directory has that name; remove it first.")
     with staged_folder(folder) as staging:
         for name, text in contents.items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
