@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,8 +18,13 @@ from microformers.errors import ConfigError
 from microformers_sdk.scaffold import new_plugin_command, plugin_names, scaffold_plugin
 
 
-def _run(args: list[str], cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+def _run(
+    args: list[str], cwd: Path | None = None, timeout: int = 600, site: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if site is not None:  # a private site folder in front: the plugin is visible to this process only
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("bad", ["", "My-Arch", "1arch", "my arch", "arch-", "my--arch", "microformers-foo", "a/b"])
@@ -88,46 +94,51 @@ def test_cli_command_function(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_scaffolded_plugin_installs_passes_its_tests_and_is_discovered(tmp_path: Path) -> None:
+    """Installed into a throwaway site folder (``pip install --target``), never into the shared environment,
+    so parallel test runs cannot see it and nothing has to be uninstalled."""
     name = f"scaffold{uuid.uuid4().hex[:8]}"
     names = plugin_names(name)
     target = scaffold_plugin(name, tmp_path)
+    site = tmp_path / "site"
     pip = [sys.executable, "-m", "pip"]
-    install = _run([*pip, "install", "--no-deps", "--no-build-isolation", "-q", "-e", str(target)])
+    install = _run([*pip, "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(site), str(target)])
     assert install.returncode == 0, install.stderr
-    try:
-        tests = _run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"], cwd=target)
-        assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
-        assert " passed" in tests.stdout and "skipped" not in tests.stdout
+    assert (site / names["__PACKAGE__"] / "plugin.py").is_file()
 
-        listing = _run([sys.executable, "-m", "microformers.cli", "plugins", "--json"])
-        assert listing.returncode == 0, listing.stderr
-        plugins = {p["name"]: p for p in json.loads(listing.stdout)}
-        assert name in plugins, sorted(plugins)
-        assert plugins[name]["error"] is None
-        assert plugins[name]["distribution"] == names["__DIST__"]
-        assert f"configs:{names['__MODEL_TYPE__']}" in plugins[name]["registers"]
+    tests = _run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"], cwd=target, site=site)
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+    assert " passed" in tests.stdout and "skipped" not in tests.stdout
 
-        script = textwrap.dedent(
-            f"""
-            import sys, torch
-            from microformers import AutoConfig, AutoModel, AutoModelForCausalLM
-            config = AutoConfig.for_model({names["__MODEL_TYPE__"]!r}, vocab_size=40, hidden_size=16,
-                                          intermediate_size=24, num_hidden_layers=1, num_attention_heads=2)
-            model = AutoModelForCausalLM.from_config(config)
-            model.save_pretrained(sys.argv[1])
-            loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1])
-            ids = torch.tensor([[1, 2, 3]])
-            assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
-            base = AutoModel.from_pretrained(sys.argv[1])
-            print(type(loaded).__name__, type(base).__name__)
-            """
-        )
-        loaded = _run([sys.executable, "-c", script, str(tmp_path / "saved")])
-        assert loaded.returncode == 0, loaded.stderr[-3000:]
-        prefix = names["__PREFIX__"]
-        assert loaded.stdout.split() == [f"{prefix}ForCausalLM", f"{prefix}Model"]
-    finally:
-        uninstall = _run([*pip, "uninstall", "-y", "-q", names["__DIST__"]])
-        assert uninstall.returncode == 0, uninstall.stderr
+    listing = _run([sys.executable, "-m", "microformers.cli", "plugins", "--json"], site=site)
+    assert listing.returncode == 0, listing.stderr
+    plugins = {p["name"]: p for p in json.loads(listing.stdout)}
+    assert name in plugins, sorted(plugins)
+    assert plugins[name]["error"] is None
+    assert plugins[name]["distribution"] == names["__DIST__"]
+    assert f"configs:{names['__MODEL_TYPE__']}" in plugins[name]["registers"]
+
+    script = textwrap.dedent(
+        f"""
+        import sys, torch
+        from microformers import AutoConfig, AutoModel, AutoModelForCausalLM
+        config = AutoConfig.for_model({names["__MODEL_TYPE__"]!r}, vocab_size=40, hidden_size=16,
+                                      intermediate_size=24, num_hidden_layers=1, num_attention_heads=2)
+        model = AutoModelForCausalLM.from_config(config)
+        model.save_pretrained(sys.argv[1])
+        loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+        ids = torch.tensor([[1, 2, 3]])
+        assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
+        base = AutoModel.from_pretrained(sys.argv[1])
+        print(type(loaded).__name__, type(base).__name__)
+        """
+    )
+    loaded = _run([sys.executable, "-c", script, str(tmp_path / "saved")], site=site)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    prefix = names["__PREFIX__"]
+    assert loaded.stdout.split() == [f"{prefix}ForCausalLM", f"{prefix}Model"]
+
+    # the shared environment never saw it
     after = _run([sys.executable, "-m", "microformers.cli", "plugins", "--json"])
     assert name not in {p["name"] for p in json.loads(after.stdout)}
+    freeze = _run([*pip, "list", "--format=json"])
+    assert names["__DIST__"] not in {d["name"] for d in json.loads(freeze.stdout)}
