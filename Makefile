@@ -1,4 +1,4 @@
-.PHONY: install install-test test chat lint bench
+.PHONY: install install-test test chat lint bench mutation
 
 install:
 	scripts/install.sh
@@ -19,3 +19,8 @@ lint:
 
 bench: install-test
 	.venv/bin/python bench/run_all.py
+
+# Mutation testing of the kernel, SDK and generation plugin (slow; not part of `make test` or CI's default run).
+# MODULES="microformers/plugins.py ..." picks modules; docs/reliability.md has the scores.
+mutation: install-test
+	scripts/mutation.sh $(MODULES)
