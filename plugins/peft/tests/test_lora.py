@@ -126,6 +126,11 @@ def test_save_writes_adapter_files_that_load_back_through_auto(base_folder: Path
     fresh.load_adapter(tmp_path / "adapter", adapter_name="x", is_trainable=True)
     assert fresh.active_adapters() == ["x"] and any(p.requires_grad for p in fresh.parameters())
     torch.testing.assert_close(_logits(fresh), expected, atol=1e-6, rtol=0)
+    fresh.save_pretrained(base_folder)  # adapter files beside a full model: that folder is the base
+    assert (base_folder / "model.safetensors").is_file() and (base_folder / "adapter_config.json").is_file()
+    both = AutoModelForCausalLM.from_pretrained(base_folder, adapter_name="y")
+    assert both.active_adapters() == ["y"]
+    torch.testing.assert_close(_logits(both), expected, atol=1e-6, rtol=0)
 
 
 def test_colliding_adapter_names_are_refused(tmp_path: Path) -> None:

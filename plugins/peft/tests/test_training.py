@@ -70,6 +70,8 @@ def test_lora_on_a_quantized_base_trains_saves_and_generates(tmp_path: Path, met
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "base", quantization_config=quantization)
     model.add_adapter(LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
     frozen = {k: v.clone() for k, v in model.state_dict().items() if "lora_" not in k}
+    trainable, total = model._adapter_manager.get_nb_trainable_parameters()
+    assert total > 2 * 64 * 64 * 7 > trainable  # the quantized weights count among all parameters
     ids = torch.randint(0, 64, (4, 12), generator=torch.Generator().manual_seed(1))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     model.train()

@@ -465,8 +465,16 @@ class LoraAdapters:
         return self.model
 
     def get_nb_trainable_parameters(self) -> tuple[int, int]:
+        """(trainable, all) parameter counts; a quantized linear layer's weight (a buffer) counts in full."""
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        return trainable, sum(p.numel() for p in self.model.parameters())
+        quantized = sum(
+            m.in_features * m.out_features
+            for m in self.model.modules()
+            if is_linear_like(m)
+            and not isinstance(m, LoraLayer)
+            and not isinstance(getattr(m, "weight", None), nn.Parameter)
+        )
+        return trainable, sum(p.numel() for p in self.model.parameters()) + quantized
 
     def print_trainable_parameters(self) -> None:
         trainable, total = self.get_nb_trainable_parameters()
