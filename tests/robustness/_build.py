@@ -11,6 +11,7 @@ LAYERS, HIDDEN, FFN, HEADS, KV_HEADS, VOCAB = 2, 32, 48, 4, 2, 64
 
 def llama_folder(folder: Path, seed: int = 0, max_shard_size: str = "1GB", **overrides: Any) -> Path:
     import torch
+
     from microformers_llama import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)

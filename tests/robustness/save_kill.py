@@ -109,6 +109,7 @@ class Scenario:
 class ModelScenario(Scenario):
     def __init__(self, name: str, old_shard: str, new_shard: str) -> None:
         import torch
+
         from microformers_llama import LlamaConfig, LlamaForCausalLM
 
         self.name = name
@@ -153,8 +154,9 @@ class TokenizerScenario(Scenario):
     name = "tokenizer"
 
     def __init__(self) -> None:
-        from microformers_tokenizers import PreTrainedTokenizerFast
         from tokenizers import Tokenizer, models, pre_tokenizers
+
+        from microformers_tokenizers import PreTrainedTokenizerFast
 
         def build(words: list[str], template: str) -> Any:
             vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>", *words])}
@@ -223,7 +225,7 @@ def run_scenario(scenario: Any, root: Path, points: int, delays: int, rng: rando
         kind = "old" if files == old_files else "new" if files == new_files else None
         try:
             state = scenario.load(target)
-        except Exception as exc:  # noqa: BLE001 - recorded as a failure
+        except Exception as exc:
             failures.append(f"{label}: folder {kind or 'neither old nor new'} fails to load: {exc!r}"[:400])
             return
         loaded = "old" if scenario.same(state, old_state) else "new" if scenario.same(state, new_state) else None

@@ -98,8 +98,9 @@ def test_float_parameter_stored_as_integers_is_refused(tmp_path: Path) -> None:
 
 
 def tokenizer_folder(tmp_path: Path) -> Path:
-    from microformers_tokenizers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from microformers_tokenizers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1, "b": 2}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -135,7 +136,12 @@ def test_catastrophic_split_regex_is_a_microformers_error(tmp_path: Path) -> Non
     """The Rust regex engine panics (pyo3 PanicException, a BaseException) on this pattern."""
     folder = tokenizer_folder(tmp_path)
     data = json.loads((folder / "tokenizer.json").read_text())
-    data["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(?:a|a)*$"}, "behavior": "Isolated", "invert": False}
+    data["pre_tokenizer"] = {
+        "type": "Split",
+        "pattern": {"Regex": "(?:a|a)*$"},
+        "behavior": "Isolated",
+        "invert": False,
+    }
     (folder / "tokenizer.json").write_text(json.dumps(data))
     tok = microformers.AutoTokenizer.from_pretrained(str(folder))
     with pytest.raises(MicroformersError, match=str(folder)):

@@ -221,6 +221,8 @@ MAX_LABELS = 1_000_000
 _SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
 _SIZE_KEYS += ("intermediate_size", "max_position_embeddings", "head_dim", "type_vocab_size")
 _SIZE_KEYS += ("n_embd", "n_layer", "n_head", "n_positions", "n_inner")
+_BOOL_KEYS = ("tie_word_embeddings", "is_encoder_decoder", "is_decoder", "return_dict", "use_cache")
+_BOOL_KEYS += ("output_hidden_states", "output_attentions", "attention_bias", "mlp_bias")
 
 
 def read_json(path: str | os.PathLike[str], what: str = "JSON file") -> dict[str, Any]:
@@ -288,6 +290,9 @@ def check_config_dict(data: dict[str, Any], source: Any) -> None:
         isinstance(auto_map, dict) and all(isinstance(v, (str, list)) for v in auto_map.values())
     ):
         raise refuse(f"auto_map must map Auto class names to 'module.Class' strings, found {auto_map!r:.80}")
+    for key in _BOOL_KEYS:
+        if not isinstance(data.get(key, False), bool):
+            raise refuse(f"{key}={data[key]!r} must be true or false")
     for key in (*_SIZE_KEYS, "num_labels"):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):

@@ -80,6 +80,11 @@ _DIM_FIELDS = ("hidden_size", "intermediate_size", "vocab_size", "head_dim", "nu
 MAX_LAYERS = 4096
 
 
+def config_source(fmt: Any, files: list[Path]) -> Path:
+    """The file a checkpoint's configuration was read from: the weights file itself (GGUF) or config.json."""
+    return files[0] if hasattr(fmt, "load_config") else files[0].parent / "config.json"
+
+
 def check_declared_sizes(config: PretrainedConfig, fmt: Any, files: list[Path], strict: bool = True) -> None:
     """Refuse, before building anything, sizes in a config that the checkpoint's tensors cannot back.
 
@@ -87,7 +92,7 @@ def check_declared_sizes(config: PretrainedConfig, fmt: Any, files: list[Path], 
     would build a model the weights cannot fill (or exhaust memory building it).
     """
     shapes = fmt.shapes(files) if hasattr(fmt, "shapes") else {}
-    source = files[0] if hasattr(fmt, "load_config") else files[0].parent / "config.json"
+    source = config_source(fmt, files)
     largest = max((dim for shape in shapes.values() for dim in shape), default=None)
     indices = {int(i) for name in shapes for i in re.findall(r"\.(\d+)(?=\.)", name)}
     for field in _LAYER_FIELDS + _DIM_FIELDS:
@@ -358,8 +363,11 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
 
         target_dtype = cls._pick_dtype(dtype, config)
         check_declared_sizes(config, fmt, files, strict)
-        with meta_parameters():
-            model = cls(config, *model_args)
+        try:
+            with meta_parameters():
+                model = cls(config, *model_args)
+        except ConfigError as exc:  # the class refused a config value: say which file it came from
+            raise ConfigError(f"{config_source(fmt, files)}: {exc}") from exc
         source = fmt.load(files, dtype=target_dtype)
         info = model._materialise(source, target_dtype, ignore_mismatched_sizes, strict, files)
         model.tie_weights()

@@ -310,7 +310,12 @@ class PreTrainedTokenizerFast:
             )
         files = _files.read_folder(folder)
         kwargs.setdefault("name_or_path", str(path))
-        return cls.from_files(files, **kwargs)
+        try:
+            return cls.from_files(files, **kwargs)
+        except (ConfigError, TypeError, ValueError, AttributeError, KeyError) as exc:
+            if isinstance(exc, ConfigError) and str(folder) in str(exc):
+                raise
+            raise ConfigError(f"tokenizer files in {folder}: {type(exc).__name__}: {exc}") from exc
 
     @classmethod
     def from_files(cls, files: Mapping[str, Any], *init_inputs: Any, **kwargs: Any) -> PreTrainedTokenizerFast:
