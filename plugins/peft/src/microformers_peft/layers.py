@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from microformers_sdk.layers import apply_linear
+
 from .config import AdapterError
 
 
@@ -110,7 +112,8 @@ class LoraLayer(_Passthrough):
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         if self.disabled and self.merged_adapters:
             self.unmerge()
-        result = self.base_layer(x, *args, **kwargs)
+        # a plain nn.Linear base keeps the SDK's fast one-row (decode) product
+        result = self.base_layer(x, *args, **kwargs) if args or kwargs else apply_linear(self.base_layer, x)
         if self.disabled:
             return result
         for name in self.active_adapters:
