@@ -95,3 +95,10 @@ def test_beam_sampling_matches_reference(model, reference_model, prompts):
     set_seed(5)
     expected = reference_model.generate(**prompts["batch"], **kwargs)
     assert torch.equal(ours, expected)
+
+
+def test_unknown_keyword_is_refused_like_the_reference(model, reference_model, prompts):
+    with pytest.raises(ValueError, match="max_new_tokenz"):
+        reference_model.generate(**prompts["single"], max_new_tokenz=3)
+    with pytest.raises(ValueError, match="max_new_tokenz"):
+        model.generate(**prompts["single"], max_new_tokenz=3)

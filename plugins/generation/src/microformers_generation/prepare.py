@@ -35,7 +35,7 @@ CALL_ARGUMENTS = (
     "negative_prompt_ids",
     "negative_prompt_attention_mask",
 )
-# Decoding methods the reference moved out of its core: (setting, its "off" value, method name).
+# Methods not implemented here (most moved out of the reference's core): (setting, "off" value, method).
 MOVED_OUT = (
     ("penalty_alpha", None, "contrastive search"),
     ("num_beam_groups", 1, "group (diverse) beam search"),
@@ -43,6 +43,8 @@ MOVED_OUT = (
     ("dola_layers", None, "DoLa decoding"),
     ("constraints", None, "constrained beam search"),
     ("force_words_ids", None, "constrained beam search"),
+    ("watermarking_config", None, "watermarking"),
+    ("top_h", None, "top-H sampling"),
 )
 # Model-input dtypes accepted as token ids (bool and 8-bit tensors are masks or bytes, not ids).
 ID_DTYPES = (torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32, torch.uint64)
@@ -126,9 +128,8 @@ def check_settings(config: GenerationConfig, model_kwargs: dict[str, Any] | None
         value = (model_kwargs or {}).get(name, getattr(config, name, off))
         if value is not None and value != off:
             raise GenerationError(
-                f"generate(): {name}={value!r} asks for {method}, which microformers-generation does not implement "
-                "(the reference moved it out of its core too). Implement it as a strategy plugin or pass "
-                "custom_generate=<your decoding function or folder>"
+                f"generate(): {name}={value!r} asks for {method}, which microformers-generation does not implement. "
+                "Drop it, implement it as a strategy plugin, or pass custom_generate=<your decoding function or folder>"
             )
     num_beams, num_return = config.num_beams, config.num_return_sequences
     if num_return > 1 and num_beams == 1 and not config.do_sample:
