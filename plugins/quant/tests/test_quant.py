@@ -189,3 +189,12 @@ def test_int8_activation_kernels_match_their_torch_definition(bits: int, group: 
     assert torch.allclose(layer(x), expected, atol=2e-4, rtol=1e-4)
     exact = torch.nn.functional.linear(x, layer.dequantize())
     assert 0 < (layer(x) - exact).abs().max() < 0.05 * exact.abs().max()
+
+
+@pytest.mark.slow
+def test_compiled_decode_step_runs_the_kernels(tiny_llama: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config())
+    settings = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False}
+    eager = model.generate(IDS, **settings)
+    model.compile_decode_step()
+    assert torch.equal(model.generate(IDS, cache_implementation="static", **settings), eager)

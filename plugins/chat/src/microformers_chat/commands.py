@@ -12,6 +12,12 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gguf-file", default=None, help="GGUF file inside MODEL's folder")
+    parser.add_argument(
+        "--quantize",
+        choices=("int4", "int8", "gguf"),
+        default=None,
+        help="quantized weights (microformers-quant): int4/int8 from float weights, gguf keeps a GGUF's blocks",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     parser.add_argument("--temperature", type=float, default=None)
@@ -41,7 +47,9 @@ class Session:
             microformers.set_seed(args.seed)
         load_kwargs: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
         self.tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load_kwargs)
-        self.model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **load_kwargs)
+        quantize = getattr(args, "quantize", None)
+        model_kwargs = {"quantization_config": {"quant_method": quantize}} if quantize else {}
+        self.model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **load_kwargs, **model_kwargs)
         self.args = args
         self.messages: list[dict[str, str]] = []
         self.reset()
