@@ -320,6 +320,11 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     def print_trainable_parameters(self) -> None:
         self._adapters().print_trainable_parameters()
 
+    def get_memory_footprint(self, return_buffers: bool = True) -> int:
+        """Bytes held by parameters (and buffers: quantized weights live there)."""
+        tensors = [*self.parameters(), *(self.buffers() if return_buffers else ())]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     @classmethod
     def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
         dtype = to_torch_dtype(kwargs.pop("dtype", kwargs.pop("torch_dtype", None)))
@@ -349,6 +354,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
         kwargs.pop("low_cpu_mem_usage", None)
+        quant_args = {k: kwargs.pop(k) for k in ("quantization_config", "load_in_8bit", "load_in_4bit") if k in kwargs}
         if torch_dtype is not None:
             dtype = torch_dtype
         folder, fmt_reg, files = checkpoint.resolve()
@@ -368,9 +374,12 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                 model = cls(config, *model_args)
         except ConfigError as exc:  # the class refused a config value: say which file it came from
             raise ConfigError(f"{config_source(fmt, files)}: {exc}") from exc
-        source = fmt.load(files, dtype=target_dtype)
+        quantizer = _quantizer(config, **quant_args)
+        source = quantizer.prepare(model, fmt, files, target_dtype) if quantizer else fmt.load(files, dtype=target_dtype)
         info = model._materialise(source, target_dtype, ignore_mismatched_sizes, strict, files)
         model.tie_weights()
+        if quantizer is not None:
+            quantizer.finish(model)
         model.eval()
         model._after_load(folder, hub_kwargs)
         if device is None and isinstance(device_map, (str, torch.device)) and device_map != "auto":
@@ -550,3 +559,28 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             extra = getattr(self, "_save_extra_files", None)
             if extra is not None:
                 extra(staging)
+
+
+def _quantizer(
+    config: PretrainedConfig, quantization_config: Any = None, load_in_8bit: bool = False, load_in_4bit: bool = False
+) -> Any:
+    """The quantizer a plugin registered for ``quantization_config`` (argument, else config.json), or None."""
+    spec = quantization_config
+    if load_in_8bit or load_in_4bit:
+        if spec is not None or (load_in_8bit and load_in_4bit):
+            raise ConfigError("pass one of quantization_config, load_in_8bit=True or load_in_4bit=True")
+        spec = {"quant_method": "int8" if load_in_8bit else "int4"}
+    spec = spec if spec is not None else getattr(config, "quantization_config", None)
+    if spec is None:
+        return None
+    spec = dict(spec) if isinstance(spec, Mapping) else spec.to_dict()
+    if not spec.get("quant_method"):
+        raise ConfigError(f"quantization_config {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
+    from .plugins import registry
+
+    quantizer = registry.require("quantizers", spec["quant_method"], what="quantization method")(spec)
+    if load_in_8bit or load_in_4bit:
+        flag = "load_in_8bit" if load_in_8bit else "load_in_4bit"
+        logger.warning("%s=True: quantizing with '%s' (%s)", flag, quantizer.quant_method, quantizer.description)
+    config.quantization_config = quantizer.to_dict()
+    return quantizer
