@@ -397,3 +397,21 @@ def test_model_init_builds_a_fresh_model_per_run(args_factory: Any) -> None:
     assert trainer.lr_scheduler.lr_lambdas[0].keywords["total"] == 4
     with pytest.raises(ConfigError, match="needs a model"):
         Trainer(args=args_factory())
+
+
+def test_datasets_dataset_unused_columns_removed(args_factory: Any) -> None:
+    datasets = pytest.importorskip("datasets", reason="datasets.Dataset support is tested when datasets is installed")
+    rows = cls_rows(8)
+    table = datasets.Dataset.from_dict(
+        {
+            "input_ids": [r["input_ids"] for r in rows],
+            "label": [r["labels"] for r in rows],
+            "sentence": ["some text"] * 8,
+        }
+    )
+    trainer = Trainer(model=tiny_bert_classifier(), args=args_factory(max_steps=2), train_dataset=table)
+    assert trainer._prepare_dataset(table).column_names == ["input_ids", "label"]
+    assert trainer.train().global_step == 2
+    table.set_format("torch")
+    metrics = trainer.evaluate(table)
+    assert math.isfinite(metrics["eval_loss"])
