@@ -28,7 +28,13 @@ def llama_folder(folder: Path, seed: int = 0, max_shard_size: str = "1GB", **ove
     return folder
 
 
-def llama_gguf(path: Path, seed: int = 0, tokens: list[str] | None = None, scores: list[float] | None = None) -> Path:
+def llama_gguf(
+    path: Path,
+    seed: int = 0,
+    tokens: list[str] | None = None,
+    scores: list[float] | None = None,
+    strings: dict[str, str] | None = None,
+) -> Path:
     """A tiny llama GGUF (F32 tensors, a SentencePiece-style vocabulary without merges)."""
     import gguf
     import numpy as np
@@ -47,6 +53,8 @@ def llama_gguf(path: Path, seed: int = 0, tokens: list[str] | None = None, score
     ):
         writer.add_uint32(f"llama.{key}", value)
     writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    for key, text in (strings or {}).items():
+        writer.add_string(key, text)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores or [float(-i) for i in range(len(tokens))])

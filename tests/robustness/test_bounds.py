@@ -103,3 +103,11 @@ def test_gguf_sizes_that_disagree_with_the_tensors_are_refused(tmp_path: Path, k
     message = str(info.value)
     assert str(tmp_path / "bad.gguf") in message and "config.json" not in message
     assert key.split(".", 1)[1].split(".")[-1] in message or key in message
+
+
+def test_config_errors_of_a_gguf_checkpoint_name_the_gguf_file(tmp_path: Path) -> None:
+    llama_gguf(tmp_path / "m.gguf", strings={"llama.rope.scaling.type": "bogus"})
+    for load in (microformers.AutoConfig.from_pretrained, microformers.AutoModelForCausalLM.from_pretrained):
+        with pytest.raises(ConfigError) as info:
+            load(tmp_path, gguf_file="m.gguf")
+        assert str(tmp_path / "m.gguf") in str(info.value) and "config.json" not in str(info.value)

@@ -29,6 +29,13 @@ CONFIG_CASES: list[tuple[str, Any]] = [
     ("__class__", "x"),
     ("to_dict", 1),
     ("rms_norm_eps", -1.0),
+    ("rms_norm_eps", None),
+    ("tie_word_embeddings", -1e-9),
+    ("dtype", 1.5),
+    ("dtype", "float33"),
+    ("pad_token_id", True),
+    ("eos_token_id", [1, "2"]),
+    ("attention_dropout", [1, 2]),
     ("architectures", "LlamaForCausalLM"),
 ]
 

@@ -223,6 +223,11 @@ _SIZE_KEYS += ("intermediate_size", "max_position_embeddings", "head_dim", "type
 _SIZE_KEYS += ("n_embd", "n_layer", "n_head", "n_positions", "n_inner")
 _BOOL_KEYS = ("tie_word_embeddings", "is_encoder_decoder", "is_decoder", "return_dict", "use_cache")
 _BOOL_KEYS += ("output_hidden_states", "output_attentions", "attention_bias", "mlp_bias")
+_NUMBER_KEYS = ("initializer_range", "rope_theta", "layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon")
+_DTYPES = frozenset(
+    "float32 float16 bfloat16 float64 float half double float8_e4m3fn float8_e5m2 int8 uint8 int16 int32 int64 bool "
+    "auto".split()
+)
 
 
 def read_json(path: str | os.PathLike[str], what: str = "JSON file") -> dict[str, Any]:
@@ -280,9 +285,14 @@ def check_config_dict(data: dict[str, Any], source: Any) -> None:
     for key, value in data.items():
         if key.startswith("__") or callable(getattr(PretrainedConfig, key, None)):
             raise refuse(f"the key '{key}' is reserved (it names a method of the configuration object)")
-        if key.endswith(("_eps", "_epsilon")) and value is not None:
+        if key.endswith(("_eps", "_epsilon")):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise refuse(f"{key}={value!r} must be a positive number")
+        if key.endswith("_token_id") and not _is_token_id(value):
+            raise refuse(f"{key}={value!r:.60} must be a token id (an integer), a list of them, or null")
+        if ("dropout" in key or key in _NUMBER_KEYS) and value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise refuse(f"{key}={value!r:.60} must be a number")
     if not isinstance(data.get("model_type", ""), str):
         raise refuse(f"model_type={data['model_type']!r} must be a string such as \"llama\"")
     auto_map = data.get("auto_map")
@@ -290,6 +300,10 @@ def check_config_dict(data: dict[str, Any], source: Any) -> None:
         isinstance(auto_map, dict) and all(isinstance(v, (str, list)) for v in auto_map.values())
     ):
         raise refuse(f"auto_map must map Auto class names to 'module.Class' strings, found {auto_map!r:.80}")
+    for key in ("dtype", "torch_dtype"):
+        value = data.get(key)
+        if value is not None and (not isinstance(value, str) or value.removeprefix("torch.") not in _DTYPES):
+            raise refuse(f"{key}={value!r:.60} is not a dtype name; use e.g. \"float32\" or \"bfloat16\"")
     for key in _BOOL_KEYS:
         if not isinstance(data.get(key, False), bool):
             raise refuse(f"{key}={data[key]!r} must be true or false")
@@ -314,6 +328,11 @@ def check_config_dict(data: dict[str, Any], source: Any) -> None:
         isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
     ):
         raise refuse(f"architectures={architectures!r:.80} must be a list of class names")
+
+
+def _is_token_id(value: Any) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return value is None or all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
 
 def config_from_dict(

@@ -877,9 +877,8 @@ class PreTrainedTokenizerFast:
                 raise
             raise ConfigError(
                 f"tokenization failed: {exc}. Check truncation (e.g. 'only_second' needs text pairs, and max_length "
-                "must leave room for the special tokens) and the input types"
-                + ("" if isinstance(exc, Exception) else f"; the tokenizer in {self.name_or_path or 'memory'} failed")
-                + "."
+                f"must leave room for the special tokens) and the input types, or the tokenizer files in "
+                f"{self.name_or_path or 'memory'}."
             ) from exc
 
         if return_token_type_ids is None:
