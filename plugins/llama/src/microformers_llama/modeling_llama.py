@@ -5,14 +5,20 @@ Parameter names equal the checkpoint tensor names of the reference implementatio
 ``model.norm.weight``, ``lm_head.weight``, ``score.weight``), so files load and save without renaming.
 
 One forward pass: embed, compute the rotary ``cos``/``sin`` once from the position ids, build one
-attention mask per distinct sliding window, run the decoder layers (pre-norm attention and SwiGLU MLP
-with residuals), final RMSNorm, then the head.
+attention mask per distinct sliding window (``LlamaModel.prepare``), run the decoder layers (pre-norm
+attention and SwiGLU MLP with residuals) and the final RMSNorm (``LlamaModel.decode``), then the head.
+
+A token fed into a prefilled ``StaticCache`` is a *static step*: attention writes its key/value into
+the preallocated storage at ``cache_position`` and attends over the whole capacity, the positions not
+written yet masked out. Every step then has the same shapes, so ``compile_decode_step()`` is simply
+``torch.compile`` of the same ``decode`` + head the eager forward runs (as gpt-fast does).
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import attrs
 import torch
 from torch import nn
 
@@ -20,10 +26,10 @@ from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache, StaticCache
-from microformers_sdk.inputs import prepare_decoder_inputs
+from microformers_sdk.inputs import DecoderInputs, prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
-from microformers_sdk.masks import build_attention_mask, last_token_indices, position_ids_from_attention_mask
+from microformers_sdk.masks import build_attention_mask, last_token_indices
 from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 
@@ -68,13 +74,19 @@ class LlamaAttention(nn.Module):
         past_key_values: Cache | None,
         attention_fn: Any,
         output_attentions: bool = False,
+        cache_position: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, q_len, _ = hidden_states.shape
         query = apply_linear(self.q_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
         key = apply_linear(self.k_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
         value = apply_linear(self.v_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
         query, key = apply_rotary_pos_emb(query, key, *rotary)
-        if past_key_values is not None:
+        if cache_position is not None:  # static step: write into the storage, attend over all of it
+            key_storage, value_storage = past_key_values.layer_storage(self.layer_idx)
+            key_storage.index_copy_(2, cache_position, key)
+            value_storage.index_copy_(2, cache_position, value)
+            key, value = key_storage, value_storage
+        elif past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
         dropout = self.attention_dropout if self.training else 0.0
         weights = None
@@ -83,6 +95,8 @@ class LlamaAttention(nn.Module):
                 query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal,
                 return_weights=True,
             )  # fmt: skip
+        elif cache_position is not None and q_len == 1:
+            output = _one_query_attention(query, key, value, attention_mask, self.scaling)
         else:
             output = attention_fn(
                 query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal
@@ -110,6 +124,7 @@ class LlamaDecoderLayer(nn.Module):
         past_key_values: Cache | None,
         attention_fn: Any,
         output_attentions: bool = False,
+        cache_position: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, weights = self.self_attn(
             self.input_layernorm(hidden_states),
@@ -119,6 +134,7 @@ class LlamaDecoderLayer(nn.Module):
             past_key_values,
             attention_fn,
             output_attentions,
+            cache_position,
         )
         hidden_states = hidden_states + attended
         hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
@@ -166,10 +182,7 @@ class LlamaModel(LlamaPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPast | tuple[Any, ...]:
-        config = self.config
-        inputs = prepare_decoder_inputs(
-            self,
-            self.embed_tokens,
+        inputs, layer_inputs = self.prepare(
             input_ids=input_ids,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
@@ -180,43 +193,128 @@ class LlamaModel(LlamaPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=return_dict,
         )
-        inputs_embeds, past_key_values, past_length = inputs.inputs_embeds, inputs.cache, inputs.past_length
-        output_attentions, output_hidden_states = inputs.output_attentions, inputs.output_hidden_states
-        query_length = inputs_embeds.shape[1]
-        position_ids = inputs.position_ids
-        rotary = self.rotary_emb(position_ids, dtype=inputs_embeds.dtype)
-        attention_fn = get_attention_function(config)
-        masks: dict[int | None, tuple[torch.Tensor | None, bool]] = {}
-        for layer in self.layers:
-            window = layer.self_attn.sliding_window
-            if window not in masks:
-                masks[window] = build_attention_mask(
-                    attention_mask, query_length, past_length, sliding_window=window, device=inputs_embeds.device
-                )
+        hidden_states, all_hidden_states, all_attentions = self.decode(
+            inputs.inputs_embeds, layer_inputs, inputs.cache, inputs.output_attentions, inputs.output_hidden_states
+        )
+        layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])
+        output = BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=inputs.cache if inputs.use_cache else None,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+        )
+        return output if inputs.return_dict else output.to_tuple()
 
-        hidden_states = inputs_embeds
+    def prepare(self, *, attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[DecoderInputs, LayerInputs]:
+        """Embeddings, cache and position ids (``prepare_decoder_inputs``), rotary tables and attention masks."""
+        inputs = prepare_decoder_inputs(self, self.embed_tokens, attention_mask=attention_mask, **kwargs)
+        embeds, cache = inputs.inputs_embeds, inputs.cache
+        rotary = self.rotary_emb(inputs.position_ids, dtype=embeds.dtype)
+        windows = {layer.self_attn.sliding_window for layer in self.layers}
+        cache_position = _static_step_position(cache, embeds, windows, len(self.layers))
+        if cache_position is not None:
+            visible = _visible_storage(cache.max_cache_len, inputs.past_length, attention_mask, embeds)
+            masks = dict.fromkeys(windows, (visible, False))
+        else:
+            masks = {
+                window: build_attention_mask(
+                    attention_mask, embeds.shape[1], inputs.past_length, sliding_window=window, device=embeds.device
+                )
+                for window in windows
+            }
+        return inputs, LayerInputs(rotary, masks, cache_position, get_attention_function(self.config))
+
+    def decode(
+        self,
+        hidden_states: torch.Tensor,
+        layer_inputs: LayerInputs,
+        past_key_values: Cache | None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
+        """The decoder layers and the final norm; returns the hidden states and the optional per-layer outputs."""
+        rotary, cache_position = layer_inputs.rotary, layer_inputs.cache_position
         all_hidden_states: list[torch.Tensor] = []
         all_attentions: list[torch.Tensor] = []
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
-            mask, is_causal = masks[layer.self_attn.sliding_window]
+            mask, is_causal = layer_inputs.masks[layer.self_attn.sliding_window]
             hidden_states, weights = self._call_layer(
-                layer, hidden_states, rotary, mask, is_causal, past_key_values, attention_fn, output_attentions
-            )
+                layer, hidden_states, rotary, mask, is_causal, past_key_values, layer_inputs.attention_fn, output_attentions,
+                cache_position,
+            )  # fmt: skip
             if output_attentions:
                 all_attentions.append(weights)
         hidden_states = self.norm(hidden_states)
         if output_hidden_states:
             all_hidden_states.append(hidden_states)
-
-        output = BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values if inputs.use_cache else None,
-            hidden_states=tuple(all_hidden_states) if output_hidden_states else None,
-            attentions=tuple(all_attentions) if output_attentions else None,
+        return (
+            hidden_states,
+            tuple(all_hidden_states) if output_hidden_states else None,
+            tuple(all_attentions) if output_attentions else None,
         )
-        return output if inputs.return_dict else output.to_tuple()
+
+
+@attrs.frozen
+class LayerInputs:
+    """What every layer of one forward pass shares: rotary ``(cos, sin)``, masks by sliding window, and
+    ``cache_position`` (a one-element tensor) on a static step."""
+
+    rotary: tuple[torch.Tensor, torch.Tensor]
+    masks: dict[int | None, tuple[torch.Tensor | None, bool]]
+    cache_position: torch.Tensor | None
+    attention_fn: Any
+
+    def advance(self, cache: Cache | None, count: int) -> None:
+        """A static step wrote into the storage directly: count the new positions as filled."""
+        if self.cache_position is not None:
+            cache.advance(count)
+
+
+def _static_step_position(
+    cache: Cache | None, embeds: torch.Tensor, windows: set[int | None], num_layers: int
+) -> torch.Tensor | None:
+    """``cache_position`` when one token per row goes into a prefilled ``StaticCache`` with room left."""
+    if not isinstance(cache, StaticCache) or embeds.shape[1] != 1 or torch.is_grad_enabled():
+        return None
+    past = cache.get_seq_length()
+    if past == 0 or past >= cache.max_cache_len or len(cache) != num_layers:
+        return None
+    if any(window is not None and window < cache.max_cache_len for window in windows):
+        return None  # a window shorter than the storage needs the ordinary mask
+    if cache.layer_storage(0)[0].shape[0] != embeds.shape[0]:
+        return None
+    return torch.tensor([past], device=embeds.device)
+
+
+def _visible_storage(
+    capacity: int, past: int, attention_mask: torch.Tensor | None, embeds: torch.Tensor
+) -> torch.Tensor:
+    """Which of the ``capacity`` stored positions the new token attends to: ``(batch or 1, 1, 1, capacity)``."""
+    batch, device = embeds.shape[0], embeds.device
+    visible = (torch.arange(capacity, device=device) <= past).view(1, 1, 1, capacity)
+    if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask[:, : past + 1].all()):
+        padding = torch.ones(batch, capacity, dtype=torch.bool, device=device)
+        padding[:, : past + 1] = attention_mask[:, : past + 1].bool()
+        visible = visible & padding[:, None, None, :]
+    return visible
+
+
+def _one_query_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """Attention of one query per row over the whole static storage, ``visible`` selecting the keys.
+
+    Query heads are grouped by the key/value head they share, so the cache is never repeated.
+    """
+    batch, heads, _, head_dim = query.shape
+    kv_heads = keys.shape[1]
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
+    scores = torch.matmul(grouped, keys.transpose(2, 3)) * scaling
+    scores = scores.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)
+    return torch.matmul(weights, values).reshape(batch, heads, 1, head_dim)
 
 
 class LlamaForCausalLM(LlamaPreTrainedModel):
@@ -260,57 +358,70 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
         **kwargs: Any,
     ) -> CausalLMOutputWithPast | tuple[Any, ...]:
         """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        decode_step = self.__dict__.get("_compiled_decode_step")
-        if decode_step is not None and self._runs_compiled_step(
-            input_ids, past_key_values, inputs_embeds, labels, output_attentions, output_hidden_states, logits_to_keep
-        ):
-            logits = self._compiled_decode(decode_step, input_ids, attention_mask, position_ids, past_key_values)
-            output = CausalLMOutputWithPast(logits=logits, past_key_values=past_key_values)
-            return output if return_dict else output.to_tuple()
-        outputs = self.model(
+        inputs, layer_inputs = self.model.prepare(
             input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
             past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            return_dict=True,
+            return_dict=return_dict,
         )
-        hidden_states = outputs.last_hidden_state
+        flags = (inputs.output_attentions, inputs.output_hidden_states)
+        run = self.logits
+        compiled = self.__dict__.get("_compiled_decode_step")
+        if compiled is not None and layer_inputs.cache_position is not None and labels is None and not any(flags):
+            run = compiled  # the same function, compiled: one graph per batch size and cache length
+        embeds = inputs.inputs_embeds
+        logits, hidden_states, attentions = run(embeds, layer_inputs, inputs.cache, *flags, logits_to_keep)
+        layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])
+        loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        output = CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=inputs.cache if inputs.use_cache else None,
+            hidden_states=hidden_states,
+            attentions=attentions,
+        )
+        return output if inputs.return_dict else output.to_tuple()
+
+    def logits(
+        self,
+        inputs_embeds: torch.Tensor,
+        layer_inputs: LayerInputs,
+        past_key_values: Cache | None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        logits_to_keep: int | torch.Tensor = 0,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
+        """The decoder and the head: what ``forward`` runs after preparing its inputs, and what is compiled."""
+        hidden_states, all_hidden_states, attentions = self.model.decode(
+            inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states
+        )
         if isinstance(logits_to_keep, int):
             if logits_to_keep > 0:
                 hidden_states = hidden_states[:, -logits_to_keep:]
         else:
             hidden_states = hidden_states[:, logits_to_keep]
-        logits = apply_linear(self.lm_head, hidden_states)
-        loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
-        output = CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-        return output if return_dict else output.to_tuple()
+        return apply_linear(self.lm_head, hidden_states), all_hidden_states, attentions
 
     # -- opt-in compiled decoding ------------------------------------------------------------------
     def compile_decode_step(self, **compile_options: Any) -> None:
-        """Run one-token steps that use a :class:`~microformers_sdk.cache.StaticCache` through ``torch.compile``.
+        """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``.
 
-        After this call, ``forward`` (and so ``generate``) sends every step that feeds one token per
-        row into a prefilled ``StaticCache`` through one compiled graph per input shape (batch size,
-        cache length, with or without padding); the prompt itself still runs eagerly. The first step
-        of each shape pays the compilation. Options go to ``torch.compile`` (default
-        ``dynamic=False, fullgraph=True``; ``mode="max-autotune-no-cudagraphs"`` on CPU, never
-        ``"reduce-overhead"``, which needs CUDA graphs). Call :meth:`uncompile_decode_step` to go back.
+        The compiled function is :meth:`logits`, the decoder and head every forward runs; the inputs
+        (embedding, rotary, mask over the cache's capacity) are prepared eagerly and the prompt itself
+        runs eagerly. The first step of each shape (batch size, cache length, with or without padding)
+        pays the compilation. Options go to ``torch.compile`` (default ``dynamic=False, fullgraph=True``;
+        ``mode="max-autotune-no-cudagraphs"`` on CPU, never ``"reduce-overhead"``, which needs CUDA
+        graphs). Call :meth:`uncompile_decode_step` to go back.
         """
         options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
         if self.__dict__.get("_compiled_decode_options") == options:
             return  # already compiled with these options: keep the cached graphs
-        object.__setattr__(self, "_compiled_decode_step", torch.compile(self._static_decode_step, **options))
+        object.__setattr__(self, "_compiled_decode_step", torch.compile(self.logits, **options))
         object.__setattr__(self, "_compiled_decode_options", options)
 
     def make_static_cache(self, max_cache_len: int) -> StaticCache:
@@ -321,123 +432,6 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
         """Undo :meth:`compile_decode_step`: every step runs eagerly again."""
         self.__dict__.pop("_compiled_decode_step", None)
         self.__dict__.pop("_compiled_decode_options", None)
-
-    def _runs_compiled_step(
-        self,
-        input_ids: torch.Tensor | None,
-        cache: Any,
-        inputs_embeds: torch.Tensor | None,
-        labels: torch.Tensor | None,
-        output_attentions: bool | None,
-        output_hidden_states: bool | None,
-        logits_to_keep: int | torch.Tensor,
-    ) -> bool:
-        config = self.config
-        if not isinstance(cache, StaticCache) or input_ids is None or inputs_embeds is not None or labels is not None:
-            return False
-        if input_ids.dim() != 2 or input_ids.shape[1] != 1 or torch.is_grad_enabled():
-            return False
-        if output_attentions or output_hidden_states or config.output_attentions or config.output_hidden_states:
-            return False
-        if not isinstance(logits_to_keep, int) or logits_to_keep > 1:
-            return False
-        past = cache.get_seq_length()
-        if past == 0 or past >= cache.max_cache_len or len(cache) != len(self.model.layers):
-            return False
-        if self.model.rotary_emb.settings.rope_type == "dynamic":
-            return False  # its frequencies change with the length; kept eager
-        for layer in self.model.layers:
-            window = layer.self_attn.sliding_window
-            if window is not None and window < cache.max_cache_len:
-                return False
-        return cache.layer_storage(0)[0].shape[0] == input_ids.shape[0]
-
-    def _compiled_decode(
-        self,
-        decode_step: Any,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_ids: torch.Tensor | None,
-        cache: StaticCache,
-    ) -> torch.Tensor:
-        past = cache.get_seq_length()
-        capacity = cache.max_cache_len
-        device = input_ids.device
-        if position_ids is None:
-            position_ids = position_ids_from_attention_mask(attention_mask, past, 1, device=device)
-        cos, sin = self.model.rotary_emb(position_ids, dtype=self.model.embed_tokens.weight.dtype)
-        cache_position = torch.tensor([past], device=device)
-        # Every key of the preallocated storage takes part; those not written yet are masked out.
-        visible = (torch.arange(capacity, device=device) <= past).view(1, 1, 1, capacity)
-        if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask[:, : past + 1].all()):
-            padding = torch.ones(input_ids.shape[0], capacity, dtype=torch.bool, device=device)
-            padding[:, : past + 1] = attention_mask[:, : past + 1].bool()
-            visible = visible & padding[:, None, None, :]
-        storage = [cache.layer_storage(i) for i in range(len(self.model.layers))]
-        keys = [pair[0] for pair in storage]
-        values = [pair[1] for pair in storage]
-        logits = decode_step(input_ids, cos, sin, cache_position, visible, keys, values)
-        cache.advance(1)
-        return logits
-
-    def _static_decode_step(
-        self,
-        input_ids: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        cache_position: torch.Tensor,
-        visible: torch.Tensor,
-        keys: list[torch.Tensor],
-        values: list[torch.Tensor],
-    ) -> torch.Tensor:
-        """One token per row through the whole model, writing its keys/values into the static storage."""
-        batch = input_ids.shape[0]
-        hidden_states = self.model.embed_tokens(input_ids)
-        for layer_idx, layer in enumerate(self.model.layers):
-            attention = layer.self_attn
-            normed = layer.input_layernorm(hidden_states)
-            query = _matvec_linear(attention.q_proj, normed).view(batch, 1, -1, attention.head_dim).transpose(1, 2)
-            key = _matvec_linear(attention.k_proj, normed).view(batch, 1, -1, attention.head_dim).transpose(1, 2)
-            value = _matvec_linear(attention.v_proj, normed).view(batch, 1, -1, attention.head_dim).transpose(1, 2)
-            query, key = apply_rotary_pos_emb(query, key, cos, sin)
-            keys[layer_idx].index_copy_(2, cache_position, key)
-            values[layer_idx].index_copy_(2, cache_position, value)
-            attended = _grouped_decode_attention(query, keys[layer_idx], values[layer_idx], visible, attention.scaling)
-            hidden_states = hidden_states + _matvec_linear(attention.o_proj, attended.reshape(batch, 1, -1))
-            normed = layer.post_attention_layernorm(hidden_states)
-            mlp = layer.mlp
-            gated = mlp.act_fn(_matvec_linear(mlp.gate_proj, normed)) * _matvec_linear(mlp.up_proj, normed)
-            hidden_states = hidden_states + _matvec_linear(mlp.down_proj, gated)
-        hidden_states = self.model.norm(hidden_states)
-        return _matvec_linear(self.lm_head, hidden_states)
-
-
-def _matvec_linear(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A linear layer inside the compiled step: one row becomes a fused multiply-and-sum over the weight.
-
-    Compiled, the multiply-and-sum is a single vectorised reduction that streams the weight at close
-    to memory bandwidth, where a one-row matrix product does not; larger inputs stay matrix products.
-    """
-    if type(linear) is not nn.Linear or x.numel() != linear.in_features:
-        return linear(x)
-    out = (x.unsqueeze(-2) * linear.weight).sum(-1)
-    return out if linear.bias is None else out + linear.bias
-
-
-def _grouped_decode_attention(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """Attention of one query per row over the whole static storage, ``visible`` selecting the keys.
-
-    Query heads are grouped by the key/value head they share, so the cache is never repeated.
-    """
-    batch, heads, _, head_dim = query.shape
-    kv_heads = keys.shape[1]
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
-    scores = torch.matmul(grouped, keys.transpose(2, 3)) * scaling
-    scores = scores.masked_fill(~visible, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)
-    return torch.matmul(weights, values).reshape(batch, heads, 1, head_dim)
 
 
 class LlamaForSequenceClassification(LlamaPreTrainedModel):
