@@ -185,3 +185,6 @@ def test_auto_classes_and_exports(tmp_path: Path) -> None:
     assert isinstance(loaded, Wav2Vec2ForSequenceClassification)
     assert microformers.Wav2Vec2ForCTC is Wav2Vec2ForCTC
     assert microformers.AutoConfig.from_pretrained(tmp_path).inputs_to_logits_ratio == 20
+    # What to install when these are missing (kernel providers data).
+    assert microformers.registry.provider_of("configs", "wav2vec2") == "microformers-wav2vec2"
+    assert microformers.registry.provider_of("pipelines", "automatic-speech-recognition") == "microformers-audio"
