@@ -46,6 +46,7 @@ def main() -> None:
         run("gguf_load.py"),
         run("tokenizer_overhead.py"),
         run("train.py", "--model", args.model, *(["--quick"] if args.quick else [])),
+        run("asr.py", *repeats, *(["--seconds", "10"] if args.quick else [])),
     ]
     sys.exit(max(codes))
 
