@@ -517,8 +517,17 @@ class Trainer:
         elif isinstance(self.model_wrapped, nn.parallel.DistributedDataParallel):
             model = self.model_wrapped
         if self.args.torch_compile:
-            model = torch.compile(model)
+            self._compile_layers()
         return model
+
+    def _compile_layers(self) -> None:
+        """``torch_compile=True``: compile each repeated layer (the model's ``_no_split_modules``) in place,
+        or the whole model when it names none; one graph serves every layer of a kind."""
+        kinds = set(getattr(self.model, "_no_split_modules", None) or ())
+        layers = [m for m in self.model.modules() if type(m).__name__ in kinds]
+        for layer in layers or [self.model]:
+            if not getattr(layer, "_compiled_call_impl", None):
+                layer.compile()
 
     def _training_loop(self, resume: Path | None) -> TrainOutput:
         args = self.args
