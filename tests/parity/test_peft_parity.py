@@ -157,3 +157,10 @@ def test_generate_with_an_adapter_gives_the_same_tokens(built: dict[str, dict[st
         expected = built[case]["peft"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
         got = ours.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
     assert got.tolist() == expected.tolist()
+
+
+def test_a_peft_lora_config_object_is_accepted(built: dict[str, dict[str, Any]]) -> None:
+    ours = load_ours(built["llama-all-linear-lora-bias"]["base"], "AutoModelForCausalLM")
+    ours.add_adapter(peft.LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    adapted = {n.rpartition(".lora_A")[0] for n, _ in ours.named_parameters() if ".lora_A." in n}
+    assert adapted == {"model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj"}

@@ -72,7 +72,8 @@ def _layer_index_ok(config: LoraConfig, path: str) -> bool:
 
 
 def _peft_type(config: Any) -> str:
-    return str(config.get("peft_type") if isinstance(config, Mapping) else getattr(config, "peft_type", ""))
+    value = config.get("peft_type") if isinstance(config, Mapping) else getattr(config, "peft_type", "")
+    return str(getattr(value, "value", value))  # peft's PeftType is an Enum
 
 
 class LoraAdapters:
