@@ -131,3 +131,39 @@ def test_prefix_allowed_tokens_fn_matches_reference(model, reference_model, prom
 def test_bad_arguments_are_clear_errors(make, named):
     with pytest.raises(GenerationError, match=named):
         make()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"seeding_scheme": "selfhash", "greenlist_ratio": 0.4},
+        {"context_width": 3, "bias": 1.5, "hashing_key": 7},
+        {"seeding_scheme": "selfhash", "context_width": 2},
+    ],
+)
+def test_watermark_matches_reference(inputs, options):
+    input_ids, scores = inputs
+    scores = torch.nan_to_num(scores, nan=0.0, posinf=30.0)
+    mine = ours.WatermarkLogitsProcessor(VOCAB, "cpu", **options)(input_ids, scores.clone())
+    theirs = reference.WatermarkLogitsProcessor(VOCAB, "cpu", **options)(input_ids, scores.clone())
+    torch.testing.assert_close(mine, theirs)
+    assert not torch.equal(mine, scores)
+
+
+def test_watermarking_config_applies_as_the_reference(model, reference_model, prompts):
+    import transformers
+
+    settings = {"seeding_scheme": "selfhash", "bias": 3.0}
+    kwargs = {"do_sample": True, "max_new_tokens": 6, "return_dict_in_generate": True, "output_scores": True}
+    set_seed(2)
+    expected = reference_model.generate(
+        **prompts["batch"], watermarking_config=transformers.WatermarkingConfig(**settings), **kwargs
+    )
+    set_seed(2)
+    mine = model.generate(**prompts["batch"], watermarking_config=settings, **kwargs)
+    assert torch.equal(mine.sequences, expected.sequences)
+    for a, b in zip(mine.scores, expected.scores, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(GenerationError, match="seeding_scheme"):
+        model.generate(**prompts["single"], watermarking_config={"seeding_scheme": "nohash"}, max_new_tokens=2)

@@ -97,6 +97,7 @@ class GenerationConfig:
     encoder_repetition_penalty: float | None = None
     encoder_no_repeat_ngram_size: int | None = None
     guidance_scale: float | None = None
+    watermarking_config: Any = None
     renormalize_logits: bool | None = None
     # assisted and prompt-lookup decoding
     num_assistant_tokens: int | None = None

@@ -40,6 +40,7 @@ _EXPORTS = {
             "SequenceBiasLogitsProcessor",
             "SuppressTokensAtBeginLogitsProcessor",
             "UnbatchedClassifierFreeGuidanceLogitsProcessor",
+            "WatermarkLogitsProcessor",
             "MinLengthLogitsProcessor",
             "MinNewTokensLengthLogitsProcessor",
             "MinPLogitsWarper",

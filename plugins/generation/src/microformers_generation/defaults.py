@@ -42,6 +42,7 @@ from .logits_process import (
     TopPLogitsWarper,
     TypicalLogitsWarper,
     UnbatchedClassifierFreeGuidanceLogitsProcessor,
+    watermark_processor,
 )
 from .stopping_criteria import EosTokenCriteria, MaxLengthCriteria, MaxTimeCriteria, StopStringCriteria
 
@@ -145,6 +146,10 @@ def build_logits_processor(
             processors.append(EpsilonLogitsWarper(config.epsilon_cutoff, min_tokens_to_keep=keep))
         if config.eta_cutoff is not None and 0.0 < config.eta_cutoff < 1.0:
             processors.append(EtaLogitsWarper(config.eta_cutoff, min_tokens_to_keep=keep))
+    if config.watermarking_config is not None:  # after every other processor but normalisation, as the reference
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+        device = prompt_ids.device if prompt_ids is not None else torch.device("cpu")
+        processors.append(watermark_processor(config.watermarking_config, vocab, device))
     if config.renormalize_logits:
         processors.append(LogitNormalization())
     return processors

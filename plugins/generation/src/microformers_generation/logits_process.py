@@ -572,3 +572,80 @@ def _drop_below(scores: torch.Tensor, drop: torch.Tensor, keep: int, filter_valu
     """``scores`` with ``drop`` positions filtered, except the ``keep`` best of each row."""
     kth_best = torch.topk(scores, min(keep, scores.shape[-1])).values[..., -1:]
     return scores.masked_fill(drop & (scores < kth_best), filter_value)
+
+
+class WatermarkLogitsProcessor(LogitsProcessor):
+    """Raises the scores of a pseudo-random "green list" of tokens by ``bias`` (Kirchenbauer et al., 2023).
+
+    The green list (``greenlist_ratio`` of the vocabulary) is drawn from a generator seeded with
+    ``hashing_key`` and the previous token (``"lefthash"``), or, for ``"selfhash"``, from the last
+    ``context_width`` tokens together with each of the 40 best candidates (a candidate is green when
+    it is in its own list). Text generated this way can later be detected from the token ids alone.
+    """
+
+    TABLE_SIZE = 1_000_003
+    CANDIDATES = 40
+
+    def __init__(
+        self,
+        vocab_size: int,
+        device: str | torch.device = "cpu",
+        greenlist_ratio: float = 0.25,
+        bias: float = 2.0,
+        hashing_key: int = 15485863,
+        seeding_scheme: str = "lefthash",
+        context_width: int = 1,
+    ) -> None:
+        if seeding_scheme not in ("lefthash", "selfhash"):
+            raise GenerationError(f"watermarking seeding_scheme={seeding_scheme!r} must be 'lefthash' or 'selfhash'")
+        if not 0.0 < greenlist_ratio < 1.0:
+            raise GenerationError(f"watermarking greenlist_ratio={greenlist_ratio!r} must be in (0, 1)")
+        self.vocab_size = _positive_int("vocab_size", vocab_size)
+        self.context_width = _positive_int("watermarking context_width", context_width)
+        self.greenlist_size = int(vocab_size * greenlist_ratio)
+        self.bias, self.hashing_key, self.selfhash = bias, hashing_key, seeding_scheme == "selfhash"
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(hashing_key)
+        self.table = torch.randperm(self.TABLE_SIZE, generator=self.generator, device=device)
+
+    def greenlist(self, context: torch.Tensor) -> torch.Tensor:
+        """The green token ids after ``context`` (a 1-d sequence of ids)."""
+        context = context[-self.context_width :]
+        if self.selfhash:
+            left = self.table[context % self.TABLE_SIZE] + 1
+            right = self.table[context[-1] % self.TABLE_SIZE] + 1
+            seed = int((self.hashing_key * left * right).min())
+        else:
+            seed = self.hashing_key * int(context[-1])
+        self.generator.manual_seed(seed % (2**64 - 1))
+        order = torch.randperm(self.vocab_size, device=context.device, generator=self.generator)
+        return order[: self.greenlist_size]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] < self.context_width:
+            return scores
+        processed = scores.clone()
+        for row, sequence in enumerate(input_ids):
+            if self.selfhash:
+                best = scores[row].sort(descending=True).indices[: self.CANDIDATES]
+                green = [t for t in best if bool((self.greenlist(torch.cat((sequence, t[None]))) == t).any())]
+                ids = torch.stack(green) if green else best[:0]
+            else:
+                ids = self.greenlist(sequence)
+            processed[row, ids] = processed[row, ids] + self.bias
+        return processed
+
+
+def watermark_processor(watermarking_config: Any, vocab_size: int, device: torch.device) -> WatermarkLogitsProcessor:
+    """The processor for a ``watermarking_config`` (a dict, or an object with the same attributes)."""
+    names = ("greenlist_ratio", "bias", "hashing_key", "seeding_scheme", "context_width")
+    if isinstance(watermarking_config, dict):
+        unknown = sorted(set(watermarking_config) - set(names))
+        if unknown:
+            raise GenerationError(f"watermarking_config has unknown keys {unknown}; known: {list(names)}")
+        values = dict(watermarking_config)
+    else:
+        values = {
+            n: getattr(watermarking_config, n) for n in names if getattr(watermarking_config, n, None) is not None
+        }
+    return WatermarkLogitsProcessor(vocab_size, device, **values)

@@ -43,7 +43,6 @@ MOVED_OUT = (
     ("dola_layers", None, "DoLa decoding"),
     ("constraints", None, "constrained beam search"),
     ("force_words_ids", None, "constrained beam search"),
-    ("watermarking_config", None, "watermarking"),
     ("top_h", None, "top-H sampling"),
 )
 # Model-input dtypes accepted as token ids (bool and 8-bit tensors are masks or bytes, not ids).
