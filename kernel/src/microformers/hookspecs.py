@@ -51,8 +51,11 @@ def register_tokenizers(register):
 def register_processors(register):
     """Provide preprocessors (image, audio, multimodal).
 
-    Call ``register(name, cls)``; ``name`` is the ``processor_class`` / ``image_processor_type`` value
-    of a ``processor_config.json`` or ``preprocessor_config.json``. ``cls.from_pretrained(path, **kw)``.
+    Call ``register(name, cls, role="processor" | "feature_extractor", model_types=(...))``; ``name`` is the
+    ``processor_class`` / ``feature_extractor_type`` / ``image_processor_type`` value of a
+    ``processor_config.json`` or ``preprocessor_config.json``; ``model_types`` makes ``cls`` the
+    fallback of ``AutoProcessor`` (role "processor") or ``AutoFeatureExtractor`` (role
+    "feature_extractor") for checkpoints whose files name no class. ``cls.from_pretrained(path, **kw)``.
     """
 
 
