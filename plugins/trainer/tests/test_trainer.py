@@ -415,3 +415,13 @@ def test_datasets_dataset_unused_columns_removed(args_factory: Any) -> None:
     table.set_format("torch")
     metrics = trainer.evaluate(table)
     assert math.isfinite(metrics["eval_loss"])
+
+
+def test_progress_bars_show_the_loss(args_factory: Any, capsys: Any) -> None:
+    args = args_factory(max_steps=2, disable_tqdm=False, eval_strategy="steps", eval_steps=2)
+    trainer = Trainer(model=tiny_gpt2(), args=args, train_dataset=lm_rows(8), eval_dataset=lm_rows(8, seed=1))
+    assert any(type(cb).__name__ == "ProgressCallback" for cb in trainer.callback_handler.callbacks)
+    trainer.train()
+    out = capsys.readouterr()
+    assert "2/2" in out.err and "loss=" in out.err  # the training bar, with the latest loss
+    assert "{'loss':" in out.out and "'eval_loss':" in out.out  # logs written above the bar
