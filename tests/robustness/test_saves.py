@@ -165,6 +165,7 @@ def test_live_staging_folder_of_another_save_is_not_removed(tmp_path: Path) -> N
     other = tmp_path / ".ckpt.microformers-save-other"
     other.mkdir()
     lock = hub._lock(other)  # another process's save in progress holds its lock
+    assert lock is not None
     dead = tmp_path / ".ckpt.microformers-save-dead"
     dead.mkdir()
     try:

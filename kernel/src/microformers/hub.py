@@ -255,9 +255,11 @@ def staged_folder(target: str | os.PathLike[str], *, replace: Iterable[str] = ()
         raise ConfigError(f"cannot save into {target}: it is a file, not a folder; pass a folder path")
     target.mkdir(parents=True, exist_ok=True)
     _remove_stale(target)
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{_SAVE_TAG}", dir=target.parent))
-    except OSError:
+    staging = None
+    if target.stat().st_dev == target.parent.stat().st_dev:  # not a mount point: a sibling can be swapped in
+        with contextlib.suppress(OSError):
+            staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{_SAVE_TAG}", dir=target.parent))
+    if staging is None:
         staging = Path(tempfile.mkdtemp(prefix=_SAVE_TAG, dir=target))
     lock = _lock(staging)  # marks it in use for other processes' _remove_stale
     try:
@@ -276,25 +278,31 @@ def staged_folder(target: str | os.PathLike[str], *, replace: Iterable[str] = ()
                 os.rename(staging, target)
                 os.rename(old, staging)
             finally:
-                os.close(old_lock)
+                _unlock(old_lock)
         with contextlib.suppress(OSError):
             if os.path.samefile(os.getcwd(), staging):
                 os.chdir(target)  # our working directory was the old folder
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # after the swap it holds the old folder
-        os.close(lock)
+        _unlock(lock)
 
 
-def _lock(folder: Path, wait: bool = True) -> int:
+def _lock(folder: Path, wait: bool = True) -> int | None:
     """An open descriptor of ``folder`` holding an exclusive advisory lock (OSError if held and not ``wait``)."""
+    if fcntl is None:
+        return None
     fd = os.open(folder, os.O_RDONLY)
     try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
 
 
 def umask() -> int:
@@ -333,7 +341,7 @@ def _remove_stale(target: Path) -> None:
     stale += [p for p in target.iterdir() if p.name.startswith(_SAVE_TAG)]  # in-folder staging
     for path in stale if fcntl is not None else ():
         try:
-            os.close(_lock(path, wait=False))
+            _unlock(_lock(path, wait=False))
         except OSError:
             continue  # a live save holds it
         if _OLD_TAG in path.name and not any(target.iterdir()):
@@ -373,11 +381,12 @@ def _fsync_tree(folder: Path) -> None:
             path = os.path.join(root, name) if name else root
             if name and os.path.islink(path):
                 continue
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with contextlib.suppress(OSError):  # (folders cannot be opened on Windows)
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
 
 def _move_in(staging: Path, target: Path, replace: Iterable[str]) -> None:
