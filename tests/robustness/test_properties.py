@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 
 import microformers
 from microformers.errors import MicroformersError
@@ -18,6 +20,8 @@ from microformers.errors import MicroformersError
 from .test_errors import _quadratic_merges
 
 LONG = os.environ.get("MICROFORMERS_FUZZ", "").lower() == "long"
+# hypothesis keeps caches in ./.hypothesis by default: keep the repository clean
+set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "microformers-hypothesis"))
 SETTINGS = settings(
     max_examples=1000 if LONG else 30,
     deadline=None,
