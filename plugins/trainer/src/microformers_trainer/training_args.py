@@ -105,8 +105,10 @@ class TrainingArguments:
         self.optim = _choice("optim", self.optim, OPTIMIZERS)
         self.lr_scheduler_type = scheduler_type(self.lr_scheduler_type).value
         self.report_to = _listify(self.report_to)
-        if self.disable_tqdm is None:
-            self.disable_tqdm = False
+        if self.disable_tqdm is None:  # as the reference: bars unless logging is quieter than warnings
+            from microformers import logging
+
+            self.disable_tqdm = not logging.is_progress_bar_enabled() or logging.get_verbosity() > logging.WARNING
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"TrainingArguments({name}={getattr(self, name)}): must be at least 1")
