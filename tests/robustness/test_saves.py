@@ -157,6 +157,9 @@ def test_saved_files_follow_the_umask(tmp_path: Path, mask: int, mode: int) -> N
     files = [p for p in (tmp_path / "m").iterdir()] + [tmp_path / "c" / "config.json"]
     assert {oct(p.stat().st_mode & 0o777) for p in files} == {oct(mode)}
     assert (tmp_path / "m").stat().st_mode & 0o777 == 0o777 & ~mask
+    (tmp_path / "m").chmod(0o700)  # an existing folder keeps its own permissions
+    tiny_llama(1).save_pretrained(tmp_path / "m")
+    assert (tmp_path / "m").stat().st_mode & 0o777 == 0o700
 
 
 def test_live_staging_folder_of_another_save_is_not_removed(tmp_path: Path) -> None:

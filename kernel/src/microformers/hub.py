@@ -263,7 +263,7 @@ def staged_folder(target: str | os.PathLike[str], *, replace: Iterable[str] = ()
         staging = Path(tempfile.mkdtemp(prefix=_SAVE_TAG, dir=target))
     lock = _lock(staging)  # marks it in use for other processes' _remove_stale
     try:
-        os.chmod(staging, 0o777 & ~umask())
+        os.chmod(staging, target.stat().st_mode & 0o7777)  # the folder keeps its permissions
         yield staging
         if staging.parent == target:
             _move_in(staging, target, replace)
