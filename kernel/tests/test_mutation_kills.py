@@ -46,3 +46,15 @@ def test_missing_error_messages_are_exact(monkeypatch) -> None:
     listed = ", ".join(":".join(n) for n in registry.names("models"))
     assert str(heads).startswith("No installed plugin provides model 'llama:AutoModelForNothing'.")
     assert str(heads).endswith(f" Installed: {listed}.") and "bert:AutoModel" in listed
+
+
+def test_distribution_names_compare_normalised() -> None:
+    """Caught mutants in ``_same_dist``: '_' and '.' are the same as '-' in distribution names, case is ignored.
+    (``lower()`` -> ``upper()`` is an equivalent mutant: both sides change alike.)"""
+    from microformers.plugins import _same_dist
+
+    assert _same_dist("microformers_llama", "microformers-llama")
+    assert _same_dist("Microformers.Llama", "microformers-llama")
+    assert _same_dist("microformers-llama", "MICROFORMERS_LLAMA")
+    assert not _same_dist("microformers-llama", "microformers-llam")
+    assert not _same_dist("microformers_llama", "microformersxllama")
