@@ -105,9 +105,12 @@ def run_one(variant: str, new_tokens: int, repeats: int, compiled: bool) -> dict
             with torch.no_grad():
                 return model.generate(ids, **settings)
 
+    rss_now = common.current_rss_mb()
     first, _ = common.timed(decode)
     times = [common.timed(decode)[0] for _ in range(repeats)]
     return {
+        "rss_now_after_load_mb": rss_now,
+        "peak_rss_after_decode_mb": common.peak_rss_mb(),
         "variant": variant,
         "load_s": seconds,
         "rss_after_load_mb": rss,
@@ -145,19 +148,25 @@ def speed(args: argparse.Namespace) -> None:
     fp32 = common.median([r["tok_s"] for r in results.get("fp32", [])])
     ref = common.median([r["tok_s"] for r in results.get("reference", [])])
     fp32_rss = common.median([r["rss_after_load_mb"] for r in results.get("fp32", [])])
+    fp32_end = common.median([r["peak_rss_after_decode_mb"] for r in results.get("fp32", [])])
     print(f"\n== greedy batch-1 decode, {args.new_tokens} new tokens, {common.THREADS} threads (medians)")
     print(
-        f"{'variant':<18}{'tok/s':>8}{'x fp32':>8}{'x ref':>8}{'load s':>8}{'RSS MB':>8}{'x fp32':>8}{'1st call s':>11}"
+        f"{'variant':<18}{'tok/s':>8}{'x fp32':>8}{'x ref':>8}{'load s':>8}{'peak MB':>8}{'x fp32':>8}"
+        f"{'now MB':>8}{'end MB':>8}{'x fp32':>8}{'1st call s':>11}"
     )
     for variant, runs in results.items():
         if not runs:
             continue
         tok = common.median([r["tok_s"] for r in runs])
         rss = common.median([r["rss_after_load_mb"] for r in runs])
+        end = common.median([r["peak_rss_after_decode_mb"] for r in runs])
         print(
             f"{variant:<18}{tok:>8.1f}{tok / fp32:>8.2f}{tok / ref:>8.2f}{common.median([r['load_s'] for r in runs]):>8.2f}"
-            f"{rss:>8.0f}{rss / fp32_rss:>8.2f}{common.median([r['first_call_s'] for r in runs]):>11.1f}"
+            f"{rss:>8.0f}{rss / fp32_rss:>8.2f}{common.median([r['rss_now_after_load_mb'] for r in runs]):>8.0f}"
+            f"{end:>8.0f}{end / fp32_end:>8.2f}{common.median([r['first_call_s'] for r in runs]):>11.1f}"
         )
+    print("peak MB: ru_maxrss right after load (memory-mapped pages read so far count); now MB: resident then;")
+    print("end MB: ru_maxrss after decoding (a float32 load faults its mapped weights in on the first forward)")
     print(
         f"RSS before loading (python + torch + imports): {common.median([r['rss_before_load_mb'] for runs in results.values() for r in runs]):.0f} MB"
     )
