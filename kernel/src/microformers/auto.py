@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .configuration import CONFIG_NAME, PretrainedConfig, config_from_dict, read_json
+from .configuration import CONFIG_NAME, PretrainedConfig, config_file, config_from_dict, read_json
 from .errors import ConfigError, MicroformersError
 from .hub import resolve_file, resolve_folder, split_hub_kwargs
 from .plugins import IN_PROCESS, registry
@@ -44,7 +44,7 @@ class AutoConfig:
         config_dict = checkpoint.carried("config")
         where = getattr(config_dict, "source", None) or f"{pretrained}/{CONFIG_NAME}"
         if config_dict is None:
-            path = resolve_file(pretrained, CONFIG_NAME, **hub_kwargs)
+            path = config_file(pretrained, hub_kwargs)
             config_dict = read_json(path, what="model configuration")
             where = str(path)
         model_type = config_dict.get("model_type")

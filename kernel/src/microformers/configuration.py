@@ -20,6 +20,23 @@ from .remote import RegisterForAutoClass, write_custom_code
 CONFIG_NAME = "config.json"
 
 
+def refuse_push_to_hub(push_to_hub: Any, argument: str = "push_to_hub") -> None:
+    """Uploading is not built in: a true ``push_to_hub`` raises, saying how to upload instead."""
+    if push_to_hub:
+        raise ConfigError(
+            f"{argument}=True: microformers does not upload to the Hub. Save with save_pretrained(folder), then "
+            "upload that folder with huggingface_hub (HfApi().upload_folder(folder_path=folder, repo_id=...))."
+        )
+
+
+def config_file(pretrained: str | os.PathLike[str], hub_kwargs: dict[str, Any]) -> Path:
+    """A path to a ``.json`` file is the config itself; anything else is a folder or repo holding config.json."""
+    path = Path(str(pretrained)).expanduser()
+    if path.suffix == ".json" and path.is_file():
+        return path
+    return resolve_file(pretrained, CONFIG_NAME, **hub_kwargs)  # type: ignore[return-value]
+
+
 def dtype_name(dtype: Any) -> str | None:
     """``torch.float16`` / ``"torch.float16"`` / ``"float16"`` -> ``"float16"``."""
     if dtype is None:
@@ -166,7 +183,8 @@ class PretrainedConfig(RegisterForAutoClass):
         for key, value in values.items():
             setattr(self, key, value)
 
-    def save_pretrained(self, save_directory: str | os.PathLike[str], **_: Any) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike[str], push_to_hub: bool = False, **_: Any) -> None:
+        refuse_push_to_hub(push_to_hub)
         folder = Path(save_directory)
         if folder.is_file():
             raise ConfigError(f"save_pretrained: {folder} is a file; pass a folder to write config.json into")
@@ -182,8 +200,7 @@ class PretrainedConfig(RegisterForAutoClass):
     @classmethod
     def get_config_dict(cls, pretrained: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
         hub_kwargs, _ = split_hub_kwargs(kwargs)
-        path = resolve_file(pretrained, CONFIG_NAME, **hub_kwargs)
-        return read_json(path, what="model configuration")
+        return read_json(config_file(pretrained, hub_kwargs), what="model configuration")
 
     @classmethod
     def from_pretrained(cls, pretrained: str | os.PathLike[str], **kwargs: Any) -> PretrainedConfig:
@@ -199,6 +216,9 @@ class PretrainedConfig(RegisterForAutoClass):
         config = config_from_dict(cls, config_dict, getattr(config_dict, "source", pretrained), overrides)
         config.name_or_path = str(pretrained)
         return config
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        refuse_push_to_hub(True)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PretrainedConfig) and self.to_dict() == other.to_dict()

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .configuration import PretrainedConfig, config_from_dict, dtype_name, read_json
+from .configuration import PretrainedConfig, config_from_dict, dtype_name, read_json, refuse_push_to_hub
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import resolve_file, split_hub_kwargs, staged_folder
@@ -223,8 +223,30 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     def get_output_embeddings(self) -> nn.Module | None:
         return None
 
-    def num_parameters(self, only_trainable: bool = False) -> int:
-        return sum(p.numel() for p in self.parameters() if p.requires_grad or not only_trainable)
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        skip = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)} if exclude_embeddings else set()
+        return sum(p.numel() for p in self.parameters() if (p.requires_grad or not only_trainable) and id(p) not in skip)
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Module:
+        """Resize the input embeddings (and output head); see ``microformers_sdk.model_helpers``."""
+        from microformers_sdk.model_helpers import resize_token_embeddings
+
+        return resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of, mean_resizing)
+
+    def enable_input_require_grads(self) -> None:
+        from microformers_sdk.model_helpers import enable_input_require_grads
+
+        enable_input_require_grads(self)
+
+    def disable_input_require_grads(self) -> None:
+        from microformers_sdk.model_helpers import disable_input_require_grads
+
+        disable_input_require_grads(self)
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        refuse_push_to_hub(True)
 
     # -- gradient checkpointing: base models run each layer through ``self._call_layer`` ----------
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
@@ -329,7 +351,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
         dtype = to_torch_dtype(kwargs.pop("dtype", kwargs.pop("torch_dtype", None)))
         if kwargs.get("attn_implementation"):
-            config._attn_implementation = kwargs.pop("attn_implementation")
+            config._attn_implementation = check_attention(kwargs.pop("attn_implementation"))
         model = cls(config)
         return model.to(dtype) if dtype is not None else model
 
@@ -364,13 +386,19 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             config_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in ("state_dict",)}
             config = cls._load_config(config or folder, fmt, files, config_kwargs)
         if attn_implementation is not None:
-            config._attn_implementation = attn_implementation
+            config._attn_implementation = check_attention(attn_implementation)
         config.name_or_path = str(pretrained)
 
         target_dtype = cls._pick_dtype(dtype, config)
         check_declared_sizes(config, fmt, files, strict)
         try:
             with meta_parameters():
+        offload = [k for k in ("offload_folder", "offload_state_dict", "offload_buffers") if kwargs.pop(k, None)]
+        if offload or "disk" in (device_map.values() if isinstance(device_map, dict) else ()):
+            raise ConfigError(
+                f"{', '.join(offload) or 'a device_map value of disk'}: disk offload is not supported; "
+                "load onto the CPU or a device (device_map='cpu' / 'auto'), or quantize to fit"
+            )
                 model = cls(config, *model_args)
         except ConfigError as exc:  # the class refused a config value: say which file it came from
             raise ConfigError(f"{config_source(fmt, files)}: {exc}") from exc
@@ -382,8 +410,6 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             quantizer.finish(model)
         model.eval()
         model._after_load(folder, hub_kwargs)
-        if device is None and isinstance(device_map, (str, torch.device)) and device_map != "auto":
-            device = device_map
         if device is not None:
             model.to(device)
         return (model, info) if output_loading_info else model
@@ -402,6 +428,8 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if dtype == "auto":
             return to_torch_dtype(config.dtype) or torch.float32
         return to_torch_dtype(dtype) or torch.float32
+        if device_map is not None:
+            place_modules(model, device_map)
 
     def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
         """Model parameter name -> checkpoint key, bridging a base-model prefix present on one side only."""
@@ -552,6 +580,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         self.config.architectures = [type(self).__name__]
         self.config.dtype = dtype_name(self.dtype)
         with staged_folder(target, replace=fmt.replaces) as staging:
+        refuse_push_to_hub(kwargs.get("push_to_hub"))
             fmt.save(state, staging, max_shard_size, {"format": "pt"})
             write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)
@@ -577,6 +606,41 @@ def _quantizer(
     if not spec.get("quant_method"):
         raise ConfigError(f"quantization_config {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
     from .plugins import registry
+def check_attention(name: str) -> str:
+    """``name`` if a plugin registers it as an attention implementation, else the registry's error listing them."""
+    if registry.get("attention", name) is None:
+        raise registry.missing_error("attention", name, what="attention implementation (attn_implementation)")
+    return name
+
+
+def place_modules(model: PreTrainedModel, device_map: Any) -> None:
+    """Move modules as ``device_map`` says and record it as ``model.hf_device_map``.
+
+    ``"auto"``/``"balanced"``/``"sequential"`` put the whole model on the first accelerator, else the CPU;
+    a device (``"cpu"``, ``"cuda:0"``, ``0``) takes the whole model; a dict maps module prefixes (``""``
+    for the whole model) to devices and must cover every parameter.
+    """
+    if device_map in ("auto", "balanced", "balanced_low_0", "sequential"):
+        device_map = "cuda:0" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device_map, dict):
+        device_map = {"": device_map}
+    placed = {}
+    for prefix, device in sorted(device_map.items(), key=lambda item: len(item[0])):
+        try:
+            module = model.get_submodule(prefix)
+            module.to(torch.device(f"cuda:{device}" if isinstance(device, int) else device))
+        except (AttributeError, RuntimeError, AssertionError) as exc:
+            raise ConfigError(f"device_map entry {prefix!r}: {device!r}: {exc}") from exc
+        placed[prefix] = device
+    names = [n for n, _ in model.named_parameters()]
+    uncovered = [n for n in names if not any(p == "" or n == p or n.startswith(p + ".") for p in placed)]
+    if uncovered:
+        raise ConfigError(
+            f"device_map gives no device for {', '.join(uncovered[:5])}; add their module prefixes (or '') to it"
+        )
+    model.hf_device_map = placed
+
+
 
     quantizer = registry.require("quantizers", spec["quant_method"], what="quantization method")(spec)
     if load_in_8bit or load_in_4bit:

@@ -264,7 +264,10 @@ class GenerationConfig:
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
-    def save_pretrained(self, save_directory: str | os.PathLike[str], **_: Any) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike[str], push_to_hub: bool = False, **_: Any) -> None:
+        from ..configuration import refuse_push_to_hub
+
+        refuse_push_to_hub(push_to_hub)
         folder = Path(save_directory)
         if folder.is_file():
             raise ConfigError(f"save_pretrained: {folder} is a file; pass a folder to write {GENERATION_CONFIG_NAME}")

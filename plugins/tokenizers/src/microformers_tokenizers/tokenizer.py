@@ -13,6 +13,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Encoding, Tokenizer, processors
 
+from microformers.configuration import refuse_push_to_hub
 from microformers.errors import ConfigError, FileMissingError
 
 from . import _files
@@ -1186,6 +1187,9 @@ class PreTrainedTokenizerFast:
         return out if return_dict else out["input_ids"]
 
     # -- saving -------------------------------------------------------------------------------
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        refuse_push_to_hub(True)
+
     def save_pretrained(
         self,
         save_directory: str | os.PathLike[str],
@@ -1199,8 +1203,7 @@ class PreTrainedTokenizerFast:
         The folder is swapped atomically for a staged copy holding the new files and the folder's other
         files, so a failure or a killed process leaves the old or the new tokenizer, never a mix.
         """
-        if push_to_hub:
-            raise ConfigError("save_pretrained(push_to_hub=True) is not supported here; upload the folder yourself.")
+        refuse_push_to_hub(push_to_hub)
         folder = Path(save_directory)
         if folder.is_file():
             raise ConfigError(f"save_pretrained: {str(folder)!r} is a file; pass a directory.")

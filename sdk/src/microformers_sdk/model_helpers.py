@@ -1,0 +1,130 @@
+"""The model helpers training scripts call, behind ``PreTrainedModel``'s methods of the same names.
+
+``PreTrainedModel.resize_token_embeddings`` and ``enable_input_require_grads`` are one-line dispatchers
+to these functions, so the kernel stays small.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from microformers.errors import ConfigError
+
+__all__ = ["disable_input_require_grads", "enable_input_require_grads", "resize_token_embeddings"]
+
+
+def _new_rows(old: torch.Tensor, count: int, mean_resizing: bool, std: float) -> torch.Tensor:
+    """``count`` fresh rows: drawn around the old rows' mean and covariance, or from N(0, std)."""
+    if not mean_resizing:
+        return torch.empty(count, old.shape[1], dtype=old.dtype, device=old.device).normal_(0.0, std)
+    rows = old.detach().to(torch.float32)
+    mean = rows.mean(dim=0)
+    centred = rows - mean
+    covariance = centred.T @ centred / rows.shape[0]
+    scaled = 1e-9 * covariance
+    try:
+        sampler = torch.distributions.MultivariateNormal(mean, covariance_matrix=scaled)
+        fresh = sampler.sample((count,))
+    except (ValueError, RuntimeError):  # covariance not positive definite (fewer rows than columns)
+        fresh = mean.expand(count, -1).clone()
+    return fresh.to(old.dtype)
+
+
+def _resized(module: nn.Module, rows: int, mean_resizing: bool, std: float) -> nn.Module:
+    """A copy of an ``nn.Embedding`` or ``nn.Linear`` (rows = output features) with ``rows`` rows."""
+    weight = module.weight
+    old_rows = weight.shape[0]
+    kept = min(old_rows, rows)
+    data = torch.empty(rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    with torch.no_grad():
+        data[:kept] = weight[:kept]
+        if rows > old_rows:
+            data[old_rows:] = _new_rows(weight, rows - old_rows, mean_resizing, std)
+    if isinstance(module, nn.Embedding):
+        padding_idx = module.padding_idx if module.padding_idx is not None and module.padding_idx < rows else None
+        fresh: nn.Module = nn.Embedding(rows, weight.shape[1], padding_idx=padding_idx, device="meta")
+    elif isinstance(module, nn.Linear):
+        fresh = nn.Linear(weight.shape[1], rows, bias=module.bias is not None, device="meta")
+        if module.bias is not None:
+            bias = torch.zeros(rows, dtype=module.bias.dtype, device=module.bias.device)
+            with torch.no_grad():
+                bias[:kept] = module.bias[:kept]
+            fresh.bias = nn.Parameter(bias, requires_grad=module.bias.requires_grad)
+    else:
+        raise ConfigError(
+            f"resize_token_embeddings: cannot resize a {type(module).__name__}; only nn.Embedding and nn.Linear "
+            "embeddings can be resized"
+        )
+    fresh.weight = nn.Parameter(data, requires_grad=weight.requires_grad)
+    return fresh
+
+
+def resize_token_embeddings(
+    model: Any, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+) -> nn.Module:
+    """Give the input embeddings (and an untied output head, and its bias) ``new_num_tokens`` rows.
+
+    ``pad_to_multiple_of`` rounds the size up. Kept rows are copied; new rows are drawn from a normal
+    distribution with the old rows' mean and (scaled) covariance (``mean_resizing=True``), else from
+    N(0, ``config.initializer_range``). ``config.vocab_size`` follows and tied heads are tied again.
+    """
+    embeddings = model.get_input_embeddings()
+    if new_num_tokens is None and pad_to_multiple_of is None:
+        return embeddings
+    rows = embeddings.weight.shape[0] if new_num_tokens is None else new_num_tokens
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows <= 0:
+        raise ConfigError(f"resize_token_embeddings: new_num_tokens={new_num_tokens!r} must be a positive integer")
+    if pad_to_multiple_of is not None:
+        if not isinstance(pad_to_multiple_of, int) or isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of <= 0:
+            raise ConfigError(
+                f"resize_token_embeddings: pad_to_multiple_of={pad_to_multiple_of!r} must be a positive integer"
+            )
+        rows = math.ceil(rows / pad_to_multiple_of) * pad_to_multiple_of
+    std = float(getattr(model.config, "initializer_range", 0.02))
+    fresh = _resized(embeddings, rows, mean_resizing, std)
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embeddings.weight
+    if head is not None and not hasattr(model, "set_output_embeddings"):
+        raise ConfigError(
+            f"resize_token_embeddings: {type(model).__name__} has an output head but no set_output_embeddings()"
+        )
+    model.set_input_embeddings(fresh)
+    if head is not None and (not tied or getattr(head, "bias", None) is not None):
+        model.set_output_embeddings(_resized(head, rows, mean_resizing, std))
+    if tied:
+        model.get_output_embeddings().weight = fresh.weight
+    if getattr(model.config, "tie_word_embeddings", False):  # a tie source resized with its target (BERT's bias)
+        for target, source in model._tied_weights_keys.items():
+            owner, _, attr = source.rpartition(".")
+            try:
+                resized, current = model.get_parameter(target), model.get_parameter(source)
+            except AttributeError:
+                continue
+            if current.shape != resized.shape:
+                setattr(model.get_submodule(owner), attr, resized)
+    text_config = getattr(model.config, "text_config", None) or model.config
+    text_config.vocab_size = rows
+    model.config.vocab_size = rows
+    model.tie_weights()
+    return fresh
+
+
+def _require_grad(module: nn.Module, inputs: Any, output: Any) -> None:
+    output.requires_grad_(True)
+
+
+def enable_input_require_grads(model: Any) -> None:
+    """Make the input embeddings' output require grad (training adapters on a frozen model with checkpointing)."""
+    disable_input_require_grads(model)
+    embeddings = model.get_input_embeddings()
+    model.__dict__["_require_grads_hook"] = embeddings.register_forward_hook(_require_grad)
+
+
+def disable_input_require_grads(model: Any) -> None:
+    hook = model.__dict__.pop("_require_grads_hook", None)
+    if hook is not None:
+        hook.remove()
