@@ -24,6 +24,8 @@ DEFAULT_MODULES=(
     microformers_sdk/masks.py
 )
 MODULES=("$@")
+# The tests that judge the mutants (folders of the workspace): MUTATION_TESTS="tests/sdk" is much faster
+TESTS="${MUTATION_TESTS:-tests/kernel tests/sdk tests/generation}"
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${DEFAULT_MODULES[@]}")
 
 if [ ! -x "$VENV/bin/mutmut" ]; then
@@ -62,7 +64,7 @@ ln -s "$ROOT/tests/plugins" "$WORK/tests/plugins"
 # find them once and deselect them (listed in .mutation/deselected.txt).
 (cd "$WORK" && PYTHONPATH=src PYTHONDONTWRITEBYTECODE=1 nice -n 10 "$VENV/bin/python" -m pytest -q -p no:randomly \
     -o addopts="--import-mode=importlib -p no:cacheprovider" -p no:warnings -rfE \
-    --continue-on-collection-errors tests/kernel tests/sdk tests/generation > "$STATE/$NAME-baseline.txt" 2>&1 || true)
+    --continue-on-collection-errors $TESTS > "$STATE/$NAME-baseline.txt" 2>&1 || true)
 grep -E '^(FAILED|ERROR) ' "$STATE/$NAME-baseline.txt" | awk '{print $2}' | sed 's/ - .*//' | sort -u > "$STATE/$NAME-deselected.txt" || true
 deselect=""
 while read -r node; do
@@ -71,6 +73,8 @@ while read -r node; do
 done < "$STATE/$NAME-deselected.txt"
 echo "baseline: $(tail -1 "$STATE/$NAME-baseline.txt"); deselected $(wc -l < "$STATE/$NAME-deselected.txt") failing tests/files"
 
+selection=""
+for t in $TESTS; do selection+="\"$t\", "; done
 paths=""
 for m in "${MODULES[@]}"; do paths+="\"src/$m\", "; done
 cat > "$WORK/pyproject.toml" <<EOF
@@ -84,7 +88,7 @@ markers = ["slow: real-model tests"]
 [tool.mutmut]
 source_paths = ["src"]
 only_mutate = [${paths}]
-pytest_add_cli_args_test_selection = ["tests/kernel", "tests/sdk", "tests/generation"]
+pytest_add_cli_args_test_selection = [${selection}]
 pytest_add_cli_args = [${deselect}]
 also_copy = ["conftest.py", ".test-plugins", "tests"]
 process_isolation = "forkserver"
