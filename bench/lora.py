@@ -14,6 +14,10 @@ adapter is made once by ``peft`` (``LoraConfig(r=16, lora_alpha=32, target_modul
   ``merge_and_unload()``;
 * ``decode``: greedy ``generate`` of 32 new tokens from a 16-token prompt, unmerged and merged.
 
+``--cpu-time`` times with the process's CPU time instead of wall time: on a machine busy with other
+work (more runnable threads than cores) wall times mostly measure waiting; run it with
+``MICROFORMERS_BENCH_THREADS=1`` so that idle-spinning worker threads do not count.
+
 Variants are interleaved and repeated; medians are printed. The unmerged/merged overhead of each
 implementation is printed beside the microformers/reference ratios.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +56,26 @@ def make_adapter(folder: Path, rank: int) -> Path:
     return adapter
 
 
+def _cpu_timed(fn: Any) -> tuple[float, Any]:
+    """Like ``common.timed`` but in CPU seconds of this process (all its threads)."""
+    start = time.process_time()
+    result = fn()
+    return time.process_time() - start, result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["random", "smollm2"], default="random")
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with process CPU time instead of wall time (for a busy machine; use 1 thread)",
+    )
     args = parser.parse_args()
+    if args.cpu_time:
+        common.timed = _cpu_timed
     common.set_threads()
     import peft
     import torch
@@ -140,7 +159,7 @@ def main() -> None:
         f"LoRA r={args.rank} all-linear on {args.model} (SmolLM2-135M shape), float32, {common.THREADS} threads",
         rows,
         f"ratio = reference time / microformers time (>1: microformers faster). greedy tokens identical: {same}. "
-        f"load average: {common.load_average()}",
+        f"{'CPU' if args.cpu_time else 'wall'} time. load average: {common.load_average()}",
     )
     common.write_json("lora", {"load": load, "from_pretrained": full, "times": times, "same_tokens": same})
 

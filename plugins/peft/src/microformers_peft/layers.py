@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from microformers_sdk.layers import apply_linear
 
@@ -117,11 +118,16 @@ class LoraLayer(_Passthrough):
         if self.disabled:
             return result
         for name in self.active_adapters:
-            if name not in self.lora_A or name in self.merged_adapters:
+            lora_a = self.lora_A._modules.get(name)
+            if lora_a is None or name in self.merged_adapters:
                 continue
-            lora_a = self.lora_A[name]
-            hidden = lora_a(self.lora_dropout[name](x.to(lora_a.weight.dtype)))
-            result = result + (self.lora_B[name](hidden) * self.scaling[name]).to(result.dtype)
+            # the products of lora_A / lora_B as in their forward, minus the per-call module overhead
+            inputs = x if x.dtype == lora_a.weight.dtype else x.to(lora_a.weight.dtype)
+            dropout = self.lora_dropout._modules[name]
+            if not isinstance(dropout, nn.Identity):
+                inputs = dropout(inputs)
+            update = F.linear(F.linear(inputs, lora_a.weight), self.lora_B._modules[name].weight) * self.scaling[name]
+            result = result + (update if update.dtype == result.dtype else update.to(result.dtype))
         return result
 
     # -- merging -----------------------------------------------------------------------------------
