@@ -111,3 +111,28 @@ def test_config_errors_of_a_gguf_checkpoint_name_the_gguf_file(tmp_path: Path) -
         with pytest.raises(ConfigError) as info:
             load(tmp_path, gguf_file="m.gguf")
         assert str(tmp_path / "m.gguf") in str(info.value) and "config.json" not in str(info.value)
+
+
+def test_buffers_made_with_uninitialised_or_random_factories_keep_their_values(tmp_path: Path) -> None:
+    """Built on meta first; a buffer or tensor attribute that came out on meta makes a second, real build."""
+    from microformers import PretrainedConfig, PreTrainedModel
+
+    class BufferConfig(PretrainedConfig):
+        model_type = "robustness-buffers"
+
+    class BufferModel(PreTrainedModel):
+        config_class = BufferConfig
+
+        def __init__(self, config: BufferConfig) -> None:
+            super().__init__(config)
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("noise", torch.randn(4), persistent=False)
+            self.register_buffer("filled", torch.empty(3).fill_(2.0), persistent=False)
+            self.table = torch.empty(2).fill_(5.0)
+            self.post_init()
+
+    model = BufferModel(BufferConfig())
+    model.save_pretrained(tmp_path / "m")
+    loaded = BufferModel.from_pretrained(tmp_path / "m")
+    assert not loaded.noise.is_meta and torch.equal(loaded.filled, torch.full((3,), 2.0))
+    assert torch.equal(loaded.table, torch.full((2,), 5.0)) and torch.equal(loaded.lin.weight, model.lin.weight)

@@ -55,7 +55,7 @@ class _MetaConstruction(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def meta_parameters() -> Iterator[None]:
+def meta_parameters(intercept: bool = True) -> Iterator[None]:
     """Within this block (in this thread), models are built with every parameter on the meta device.
 
     Parameters made by ``torch.empty`` (every torch layer) never get memory; the few made from values
@@ -65,10 +65,27 @@ def meta_parameters() -> Iterator[None]:
     previous = constructing_on_meta()
     _LOCAL.meta = True
     try:
-        with _MetaConstruction():
+        with _MetaConstruction() if intercept else contextlib.nullcontext():
             yield
     finally:
         _LOCAL.meta = previous
+
+
+def build_on_meta(cls: type[nn.Module], *args: Any) -> Any:
+    """``cls(*args)`` with its parameters on meta; built again with real factories if a buffer (or a tensor
+    attribute) came out on meta too, i.e. was made with ``torch.empty``/``rand*``, whose values it needs."""
+    with meta_parameters():
+        model = cls(*args)
+    if any(_meta_state(module) for module in model.modules()):
+        with meta_parameters(intercept=False):
+            model = cls(*args)
+    return model
+
+
+def _meta_state(module: nn.Module) -> bool:
+    values = [*module._buffers.values(), *(v for k, v in vars(module).items() if not k.startswith("_parameters"))]
+    values += [x for v in values if isinstance(v, (dict, list, tuple)) for x in (v.values() if isinstance(v, dict) else v)]
+    return any(isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter) and v.is_meta for v in values)
 
 
 def constructing_on_meta() -> bool:
@@ -376,6 +393,12 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
         kwargs.pop("low_cpu_mem_usage", None)
+        offload = [k for k in ("offload_folder", "offload_state_dict", "offload_buffers") if kwargs.pop(k, None)]
+        if offload or "disk" in (device_map.values() if isinstance(device_map, dict) else ()):
+            raise ConfigError(
+                f"{', '.join(offload) or 'a device_map value of disk'}: disk offload is not supported; "
+                "load onto the CPU or a device (device_map='cpu' / 'auto'), or quantize to fit"
+            )
         quant_args = {k: kwargs.pop(k) for k in ("quantization_config", "load_in_8bit", "load_in_4bit") if k in kwargs}
         if torch_dtype is not None:
             dtype = torch_dtype
@@ -392,14 +415,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         target_dtype = cls._pick_dtype(dtype, config)
         check_declared_sizes(config, fmt, files, strict)
         try:
-            with meta_parameters():
-        offload = [k for k in ("offload_folder", "offload_state_dict", "offload_buffers") if kwargs.pop(k, None)]
-        if offload or "disk" in (device_map.values() if isinstance(device_map, dict) else ()):
-            raise ConfigError(
-                f"{', '.join(offload) or 'a device_map value of disk'}: disk offload is not supported; "
-                "load onto the CPU or a device (device_map='cpu' / 'auto'), or quantize to fit"
-            )
-                model = cls(config, *model_args)
+            model = build_on_meta(cls, config, *model_args)
         except ConfigError as exc:  # the class refused a config value: say which file it came from
             raise ConfigError(f"{config_source(fmt, files)}: {exc}") from exc
         quantizer = _quantizer(config, **quant_args)
@@ -412,6 +428,8 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         model._after_load(folder, hub_kwargs)
         if device is not None:
             model.to(device)
+        if device_map is not None:
+            place_modules(model, device_map)
         return (model, info) if output_loading_info else model
 
     @classmethod
@@ -428,8 +446,6 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if dtype == "auto":
             return to_torch_dtype(config.dtype) or torch.float32
         return to_torch_dtype(dtype) or torch.float32
-        if device_map is not None:
-            place_modules(model, device_map)
 
     def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
         """Model parameter name -> checkpoint key, bridging a base-model prefix present on one side only."""
@@ -564,6 +580,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         is_main_process: bool = True,
         **kwargs: Any,
     ) -> None:
+        refuse_push_to_hub(kwargs.get("push_to_hub"))
         if not is_main_process:
             return
         if self.__dict__.get("_adapter_manager") is not None:  # adapter files only, as the reference does
@@ -580,7 +597,6 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         self.config.architectures = [type(self).__name__]
         self.config.dtype = dtype_name(self.dtype)
         with staged_folder(target, replace=fmt.replaces) as staging:
-        refuse_push_to_hub(kwargs.get("push_to_hub"))
             fmt.save(state, staging, max_shard_size, {"format": "pt"})
             write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)
@@ -590,22 +606,6 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                 extra(staging)
 
 
-def _quantizer(
-    config: PretrainedConfig, quantization_config: Any = None, load_in_8bit: bool = False, load_in_4bit: bool = False
-) -> Any:
-    """The quantizer a plugin registered for ``quantization_config`` (argument, else config.json), or None."""
-    spec = quantization_config
-    if load_in_8bit or load_in_4bit:
-        if spec is not None or (load_in_8bit and load_in_4bit):
-            raise ConfigError("pass one of quantization_config, load_in_8bit=True or load_in_4bit=True")
-        spec = {"quant_method": "int8" if load_in_8bit else "int4"}
-    spec = spec if spec is not None else getattr(config, "quantization_config", None)
-    if spec is None:
-        return None
-    spec = dict(spec) if isinstance(spec, Mapping) else spec.to_dict()
-    if not spec.get("quant_method"):
-        raise ConfigError(f"quantization_config {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
-    from .plugins import registry
 def check_attention(name: str) -> str:
     """``name`` if a plugin registers it as an attention implementation, else the registry's error listing them."""
     if registry.get("attention", name) is None:
@@ -641,6 +641,22 @@ def place_modules(model: PreTrainedModel, device_map: Any) -> None:
     model.hf_device_map = placed
 
 
+def _quantizer(
+    config: PretrainedConfig, quantization_config: Any = None, load_in_8bit: bool = False, load_in_4bit: bool = False
+) -> Any:
+    """The quantizer a plugin registered for ``quantization_config`` (argument, else config.json), or None."""
+    spec = quantization_config
+    if load_in_8bit or load_in_4bit:
+        if spec is not None or (load_in_8bit and load_in_4bit):
+            raise ConfigError("pass one of quantization_config, load_in_8bit=True or load_in_4bit=True")
+        spec = {"quant_method": "int8" if load_in_8bit else "int4"}
+    spec = spec if spec is not None else getattr(config, "quantization_config", None)
+    if spec is None:
+        return None
+    spec = dict(spec) if isinstance(spec, Mapping) else spec.to_dict()
+    if not spec.get("quant_method"):
+        raise ConfigError(f"quantization_config {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
+    from .plugins import registry
 
     quantizer = registry.require("quantizers", spec["quant_method"], what="quantization method")(spec)
     if load_in_8bit or load_in_4bit:
