@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from parity.harness import assert_close, load_ours, load_reference, make_reference_checkpoint, random_ids
 
 import microformers
 from microformers import MicroformersError
+from parity.harness import assert_close, load_ours, load_reference, make_reference_checkpoint, random_ids
 
 LLAMA = dict(
     vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -105,8 +105,8 @@ def test_enable_input_require_grads_like_reference(llama: tuple[Path, object]) -
     ids = random_ids(61, batch=1, length=4)
     for model in (load_ours(folder), load_reference(folder)):
         model.requires_grad_(False)
-        captured = []
-        model.get_input_embeddings().register_forward_hook(lambda m, i, o: captured.append(o))
+        captured: list[torch.Tensor] = []
+        model.get_input_embeddings().register_forward_hook(lambda m, i, o, seen=captured: seen.append(o))
         model(ids)
         assert not captured[-1].requires_grad
         model.enable_input_require_grads()

@@ -119,6 +119,7 @@ class BertSelfAttention(nn.Module):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
+        self.kept_heads = list(range(self.num_heads))  # original indices of the heads left after prune_heads
         self.scaling = self.head_dim**-0.5
         self.attention_dropout = float(config.attention_probs_dropout_prob or 0.0)
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
@@ -131,6 +132,7 @@ class BertSelfAttention(nn.Module):
         attention_mask: torch.Tensor | None,
         attention_fn: Any,
         output_attentions: bool,
+        head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, length, _ = hidden_states.shape
 
@@ -146,7 +148,38 @@ class BertSelfAttention(nn.Module):
             )
         else:
             output = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)
+        if head_mask is not None:  # scaling a head's probabilities scales its output: (heads,) -> (1, heads, 1, 1)
+            scale = head_mask[self.kept_heads].to(output.dtype).view(1, -1, 1, 1)
+            output = output * scale
+            weights = weights * scale if weights is not None else None
         return output.transpose(1, 2).reshape(batch, length, -1), weights
+
+    def prune(self, heads: set[int], dense: nn.Linear) -> nn.Linear:
+        """Remove the given original head indices from q/k/v and from ``dense`` (the output projection's input)."""
+        remove = [self.kept_heads.index(h) for h in heads if h in self.kept_heads]
+        keep = [i for i in range(self.num_heads) if i not in remove]
+        if not remove:
+            return dense
+        index = torch.cat([torch.arange(i * self.head_dim, (i + 1) * self.head_dim) for i in keep]) if keep else (
+            torch.zeros(0, dtype=torch.long)
+        )
+        for name in ("query", "key", "value"):
+            setattr(self, name, _select(getattr(self, name), index, dim=0))
+        self.kept_heads = [self.kept_heads[i] for i in keep]
+        self.num_heads = len(keep)
+        return _select(dense, index, dim=1)
+
+
+def _select(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+    """A copy of ``linear`` keeping only the output (dim 0) or input (dim 1) features in ``index``."""
+    weight = linear.weight.index_select(dim, index.to(linear.weight.device)).detach().clone()
+    shape = (weight.shape[1], weight.shape[0])
+    fresh = nn.Linear(*shape, bias=linear.bias is not None, device=weight.device, dtype=weight.dtype)
+    fresh.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
+    if linear.bias is not None:
+        bias = linear.bias if dim == 1 else linear.bias.index_select(0, index.to(linear.bias.device))
+        fresh.bias = nn.Parameter(bias.detach().clone(), requires_grad=linear.bias.requires_grad)
+    return fresh
 
 
 class BertOutput(nn.Module):
@@ -177,9 +210,13 @@ class BertAttention(nn.Module):
         attention_mask: torch.Tensor | None,
         attention_fn: Any,
         output_attentions: bool,
+        head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.self(hidden_states, attention_mask, attention_fn, output_attentions)
+        attended, weights = self.self(hidden_states, attention_mask, attention_fn, output_attentions, head_mask)
         return self.output(attended, hidden_states), weights
+
+    def prune_heads(self, heads: set[int]) -> None:
+        self.output.dense = self.self.prune(heads, self.output.dense)
 
 
 class BertIntermediate(nn.Module):
@@ -207,8 +244,9 @@ class BertLayer(nn.Module):
         attention_mask: torch.Tensor | None,
         attention_fn: Any,
         output_attentions: bool,
+        head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.attention(hidden_states, attention_mask, attention_fn, output_attentions)
+        attended, weights = self.attention(hidden_states, attention_mask, attention_fn, output_attentions, head_mask)
         return self.output(self.intermediate(attended), attended), weights
 
 
@@ -306,6 +344,20 @@ class BertPreTrainedModel(PreTrainedModel):
         if isinstance(module, BertLMPredictionHead):
             nn.init.zeros_(module.bias)
 
+    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
+        """Remove attention heads (``{layer: [head, ...]}``, original indices); recorded in ``config.pruned_heads``."""
+        pruned = {int(k): set(v) for k, v in (getattr(self.config, "pruned_heads", None) or {}).items()}
+        for layer, heads in heads_to_prune.items():
+            if not 0 <= int(layer) < self.config.num_hidden_layers:
+                raise BertInputError(f"prune_heads: layer {layer} does not exist ({self.config.num_hidden_layers} layers)")
+            bad = [h for h in heads if not 0 <= h < self.config.num_attention_heads]
+            if bad:
+                raise BertInputError(f"prune_heads: heads {bad} do not exist ({self.config.num_attention_heads} heads)")
+            pruned.setdefault(int(layer), set()).update(heads)
+        base = self.base_model
+        base._prune_heads({int(k): list(v) for k, v in heads_to_prune.items()})
+        self.config.pruned_heads = {str(k): sorted(v) for k, v in pruned.items()}
+
     def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
         renamed = LEGACY_NAMES.rename_all(checkpoint_keys)
         # The MLM output bias has two names that hold the same values; a file with only one fills both.
@@ -316,6 +368,21 @@ class BertPreTrainedModel(PreTrainedModel):
                 renamed.setdefault(key.replace("predictions.bias", "predictions.decoder.bias"), renamed[key])
         mapping = super()._checkpoint_key_map(set(renamed))
         return {name: renamed[key] for name, key in mapping.items()}
+
+
+def _layer_head_masks(head_mask: Any, layers: int, heads: int) -> list[torch.Tensor | None]:
+    """``head_mask`` of shape ``(heads,)`` (every layer) or ``(layers, heads)``: 1 keeps a head, 0 silences it."""
+    if head_mask is None:
+        return [None] * layers
+    mask = torch.as_tensor(head_mask)
+    if mask.dim() == 1 and mask.shape[0] == heads:
+        mask = mask.expand(layers, heads)
+    if tuple(mask.shape) != (layers, heads):
+        raise BertInputError(
+            f"head_mask has shape {tuple(mask.shape)}; pass ({heads},) for every layer or ({layers}, {heads}), "
+            "1.0 to keep a head and 0.0 to mask it (indices of the original, unpruned heads)"
+        )
+    return list(mask)
 
 
 def _check_inputs(model: nn.Module, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
@@ -335,7 +402,12 @@ class BertModel(BertPreTrainedModel):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        self._prune_heads(getattr(config, "pruned_heads", None) or {})
         self.post_init()
+
+    def _prune_heads(self, heads_to_prune: dict[Any, list[int]]) -> None:
+        for layer, heads in heads_to_prune.items():
+            self.encoder.layer[int(layer)].attention.prune_heads(set(heads))
 
     def get_input_embeddings(self) -> nn.Module:
         return self.embeddings.word_embeddings
@@ -353,10 +425,12 @@ class BertModel(BertPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple[Any, ...]:
         config = self.config
         _check_inputs(self, input_ids, inputs_embeds)
+        head_masks = _layer_head_masks(head_mask, config.num_hidden_layers, config.num_attention_heads)
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return_dict = config.return_dict if return_dict is None else return_dict
@@ -373,8 +447,10 @@ class BertModel(BertPreTrainedModel):
 
         all_hidden_states: list[torch.Tensor] = [hidden_states]
         all_attentions: list[torch.Tensor] = []
-        for layer in self.encoder.layer:
-            hidden_states, weights = self._call_layer(layer, hidden_states, mask, attention_fn, output_attentions)
+        for layer, layer_head_mask in zip(self.encoder.layer, head_masks):
+            hidden_states, weights = self._call_layer(
+                layer, hidden_states, mask, attention_fn, output_attentions, layer_head_mask
+            )
             all_hidden_states.append(hidden_states)
             if output_attentions:
                 all_attentions.append(weights)
@@ -459,6 +535,7 @@ class BertForMaskedLM(_BertHead):
         **kwargs: Any,
     ) -> MaskedLMOutput | tuple[Any, ...]:
         encoded = self._encode(
+            head_mask=kwargs.pop("head_mask", None),
             **_encoder_kwargs(
                 input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                 output_hidden_states,
@@ -495,6 +572,7 @@ class BertForNextSentencePrediction(_BertHead):
         **kwargs: Any,
     ) -> NextSentencePredictorOutput | tuple[Any, ...]:
         encoded = self._encode(
+            head_mask=kwargs.pop("head_mask", None),
             **_encoder_kwargs(
                 input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                 output_hidden_states,
@@ -540,6 +618,7 @@ class BertForPreTraining(_BertHead):
         **kwargs: Any,
     ) -> BertForPreTrainingOutput | tuple[Any, ...]:
         encoded = self._encode(
+            head_mask=kwargs.pop("head_mask", None),
             **_encoder_kwargs(
                 input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                 output_hidden_states,
@@ -590,6 +669,7 @@ class BertForSequenceClassification(_BertHead):
         **kwargs: Any,
     ) -> SequenceClassifierOutput | tuple[Any, ...]:
         encoded = self._encode(
+            head_mask=kwargs.pop("head_mask", None),
             **_encoder_kwargs(
                 input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                 output_hidden_states,
@@ -628,6 +708,7 @@ class BertForTokenClassification(_BertHead):
         **kwargs: Any,
     ) -> TokenClassifierOutput | tuple[Any, ...]:
         encoded = self._encode(
+            head_mask=kwargs.pop("head_mask", None),
             **_encoder_kwargs(
                 input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                 output_hidden_states,
@@ -671,6 +752,7 @@ class BertForQuestionAnswering(_BertHead):
         **kwargs: Any,
     ) -> QuestionAnsweringModelOutput | tuple[Any, ...]:
         encoded = self._encode(
+            head_mask=kwargs.pop("head_mask", None),
             **_encoder_kwargs(
                 input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                 output_hidden_states,
