@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,15 @@ TINY: dict[str, Any] = {
     "mask_time_prob": 0.0,
     "layerdrop": 0.0,
 }
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny models: one thread is faster than two fighting over a shared CI machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _audio(batch: int, length: int, seed: int = 0) -> torch.Tensor:
