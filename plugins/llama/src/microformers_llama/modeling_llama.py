@@ -77,9 +77,7 @@ class LlamaAttention(nn.Module):
         cache_position: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, q_len, _ = hidden_states.shape
-        query = apply_linear(self.q_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-        key = apply_linear(self.k_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-        value = apply_linear(self.v_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        query, key, value = self.project(hidden_states)
         query, key = apply_rotary_pos_emb(query, key, *rotary)
         if cache_position is not None:  # static step: write into the storage, attend over all of it
             key_storage, value_storage = past_key_values.layer_storage(self.layer_idx)
@@ -104,13 +102,23 @@ class LlamaAttention(nn.Module):
         output = output.transpose(1, 2).reshape(batch, q_len, -1)
         return apply_linear(self.o_proj, output), weights
 
+    def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query, key and value heads ``(batch, heads, seq, head_dim)`` before rotary (variants add per-head norms)."""
+        batch, q_len, _ = hidden_states.shape
+        query = apply_linear(self.q_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        key = apply_linear(self.k_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        value = apply_linear(self.v_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        return query, key, value
+
 
 class LlamaDecoderLayer(nn.Module):
     """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
 
+    attention_class: ClassVar[type[LlamaAttention]] = LlamaAttention
+
     def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
         super().__init__()
-        self.self_attn = LlamaAttention(config, layer_idx)
+        self.self_attn = self.attention_class(config, layer_idx)
         self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -153,12 +161,14 @@ class LlamaPreTrainedModel(PreTrainedModel):
 class LlamaModel(LlamaPreTrainedModel):
     """The decoder stack without a head; returns ``BaseModelOutputWithPast``."""
 
+    layer_class: ClassVar[type[LlamaDecoderLayer]] = LlamaDecoderLayer
+
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__(config)
         pad = config.pad_token_id
         padding_idx = pad if isinstance(pad, int) and 0 <= pad < config.vocab_size else None
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(rope_settings_from_config(config, head_dim=config.head_dim))
         self.post_init()
