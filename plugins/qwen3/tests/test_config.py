@@ -56,3 +56,9 @@ def test_bad_config_is_refused_naming_field_and_file(tmp_path: Path, change: dic
     message = str(info.value)
     assert field in message
     assert "config.json" in message
+
+
+def test_kernel_names_this_distribution_when_qwen3_is_missing() -> None:
+    from microformers import registry
+
+    assert registry.provider_of("configs", "qwen3") == "microformers-qwen3"
