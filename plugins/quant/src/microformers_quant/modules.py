@@ -53,22 +53,29 @@ class _QuantWeight(nn.Module):
             self.register_buffer("qweight", _meta(rows, cols, dtype=torch.int8))
             self.register_buffer("scales", _meta(rows, groups, dtype=torch.float32))
 
-    def quantize_weight(self, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    def quantize_weight(self, weight: torch.Tensor, chunk: int = 256) -> dict[str, torch.Tensor]:
         """Buffers for the float ``weight``: int8 symmetric (round(w / s), s = max|w| / 127) or
-        int4 asymmetric (q = round((w - min) / s) in 0..15, s = (max - min) / 15), per group."""
-        w = weight.detach().to(torch.float32).reshape(self.rows, self.cols // self.group, self.group)
+        int4 asymmetric (q = round((w - min) / s) in 0..15, s = (max - min) / 15), per group.
+
+        Rows are done ``chunk`` at a time so the float temporaries stay small."""
+        parts = [self._quantize_rows(weight[i : i + chunk]) for i in range(0, self.rows, chunk)]
+        return {name: torch.cat([p[name] for p in parts]) if len(parts) > 1 else parts[0][name] for name in parts[0]}
+
+    def _quantize_rows(self, weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        rows = weight.shape[0]
+        w = weight.detach().to(torch.float32).reshape(rows, self.cols // self.group, self.group)
         if self.bits == 8:
             scales = w.abs().amax(-1) / 127.0
             q = torch.round(w / scales.clamp_min(1e-12).unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)
-            return {"qweight": q.view(self.rows, self.cols), "scales": scales.contiguous()}
+            return {"qweight": q.view(rows, self.cols), "scales": scales.contiguous()}
         low, high = w.amin(-1), w.amax(-1)
         scales = ((high - low) / 15.0).to(torch.float16)
         mins = low.to(torch.float16)
         s = scales.float().clamp_min(1e-12).unsqueeze(-1)
         q = torch.round((w - mins.float().unsqueeze(-1)) / s).clamp_(0, 15).to(torch.uint8)
-        q = q.view(self.rows, -1, 2, 16)  # ggml order: value j low nibble, value j + 16 high nibble
+        q = q.view(rows, -1, 2, 16)  # ggml order: value j low nibble, value j + 16 high nibble
         packed = q[:, :, 0, :] | (q[:, :, 1, :] << 4)
-        return {"qweight": packed.reshape(self.rows, self.cols // 2).contiguous(), "scales": scales, "mins": mins}
+        return {"qweight": packed.reshape(rows, self.cols // 2).contiguous(), "scales": scales, "mins": mins}
 
     def dequantize(self) -> torch.Tensor:
         if self.bits == 4:
