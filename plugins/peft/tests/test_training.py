@@ -54,6 +54,18 @@ def test_only_the_adapter_trains_and_checkpoints_hold_it(tmp_path: Path) -> None
     assert not list(checkpoint.glob("model*.safetensors")), "a checkpoint holds the full model"
 
 
+def test_resuming_from_an_adapter_checkpoint_ends_with_the_same_adapter(tmp_path: Path) -> None:
+    whole = _model()
+    _trainer(whole, tmp_path / "whole", max_steps=4).train()
+    resumed = _model()
+    _trainer(resumed, tmp_path / "resumed", max_steps=4).train(
+        resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-2")
+    )
+    expected, got = whole.state_dict(), resumed.state_dict()
+    lora = [k for k in expected if "lora_" in k]
+    assert lora and all(torch.equal(got[k], expected[k]) for k in lora)
+
+
 @pytest.mark.parametrize("method", ["int8", "int4"])
 def test_lora_on_a_quantized_base_trains_saves_and_generates(tmp_path: Path, method: str) -> None:
     """The CPU form of QLoRA: frozen int8/int4 base weights, a float adapter trained on top."""

@@ -27,6 +27,7 @@ SCHEDULER_NAME = "scheduler.pt"
 RNG_NAME = "rng_state.pth"
 ARGS_NAME = "training_args.json"
 WEIGHTS_NAMES = ("model.safetensors", "model.safetensors.index.json")
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # a model training an adapter saves only the adapter
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX}-(\d+)$")
 
 
@@ -96,7 +97,7 @@ def require_checkpoint(folder: str | os.PathLike[str], need_optimizer: bool) -> 
                 f"resume_from_checkpoint: {path / name} is missing, so {path} is not a complete checkpoint; "
                 "resume from an earlier checkpoint-<step> folder"
             )
-    if not any((path / n).is_file() for n in WEIGHTS_NAMES):
+    if not any((path / n).is_file() for n in (*WEIGHTS_NAMES, ADAPTER_WEIGHTS)):
         raise CheckpointError(
             f"resume_from_checkpoint: {path / WEIGHTS_NAMES[0]} is missing; the checkpoint is incomplete"
         )
@@ -124,6 +125,15 @@ def load_json(path: Path) -> Any:
 def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
     """Load the checkpoint's safetensors weights into ``model`` in place (tied weights may be absent)."""
     from safetensors.torch import load_file
+
+    if (folder / ADAPTER_WEIGHTS).is_file() and not any((folder / n).is_file() for n in WEIGHTS_NAMES):
+        if not getattr(model, "active_adapters", None) or not model.active_adapters():
+            raise CheckpointError(
+                f"{folder} holds an adapter ({ADAPTER_WEIGHTS}) but the model has none; add the same adapter "
+                "(model.add_adapter(config)) before resuming"
+            )
+        model.load_adapter(str(folder), adapter_name=model.active_adapters()[0], hotswap=True, is_trainable=True)
+        return
 
     index = folder / WEIGHTS_NAMES[1]
     files = sorted(set(load_json(index)["weight_map"].values())) if index.is_file() else [WEIGHTS_NAMES[0]]
