@@ -69,8 +69,8 @@ def test_same_tokens_and_scores_as_greedy(model, twin, small_assistant, prompts,
         settings["assistant_model"] = twin if which == "twin" else small_assistant
     # a prompt that repeats itself, so that looking it up proposes something
     ids = prompts["single"]["input_ids"].repeat(1, 2)
-    for eos in (2, model.generate(ids, max_new_tokens=9)[0, -1].item()):  # the second one stops it early
-        kwargs = {"max_new_tokens": 16, "eos_token_id": eos, "return_dict_in_generate": True, "output_scores": True}
+    for eos in (2, model.generate(ids, max_new_tokens=7)[0, -1].item()):  # the second one stops it early
+        kwargs = {"max_new_tokens": 10, "eos_token_id": eos, "return_dict_in_generate": True, "output_scores": True}
         expected = model.generate(ids, **kwargs, **{k: v for k, v in settings.items() if k not in DRAFTING})
         ours = model.generate(ids, **kwargs, **settings)
         assert torch.equal(ours.sequences, expected.sequences)
