@@ -408,6 +408,11 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if not isinstance(config, PretrainedConfig):
             config_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in ("state_dict",)}
             config = cls._load_config(config or folder, fmt, files, config_kwargs)
+        if kwargs:  # with a config object nothing else can take them: refuse rather than drop them
+            raise ConfigError(
+                f"from_pretrained() does not use {', '.join(sorted(kwargs))}: neither a loading argument nor a "
+                f"setting of {type(config).__name__}; check the spelling (settings of a config= object go on it)"
+            )
         if attn_implementation is not None:
             config._attn_implementation = check_attention(attn_implementation)
         config.name_or_path = str(pretrained)

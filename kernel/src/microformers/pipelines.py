@@ -9,6 +9,7 @@ collation) come from the ``microformers-pipelines`` plugin, exported as ``microf
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,6 +121,8 @@ def pipeline(
     trust_remote_code: bool | None = None,
     model_kwargs: dict[str, Any] | None = None,
     pipeline_class: type | None = None,
+    torch_dtype: Any = None,
+    device_map: Any = None,
     **kwargs: Any,
 ) -> Any:
     """Build the pipeline for ``task`` (``microformers.pipeline("fill-mask", model="folder")``).
@@ -129,10 +132,15 @@ def pipeline(
     (``revision``, ``gguf_file``, ...).
     """
     if task is None:
-        raise ConfigError(
-            "pipeline(): pass a task, e.g. pipeline('text-generation', model=...); "
-            f"installed tasks: {', '.join(PIPELINE_REGISTRY.get_supported_tasks()) or 'none'}"
-        )
+        task = _task_of(model, config, {k: kwargs[k] for k in HUB_KWARGS if k in kwargs})
+    if torch_dtype is not None:  # the reference's older name
+        if dtype is not None and dtype != torch_dtype:
+            raise ConfigError(f"pipeline(): pass dtype= or torch_dtype= (the same thing), not both ({dtype!r}, {torch_dtype!r})")
+        dtype = torch_dtype
+    if device_map is not None:
+        if device is not None or (model is not None and not isinstance(model, (str, os.PathLike))):
+            raise ConfigError("pipeline(device_map=...) places a model loaded from a name or folder; pass device= instead")
+        model_kwargs = {**(model_kwargs or {}), "device_map": device_map}
     task, reg = PIPELINE_REGISTRY.check_task(task)
     heads = _head_names(reg.meta.get("model_class")) or ("AutoModel",)
     load_kwargs = {k: kwargs.pop(k) for k in (*HUB_KWARGS, *format_arguments()) if k in kwargs}
@@ -160,6 +168,27 @@ def pipeline(
         tokenizer_kwargs = {k: v for k, v in load_kwargs.items() if k != "subfolder"}
         tokenizer = auto.AutoTokenizer.from_pretrained(str(tokenizer), **tokenizer_kwargs)
     return cls(model, tokenizer, task=task, device=device, dtype=dtype, batch_size=batch_size, **kwargs)
+
+
+def _task_of(model: Any, config: Any, hub_kwargs: dict[str, Any]) -> str:
+    """The task a model's config names (one ``custom_pipelines`` entry) or its saved head fits, else an error."""
+    found: list[str] = []
+    if model is not None:
+        if not isinstance(config, PretrainedConfig):
+            source = config or (model if isinstance(model, (str, os.PathLike)) else None)
+            config = auto.AutoConfig.from_pretrained(str(source), **hub_kwargs) if source else model.config
+        custom = getattr(config, "custom_pipelines", None) or {}
+        architectures = set(getattr(config, "architectures", None) or ())
+        found = list(custom) if len(custom) == 1 else [
+            reg.name for reg in registry.all(KIND)
+            if architectures & _registered_head_names(config.model_type, _head_names(reg.meta.get("model_class")))
+        ]
+        if len(found) == 1:
+            return found[0]
+    hint = f"tasks that fit this model: {', '.join(found)}" if found else "installed tasks: " + (
+        ", ".join(PIPELINE_REGISTRY.get_supported_tasks()) or "none"
+    )
+    raise ConfigError(f"pipeline(): pass a task, e.g. pipeline('text-generation', model=...); {hint}")
 
 
 def _load_model(

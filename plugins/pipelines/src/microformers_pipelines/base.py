@@ -37,6 +37,8 @@ class Pipeline:
     needs_model: bool = True
     #: Padding side used when batching; ``None`` means the tokenizer's ``padding_side``.
     padding_side: str | None = None
+    #: The reference's framework tag (``return_tensors=self.framework`` in tokenizer calls): always PyTorch.
+    framework: str = "pt"
 
     def __init__(
         self,
@@ -67,7 +69,11 @@ class Pipeline:
                 "(a folder, Hub id or tokenizer object), or a model folder that contains tokenizer files"
             )
         self.batch_size = check_batch_size(batch_size)
-        self._preprocess_params, self._forward_params, self._postprocess_params = self._sanitize_parameters(**kwargs)
+        try:
+            steps = self._sanitize_parameters(**kwargs)
+        except TypeError as exc:  # a task's _sanitize_parameters with named options got another one
+            raise ConfigError(f"the '{task or type(self).__name__}' pipeline does not take that argument: {exc}") from exc
+        self._preprocess_params, self._forward_params, self._postprocess_params = steps
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(task={self.task!r}, model={type(self.model).__name__}, device={self.device})"
@@ -89,8 +95,26 @@ class Pipeline:
 
     # -- running -----------------------------------------------------------------------------------
     def is_single_input(self, inputs: Any, preprocess_params: dict[str, Any]) -> bool:
-        """Whether ``inputs`` is one item (default: anything but a list, tuple or iterator)."""
+        """Whether ``inputs`` is one item (default: anything but a list, tuple, iterator or torch Dataset)."""
         return not isinstance(inputs, (list, tuple)) and not _is_stream(inputs)
+
+    def forward(self, model_inputs: Mapping[str, Any], **forward_params: Any) -> Any:
+        """Run ``_forward`` on model inputs (as ``preprocess`` returns them) on the pipeline's device, without grad."""
+        with torch.inference_mode():
+            return self._forward(_to_device(dict(model_inputs), self.device), **forward_params)
+
+    def save_pretrained(self, save_directory: str | Any, **kwargs: Any) -> None:
+        """Save the model and the tokenizer into one folder (``pipeline(task, model=folder)`` loads both)."""
+        from microformers.configuration import refuse_push_to_hub
+
+        refuse_push_to_hub(kwargs.pop("push_to_hub", False))
+        if kwargs:
+            raise ConfigError(f"Pipeline.save_pretrained does not take {', '.join(sorted(kwargs))}")
+        if not hasattr(self.model, "save_pretrained"):
+            raise ConfigError(f"Pipeline.save_pretrained: the model ({type(self.model).__name__}) cannot be saved")
+        self.model.save_pretrained(save_directory)
+        if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
+            self.tokenizer.save_pretrained(save_directory)
 
     def __call__(self, inputs: Any = None, *args: Any, batch_size: int | None = None, **kwargs: Any) -> Any:
         if args:
@@ -105,6 +129,8 @@ class Pipeline:
             {**self._postprocess_params, **post},
         )
         size = check_batch_size(batch_size) if batch_size is not None else self.batch_size
+        if isinstance(inputs, torch.utils.data.Dataset) and not isinstance(inputs, Iterable):
+            inputs = map(inputs.__getitem__, range(len(inputs)))  # a map-style Dataset streams like the reference's
         if self.is_single_input(inputs, params[0]):
             return next(self._run([inputs], size, *params))
         if _is_stream(inputs):
@@ -140,13 +166,10 @@ class Pipeline:
     def forward_batch(self, rows: list[Mapping[str, Any]], forward_params: dict[str, Any]) -> list[dict[str, Any]]:
         """Pad ``rows`` into one batch, run ``_forward`` and split its outputs back into rows."""
         batch = rows[0] if len(rows) == 1 else self.collate(rows)
-        batch = _to_device(dict(batch), self.device)
-        with torch.inference_mode():
-            outputs = self._forward(batch, **forward_params)
-        outputs = _to_device(_as_dict(outputs), torch.device("cpu"))
+        outputs = _to_device(_as_dict(self.forward(batch, **forward_params)), torch.device("cpu"))
         if len(rows) == 1:
-            return [outputs]
-        return [_row(outputs, i, len(rows)) for i in range(len(rows))]
+            return [Outputs(outputs)]
+        return [Outputs(_row(outputs, i, len(rows))) for i in range(len(rows))]
 
     def padding_value(self, key: str) -> Any:
         """What a batch is padded with under ``key`` (``input_ids`` takes the tokenizer's pad token)."""
@@ -186,6 +209,47 @@ class ChunkPipeline(Pipeline):
 
     def _postprocess_item(self, outputs: list[Any], params: dict[str, Any]) -> Any:
         return self.postprocess(outputs, **params)
+
+
+class Outputs(dict):  # type: ignore[type-arg]
+    """One input's model outputs for ``postprocess``: keys (``outputs["logits"]``) or attributes (``outputs.logits``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"model outputs have no '{name}'; they have {', '.join(self)}") from None
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return tuple(v for v in self.values() if v is not None)
+
+
+class KeyDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``dataset[i][key]``: feed one column of a dataset to a pipeline (``pipe(KeyDataset(ds, "text"))``)."""
+
+    def __init__(self, dataset: Any, key: str) -> None:
+        self.dataset = dataset
+        self.key = key
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dataset[i][self.key]
+
+
+class KeyPairDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``{"text": dataset[i][key1], "text_pair": dataset[i][key2]}`` for pair tasks."""
+
+    def __init__(self, dataset: Any, key1: str, key2: str) -> None:
+        self.dataset = dataset
+        self.key1, self.key2 = key1, key2
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"text": self.dataset[i][self.key1], "text_pair": self.dataset[i][self.key2]}
 
 
 # -- batching helpers ------------------------------------------------------------------------------

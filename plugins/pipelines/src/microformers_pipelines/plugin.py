@@ -69,5 +69,5 @@ def register_cli_commands(register: Any) -> None:
 @hookimpl
 def register_exports(register: Any) -> None:
     """``microformers.Pipeline`` / ``microformers.ChunkPipeline``: the base classes every task builds on."""
-    for name in ("Pipeline", "ChunkPipeline"):
+    for name in ("Pipeline", "ChunkPipeline", "KeyDataset", "KeyPairDataset"):
         register(name, f"{_PACKAGE}.base:{name}")
