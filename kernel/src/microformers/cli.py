@@ -8,12 +8,14 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from ._version import __version__
 from .errors import MicroformersError
 from .plugins import registry
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     parser = argparse.ArgumentParser(prog="microformers", description="Transformers on a plugin microkernel")
+    parser.add_argument("--version", action="version", version=f"microformers {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     runners: dict[str, object] = {}
     for reg in registry.all("cli_commands"):

@@ -63,8 +63,15 @@ def env_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace
                 print(f"{dist} {md.version(dist)}")
             except md.PackageNotFoundError:
                 print(f"{dist} not installed")
+        import torch
+
+        cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+        print(f"torch build: {torch.__version__}, {cuda}; threads: {torch.get_num_threads()}")
         plugins = iter_plugins()
         print(f"plugins: {len(plugins)} ({sum(p.broken for p in plugins)} broken)")
+        for p in plugins:
+            state = f"  [BROKEN: {p.error}]" if p.broken else ""
+            print(f"  {p.name}: {p.distribution or '?'} {p.version or '?'}{state}")
         return 0
 
     return run
