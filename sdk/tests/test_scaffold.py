@@ -142,3 +142,10 @@ def test_scaffolded_plugin_installs_passes_its_tests_and_is_discovered(tmp_path:
     assert name not in {p["name"] for p in json.loads(after.stdout)}
     freeze = _run([*pip, "list", "--format=json"])
     assert names["__DIST__"] not in {d["name"] for d in json.loads(freeze.stdout)}
+
+
+@pytest.mark.parametrize("name", ["llama", "bert", "gpt2"])
+def test_new_plugin_refuses_to_shadow_an_installed_plugin(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError, match=rf"would shadow an installed plugin .*microformers-{name}"):
+        scaffold_plugin(name, tmp_path)
+    assert not any(tmp_path.iterdir())

@@ -57,12 +57,38 @@ def plugin_names(name: str) -> dict[str, str]:
     }
 
 
+def check_not_shadowing(names: dict[str, str]) -> None:
+    """Refuse a name whose distribution, plugin or model_type is already installed: installing the new plugin
+    would replace (or fight with) the installed one, e.g. ``new-plugin llama`` and ``microformers-llama``."""
+    import importlib.metadata as md
+
+    from microformers.plugins import ENTRY_POINT_GROUP, registry
+
+    dist, snake = names["__DIST__"], names["__MODEL_TYPE__"]
+    clashes = []
+    try:
+        clashes.append(f"the distribution {dist} {md.version(dist)} is installed")
+    except md.PackageNotFoundError:
+        pass
+    if any(ep.name == snake for ep in md.entry_points(group=ENTRY_POINT_GROUP)):
+        clashes.append(f"an installed plugin is named '{snake}'")
+    if registry.get("configs", snake) is not None:
+        clashes.append(f"model_type '{snake}' is provided by plugin '{registry.get('configs', snake).plugin}'")
+    if clashes:
+        raise ConfigError(
+            f"new-plugin: NAME {names['__NAME__']!r} would shadow an installed plugin ({'; '.join(clashes)}); "
+            f"installing it would replace or conflict with that one. Choose another NAME, e.g. "
+            f"'my{snake.replace('_', '')}', or uninstall {dist} first."
+        )
+
+
 def scaffold_plugin(name: str, directory: str | Path = ".", force: bool = False) -> Path:
     """Write ``microformers-NAME/`` under ``directory``; return its path.
 
     An existing non-empty target raises a ``ConfigError`` unless ``force`` (which replaces it).
     """
     names = plugin_names(name)
+    check_not_shadowing(names)
     parent = Path(directory)
     if parent.exists() and not parent.is_dir():
         raise ConfigError(f"new-plugin: --directory {parent} is a file; pass a folder to create the plugin in")
