@@ -17,3 +17,10 @@ def test_short_mask_error_names_cached_and_new_lengths() -> None:
         position_ids_from_attention_mask(mask, 5, 1)
     with pytest.raises(GenerationError, match=expected):
         build_attention_mask(mask, 1, 5)
+
+
+def test_ready_made_4d_mask_is_returned_unchanged() -> None:
+    """Caught mutant: ``attention_mask.dim() == 4`` -> ``== 5`` (a 4-D mask would be rebuilt or rejected)."""
+    ready = torch.rand(2, 1, 3, 3) > 0.5
+    mask, is_causal = build_attention_mask(ready, 3, 0)
+    assert mask is ready and is_causal is False
