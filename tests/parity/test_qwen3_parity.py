@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,16 @@ from parity.harness import (
 )
 
 pytest.importorskip("transformers")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny models: one thread is faster than two fighting over a shared CI machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 TINY: dict[str, Any] = {
     "vocab_size": 96,

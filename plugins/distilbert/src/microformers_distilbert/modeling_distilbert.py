@@ -106,7 +106,11 @@ class DistilBertSelfAttention(nn.Module):
         self.out_lin = nn.Linear(config.dim, config.dim)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, attention_fn: Any, output_attentions: bool
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_fn: Any,
+        output_attentions: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, length, _ = hidden_states.shape
 
@@ -150,7 +154,11 @@ class DistilBertBlock(nn.Module):
         self.output_layer_norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, attention_fn: Any, output_attentions: bool
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_fn: Any,
+        output_attentions: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, weights = self.attention(hidden_states, attention_mask, attention_fn, output_attentions)
         attended = self.sa_layer_norm(attended + hidden_states)
@@ -422,5 +430,3 @@ class DistilBertForQuestionAnswering(_DistilBertHead):
             attentions=encoded.attentions,
         )
         return self._finish(output, return_dict)
-
-
