@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,11 +19,17 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="quantized weights (microformers-quant): int4/int8 from float weights, gguf keeps a GGUF's blocks",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
-    parser.add_argument("--temperature", type=float, default=None)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None,
+        help=f"tokens per reply (default: the model's generation_config.json, else {DEFAULT_MAX_NEW_TOKENS})",
+    )
+    parser.add_argument("--do-sample", action="store_const", const=True, default=None, help="sample")
+    parser.add_argument("--greedy", dest="do_sample", action="store_const", const=False, help="greedy decoding")
+    parser.add_argument("--temperature", type=float, default=None, help="default: the model's generation_config.json")
+    parser.add_argument("--top-k", type=int, default=None, help="default: the model's generation_config.json")
+    parser.add_argument("--top-p", type=float, default=None, help="default: the model's generation_config.json")
+    parser.add_argument("--device", default=None, help="where to run the model (cpu, cuda, cuda:1, mps)")
+    parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16, float16; default: auto)")
     parser.add_argument("--seed", type=_seed, default=None, help="random seed, 0 <= SEED < 2**64")
     parser.add_argument("--system", default=None, help="system prompt")
 
@@ -49,6 +56,7 @@ class Session:
         self.tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load_kwargs)
         quantize = getattr(args, "quantize", None)
         model_kwargs = {"quantization_config": {"quant_method": quantize}} if quantize else {}
+        model_kwargs.update(_placement(getattr(args, "device", None), getattr(args, "dtype", None)))
         self.model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **load_kwargs, **model_kwargs)
         self.args = args
         self.messages: list[dict[str, str]] = []
@@ -58,11 +66,15 @@ class Session:
         self.messages = [{"role": "system", "content": self.args.system}] if self.args.system else []
 
     def generation_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"max_new_tokens": self.args.max_new_tokens, "do_sample": self.args.do_sample}
-        for name in ("temperature", "top_k", "top_p"):
-            value = getattr(self.args, name)
+        """Flags given on the command line; everything else comes from the model's generation_config.json."""
+        kwargs: dict[str, Any] = {}
+        for name in ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p"):
+            value = getattr(self.args, name, None)
             if value is not None:
                 kwargs[name] = value
+        config = getattr(self.model, "generation_config", None)
+        if "max_new_tokens" not in kwargs and getattr(config, "max_new_tokens", None) is None:
+            kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS  # not max_length=20: a reply needs room
         return kwargs
 
     def answer(self, inputs: dict[str, Any], out: TextIO | None) -> str:
@@ -107,7 +119,7 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
     while True:
         if interactive:
             print("> ", end="", file=stdout, flush=True)
-        line = stdin.readline()
+        line = _read_line(stdin)
         if not line:
             break
         text = line.strip()
@@ -121,8 +133,39 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
             continue
         if not interactive:
             print(f"> {text}", file=stdout, flush=True)
-        session.reply(text, out=stdout)
+        turn = len(session.messages)
+        try:
+            session.reply(text, out=stdout)
+        except KeyboardInterrupt:  # stop this reply; the conversation before it stays
+            del session.messages[turn:]
+            print("\n(reply stopped; Ctrl-C at the prompt or /exit quits)", file=stdout, flush=True)
     return 0
+
+
+def _read_line(stdin: TextIO) -> str:
+    try:
+        return stdin.readline()
+    except KeyboardInterrupt:  # Ctrl-C at the prompt quits
+        return ""
+
+
+def _placement(device: str | None, dtype: str | None) -> dict[str, Any]:
+    import torch
+
+    from microformers import ConfigError
+    from microformers.modeling import to_torch_dtype
+
+    kwargs: dict[str, Any] = {}
+    if device is not None:
+        try:
+            kwargs["device"] = torch.device(device)
+        except RuntimeError as exc:
+            raise ConfigError(f"--device {device!r} is not a device: {exc}; use cpu, cuda, cuda:1 or mps") from exc
+        if kwargs["device"].type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"--device {device}: this torch build or machine has no CUDA device; use --device cpu")
+    if dtype is not None:
+        kwargs["dtype"] = dtype if dtype == "auto" else to_torch_dtype(dtype)
+    return kwargs
 
 
 def generate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
