@@ -84,16 +84,23 @@ def test_logits_and_loss_match_reference(case: str, checkpoints: dict[str, tuple
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_left_padded_batch_and_cached_steps_match_reference(
-    case: str, checkpoints: dict[str, tuple[Path, Any, Any]]
+    case: str, cache: str, checkpoints: dict[str, tuple[Path, Any, Any]]
 ) -> None:
+    from microformers_sdk.cache import StaticCache
+
     _, reference, ours = checkpoints[case]
-    ids, mask = padded_batch(TINY["vocab_size"], [9, 5, 2], pad_token_id=0, seed=2)
+    # Static steps are fed real tokens only, as in generate(): a padding token stepped into a row with no real
+    # token yet has nothing to attend to (the Llama decoder's one-query path then stores non-finite keys).
+    lengths = [9, 5, 2] if cache == "dynamic" else [9, 6, 5]
+    ids, mask = padded_batch(TINY["vocab_size"], lengths, pad_token_id=0, seed=2)
     with torch.no_grad():
         got = ours(ids, attention_mask=mask).logits
         want = reference(ids, attention_mask=mask, position_ids=position_ids_for(mask)).logits
-        # prefill 4 tokens, then one token at a time through our cache
-        out = ours(ids[:, :4], attention_mask=mask[:, :4], use_cache=True)
+        # prefill 4 tokens, then one token at a time through our cache (a static one: the normed keys are stored)
+        extra = {"past_key_values": StaticCache(max_cache_len=ids.shape[1])} if cache == "static" else {}
+        out = ours(ids[:, :4], attention_mask=mask[:, :4], use_cache=True, **extra)
         steps = [out.logits]
         for t in range(4, ids.shape[1]):
             out = ours(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], past_key_values=out.past_key_values)
