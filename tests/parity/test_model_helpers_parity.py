@@ -141,11 +141,13 @@ def test_device_map_errors_name_the_argument(llama: tuple[Path, object]) -> None
 
 
 def test_attn_implementation_checked_at_load(llama: tuple[Path, object]) -> None:
-    folder, reference = llama
+    folder = llama[0]
     with pytest.raises(MicroformersError, match=r"attention implementation.*'nope'(?s:.*)eager.*sdpa"):
         load_ours(folder, attn_implementation="nope")
     with pytest.raises(MicroformersError, match="'nope'"):
-        microformers.AutoModelForCausalLM.from_config(reference.config and load_ours(folder).config, attn_implementation="nope")
+        microformers.AutoModelForCausalLM.from_config(load_ours(folder).config, attn_implementation="nope")
+    with pytest.raises(MicroformersError, match="from_config.. does not take use_cahce"):
+        microformers.AutoModelForCausalLM.from_config(load_ours(folder).config, use_cahce=False)
     model = load_ours(folder, attn_implementation="eager")
     assert model.config._attn_implementation == "eager"
 

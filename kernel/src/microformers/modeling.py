@@ -369,6 +369,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         dtype = to_torch_dtype(kwargs.pop("dtype", kwargs.pop("torch_dtype", None)))
         if kwargs.get("attn_implementation"):
             config._attn_implementation = check_attention(kwargs.pop("attn_implementation"))
+        kwargs.pop("attn_implementation", None)
+        if kwargs:
+            raise ConfigError(f"from_config() does not take {', '.join(sorted(kwargs))}; set such values on the config")
         model = cls(config)
         return model.to(dtype) if dtype is not None else model
 
