@@ -9,7 +9,7 @@ import pytest
 
 from microformers import AutoConfig, AutoModelForCausalLM
 from microformers.errors import ConfigError
-from microformers_qwen3.configuration_qwen3 import Qwen3Config
+from microformers_llama.configuration_qwen3 import Qwen3Config
 
 TINY = {
     "model_type": "qwen3",
@@ -61,4 +61,4 @@ def test_bad_config_is_refused_naming_field_and_file(tmp_path: Path, change: dic
 def test_kernel_names_this_distribution_when_qwen3_is_missing() -> None:
     from microformers import registry
 
-    assert registry.provider_of("configs", "qwen3") == "microformers-qwen3"
+    assert registry.provider_of("configs", "qwen3") == "microformers-llama"

@@ -1,10 +1,10 @@
-"""The SDK conformance kits on microformers-qwen3: its model classes and its entry point."""
+"""The SDK conformance kits on Qwen3 model classes of microformers-llama."""
 
 from __future__ import annotations
 
-from microformers_qwen3.configuration_qwen3 import Qwen3Config
-from microformers_qwen3.modeling_qwen3 import Qwen3ForCausalLM, Qwen3ForSequenceClassification, Qwen3Model
-from microformers_sdk.testing import ModelConformanceTests, PluginConformanceTests
+from microformers_llama.configuration_qwen3 import Qwen3Config
+from microformers_llama.modeling_qwen3 import Qwen3ForCausalLM, Qwen3ForSequenceClassification, Qwen3Model
+from microformers_sdk.testing import ModelConformanceTests
 
 TINY = {
     "vocab_size": 64,
@@ -25,7 +25,4 @@ class TestQwen3Conformance(ModelConformanceTests):
     model_classes = (Qwen3Model, Qwen3ForCausalLM, Qwen3ForSequenceClassification)
     padding_side = "left"
 
-
-class TestQwen3PluginConformance(PluginConformanceTests):
-    plugin_name = "qwen3"
     registers = (("configs", "qwen3"),)

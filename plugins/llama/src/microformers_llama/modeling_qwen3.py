@@ -16,16 +16,16 @@ from typing import ClassVar
 
 import torch
 
-from microformers_llama.modeling_llama import (
+from microformers_sdk.layers import RMSNorm
+
+from .configuration_qwen3 import Qwen3Config
+from .modeling_llama import (
     LlamaAttention,
     LlamaDecoderLayer,
     LlamaForCausalLM,
     LlamaForSequenceClassification,
     LlamaModel,
 )
-from microformers_sdk.layers import RMSNorm
-
-from .configuration_qwen3 import Qwen3Config
 
 __all__ = [
     "Qwen3Attention",

@@ -1,4 +1,4 @@
-"""Entry point ``llama``: registers the Llama, Mistral and Qwen2 configs and model heads.
+"""Entry point ``llama``: registers the Llama, Mistral, Qwen2 and Qwen3 configs and model heads.
 
 Everything is registered as ``"module:Name"`` strings, so discovery imports neither torch nor the models.
 """
@@ -18,6 +18,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "llama": ("llama", "Llama"),
     "mistral": ("mistral", "Mistral"),
     "qwen2": ("qwen2", "Qwen2"),
+    "qwen3": ("qwen3", "Qwen3"),
 }
 
 HEADS: dict[str, str] = {
