@@ -83,6 +83,11 @@ def prepare(
     has_default_max_length = generation_config.max_length is None and generation_config.max_new_tokens is None
     config = generation_config.with_defaults()
     check_settings(config, model_kwargs)
+    for name in ("assistant_tokenizer", "synced_gpus"):
+        if call_arguments.get(name):
+            raise GenerationError(
+                f"generate(): {name}= is not supported (assistants must share the model's vocabulary)"
+            )
     check_streamer(streamer, config)
     check_model_kwargs(model, model_kwargs)
 
