@@ -122,7 +122,8 @@ def test_add_new_pipeline_example(make_bert, forget_pair_classification) -> None
     result = classifier("I like you", second_text="I love you")
     model = microformers.AutoModelForSequenceClassification.from_pretrained(folder)
     tokenizer = microformers.AutoTokenizer.from_pretrained(folder)
-    logits = model(**tokenizer("I like you", text_pair="I love you", return_tensors="pt")).logits[0]
+    with torch.no_grad():
+        logits = model(**tokenizer("I like you", text_pair="I love you", return_tensors="pt")).logits[0]
     assert np.allclose(result["logits"], logits.tolist(), atol=1e-5)
     assert result["label"] == model.config.id2label[int(logits.argmax())]
     assert result["score"] == pytest.approx(float(logits.softmax(-1).max()), abs=1e-5)
