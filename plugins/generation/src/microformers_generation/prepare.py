@@ -86,7 +86,7 @@ def prepare(
     for name in ("assistant_tokenizer", "synced_gpus"):
         if call_arguments.get(name):
             raise GenerationError(
-                f"generate(): {name}= is not supported (assistants must share the model's vocabulary)"
+                f"generate(): {name}= is not supported here (one process; an assistant must share the model's vocabulary)"
             )
     check_streamer(streamer, config)
     check_model_kwargs(model, model_kwargs)
