@@ -176,7 +176,13 @@ def _task_of(model: Any, config: Any, hub_kwargs: dict[str, Any]) -> str:
     if model is not None:
         if not isinstance(config, PretrainedConfig):
             source = config or (model if isinstance(model, (str, os.PathLike)) else None)
-            config = auto.AutoConfig.from_pretrained(str(source), **hub_kwargs) if source else model.config
+            config = auto.AutoConfig.from_pretrained(str(source), **hub_kwargs) if source else None
+            config = config or getattr(model, "config", None)
+        if not isinstance(config, PretrainedConfig):
+            raise ConfigError(
+                f"pipeline(): pass a task, e.g. pipeline('text-generation', model=...); {type(model).__name__} "
+                "has no config to infer one from"
+            )
         custom = getattr(config, "custom_pipelines", None) or {}
         architectures = set(getattr(config, "architectures", None) or ())
         found = list(custom) if len(custom) == 1 else [
