@@ -160,3 +160,29 @@ def test_generate_settings_select_the_static_cache_and_compiled_step(monkeypatch
     assert compiled_with == [{"mode": "default"}]
     with pytest.raises(GenerationError, match="cache_implementation"):
         model.generate(ids, cache_implementation="paged", **settings)
+
+
+@pytest.mark.parametrize("compiled_function", [False, True])
+def test_static_steps_of_a_row_still_all_padding_stay_finite(compiled_function: bool) -> None:
+    """A padding step in a row with no real token yet must not store non-finite keys/values.
+
+    Row 1 is padding for the prompt and the first static steps; its later real tokens must match the
+    dynamic cache's logits (the masked-out positions once poisoned them with NaN: 0 * NaN = NaN).
+    """
+    model = tiny_model()
+    ids = torch.randint(2, 64, (2, 10), generator=torch.Generator().manual_seed(6))
+    mask = torch.ones_like(ids)
+    mask[1, :6] = 0
+    with torch.no_grad():
+        eager = stepwise_logits(model, ids, mask, DynamicCache(), prefill=2)
+        if compiled_function:
+            step = install_uncompiled_step(model)
+        cache = StaticCache(max_cache_len=12)
+        fast = stepwise_logits(model, ids, mask, cache, prefill=2)
+    if compiled_function:
+        assert step.calls == 8
+    for keys, values in cache:
+        assert torch.isfinite(keys).all() and torch.isfinite(values).all()
+    valid = mask.bool()
+    assert torch.isfinite(fast[valid]).all()
+    torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=1e-5)

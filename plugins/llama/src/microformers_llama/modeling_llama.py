@@ -301,12 +301,19 @@ def _static_step_position(
 def _visible_storage(
     capacity: int, past: int, attention_mask: torch.Tensor | None, embeds: torch.Tensor
 ) -> torch.Tensor:
-    """Which of the ``capacity`` stored positions the new token attends to: ``(batch or 1, 1, 1, capacity)``."""
+    """Which of the ``capacity`` stored positions the new token attends to: ``(batch or 1, 1, 1, capacity)``.
+
+    A row with no real token up to this step (a padding step under left padding) sees every written
+    position instead of none, as ``build_attention_mask`` does, so its softmax stays finite and no
+    NaN is stored for later tokens to meet.
+    """
     batch, device = embeds.shape[0], embeds.device
     visible = (torch.arange(capacity, device=device) <= past).view(1, 1, 1, capacity)
     if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask[:, : past + 1].all()):
+        seen = attention_mask[:, : past + 1].bool()
+        seen = seen | ~seen.any(dim=-1, keepdim=True)
         padding = torch.ones(batch, capacity, dtype=torch.bool, device=device)
-        padding[:, : past + 1] = attention_mask[:, : past + 1].bool()
+        padding[:, : past + 1] = seen
         visible = visible & padding[:, None, None, :]
     return visible
 
