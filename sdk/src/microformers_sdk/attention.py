@@ -47,6 +47,13 @@ def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
     return expanded.reshape(batch, kv_heads * n_rep, seq_len, head_dim)
 
 
+def soft_cap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap * tanh(scores / cap)``: squashes scores into ``(-cap, cap)`` (Gemma 2); ``cap=None`` is a no-op."""
+    if cap is None:
+        return scores
+    return torch.tanh(scores / cap) * cap
+
+
 def _group_size(query: torch.Tensor, key: torch.Tensor) -> int:
     heads, kv_heads = query.shape[1], key.shape[1]
     if heads % kv_heads:
@@ -65,7 +72,15 @@ def sdpa_attention(
     is_causal: bool = False,
     **kwargs: Any,
 ) -> torch.Tensor:
-    """Attention through ``torch.nn.functional.scaled_dot_product_attention``."""
+    """Attention through ``torch.nn.functional.scaled_dot_product_attention``.
+
+    ``softcap=`` (attention-logit soft-capping) cannot be expressed in SDPA: such calls run :func:`eager_attention`.
+    """
+    if kwargs.get("softcap") is not None:
+        return eager_attention(
+            query, key, value, attention_mask, scaling=scaling, dropout=dropout, is_causal=is_causal,
+            softcap=kwargs["softcap"],
+        )  # fmt: skip
     n_rep = _group_size(query, key)
     extra: dict[str, Any] = {}
     if n_rep > 1:
@@ -96,14 +111,18 @@ def eager_attention(
     dropout: float = 0.0,
     is_causal: bool = False,
     return_weights: bool = False,
+    softcap: float | None = None,
     **kwargs: Any,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Attention written out with matmul and softmax (float32 softmax); can return the weights."""
+    """Attention written out with matmul and softmax (float32 softmax); can return the weights.
+
+    ``softcap`` soft-caps the scaled scores (``cap * tanh(scores / cap)``) before the mask is applied.
+    """
     n_rep = _group_size(query, key)
     key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    scores = soft_cap(torch.matmul(query, key.transpose(2, 3)) * scaling, softcap)
     q_len, kv_len = scores.shape[-2], scores.shape[-1]
     if attention_mask is None and is_causal and q_len > 1:
         attention_mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +80,48 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class OffsetRMSNorm(nn.Module):
+    """RMSNorm whose weight is stored as an offset from one: ``norm(x) * (1 + weight)`` (Gemma's layout).
+
+    The weight starts at zeros. Unlike :class:`RMSNorm` the whole product is computed in float32 and
+    only the result is cast back to the input dtype, which is what Gemma checkpoints were trained with.
+    """
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        x = hidden_states.float()
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * (1.0 + self.weight.float())).to(hidden_states.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"
+
+
+class ScaledEmbedding(nn.Embedding):
+    """An ``nn.Embedding`` whose output is multiplied by ``embed_scale`` (Gemma: ``sqrt(hidden_size)``).
+
+    The scale is rounded to the weight's dtype first (float32, then the model dtype), as the
+    reference does, so a bfloat16 model multiplies by the bfloat16 value of the scale. The scale is
+    not a parameter or buffer: checkpoints hold only ``weight``.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 embed_scale: float = 1.0, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(num_embeddings, embedding_dim, padding_idx, **kwargs)
+        self.embed_scale = float(embed_scale)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        scale = torch.tensor(self.embed_scale, dtype=torch.float32, device=self.weight.device)
+        return super().forward(input_ids) * scale.to(self.weight.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, embed_scale={self.embed_scale:g}"
 
 
 class GatedMLP(nn.Module):

@@ -8,6 +8,8 @@ tokens only (``cumsum - 1``, padding set to 1).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from microformers.errors import GenerationError
@@ -91,6 +93,25 @@ def build_attention_mask(
         allowed = allowed & padding[:, None, None, :].bool()
         allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
     return allowed, False
+
+
+def build_attention_masks(
+    attention_mask: torch.Tensor | None,
+    query_length: int,
+    past_length: int,
+    windows: Iterable[int | None],
+    *,
+    device: torch.device | None = None,
+) -> dict[int | None, AttentionMask]:
+    """One :func:`build_attention_mask` per distinct sliding window (``None``: full attention).
+
+    Models whose layers mix windows (Gemma's alternating local/global layers, Qwen2's
+    ``max_window_layers``) build the masks once per forward and look each layer's up by its window.
+    """
+    return {
+        window: build_attention_mask(attention_mask, query_length, past_length, sliding_window=window, device=device)
+        for window in dict.fromkeys(windows)
+    }
 
 
 def last_token_indices(
