@@ -114,3 +114,25 @@ class NextSentencePredictorOutput(ModelOutput):
     logits: Any
     hidden_states: Any
     attentions: Any
+
+
+class MoeModelOutputWithPast(ModelOutput):
+    """A mixture-of-experts decoder's output: ``router_logits`` holds one ``(tokens, experts)`` tensor per MoE layer."""
+
+    last_hidden_state: Any
+    past_key_values: Any
+    hidden_states: Any
+    attentions: Any
+    router_logits: Any
+
+
+class MoeCausalLMOutputWithPast(ModelOutput):
+    """``aux_loss`` is the load-balancing loss (already added to ``loss``, times its coefficient, when labels are given)."""
+
+    loss: Any
+    aux_loss: Any
+    logits: Any
+    past_key_values: Any
+    hidden_states: Any
+    attentions: Any
+    router_logits: Any
