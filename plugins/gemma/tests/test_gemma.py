@@ -175,3 +175,16 @@ def test_resized_embeddings_keep_the_scale() -> None:
     assert model.get_input_embeddings().embed_scale == pytest.approx(32**0.5)
     assert model.lm_head.weight is model.get_input_embeddings().weight
     assert torch.allclose(before, after[..., :64], atol=1e-6)
+
+
+def test_hub_files_hybrid_cache_setting_decodes_with_the_default_cache(tmp_path: Path) -> None:
+    """Gemma 2 files carry ``cache_implementation: "hybrid"``; the reference decodes them with its dynamic cache."""
+    model = build_model(Gemma2ForCausalLM, Gemma2Config(**TINY))
+    model.save_pretrained(tmp_path)
+    settings = json.loads((tmp_path / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(json.dumps({**settings, "cache_implementation": "hybrid"}))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert loaded.generation_config.cache_implementation is None
+    prompt = torch.tensor([[5, 6, 7]])
+    options = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    assert torch.equal(loaded.generate(prompt, **options), model.generate(prompt, **options))

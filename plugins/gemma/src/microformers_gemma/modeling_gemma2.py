@@ -382,6 +382,23 @@ class Gemma2ForCausalLM(Gemma2PreTrainedModel):
         )
         return output if inputs.return_dict else output.to_tuple()
 
+    @property
+    def generation_config(self) -> Any:
+        """The model's generation settings; Gemma 2 files' ``cache_implementation: "hybrid"`` means the default cache.
+
+        Gemma 2 checkpoints were published with ``"hybrid"`` (the reference's former sliding-window
+        cache) in ``config.json`` and ``generation_config.json``; the reference now decodes them with its
+        dynamic cache, and so does this model.
+        """
+        config = PreTrainedModel.generation_config.fget(self)
+        if config.cache_implementation == "hybrid":
+            config.cache_implementation = None
+        return config
+
+    @generation_config.setter
+    def generation_config(self, value: Any) -> None:
+        PreTrainedModel.generation_config.fset(self, value)
+
     def make_static_cache(self, max_cache_len: int) -> StaticCache:
         """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (prompt + new tokens).
 
