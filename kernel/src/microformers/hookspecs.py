@@ -162,6 +162,19 @@ def register_cli_commands(register):
 
 
 @hookspec
+def register_implementations(register):
+    """Provide the body of a method the kernel declares (signature and contract) but does not implement.
+
+    Call ``register(name, "module:function")``; the kernel's method calls ``function(self, *args)``
+    with its own arguments. Names: ``"PreTrainedModel.resize_token_embeddings"``,
+    ``"PreTrainedModel.enable_input_require_grads"``, ``"PreTrainedModel.disable_input_require_grads"``,
+    ``"PreTrainedModel.place_modules"`` (``device_map``) from ``microformers-sdk``;
+    ``"GenerationConfig.validate"`` and ``"GenerationMixin.compute_transition_scores"`` from
+    ``microformers-generation``.
+    """
+
+
+@hookspec
 def register_model_sources(register):
     """Provide model aliases: ``register(alias, resolve)``.
 

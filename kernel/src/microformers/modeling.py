@@ -24,7 +24,7 @@ from .configuration import PretrainedConfig, config_from_dict, dtype_name, read_
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import resolve_file, split_hub_kwargs, staged_folder
-from .plugins import registry
+from .plugins import implementation, registry
 from .remote import RegisterForAutoClass, write_custom_code
 from .weights import open_checkpoint, save_format
 
@@ -247,20 +247,19 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Module:
-        """Resize the input embeddings (and output head); see ``microformers_sdk.model_helpers``."""
-        from microformers_sdk.model_helpers import resize_token_embeddings
-
-        return resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of, mean_resizing)
+        """Give the input embeddings (and an untied output head) ``new_num_tokens`` rows, rounded up to
+        ``pad_to_multiple_of``; new rows around the old rows' mean (``mean_resizing``); tied heads follow and
+        ``config.vocab_size`` is updated. Returns the new input embeddings (implemented by microformers-sdk)."""
+        return implementation("PreTrainedModel.resize_token_embeddings")(
+            self, new_num_tokens, pad_to_multiple_of, mean_resizing
+        )
 
     def enable_input_require_grads(self) -> None:
-        from microformers_sdk.model_helpers import enable_input_require_grads
-
-        enable_input_require_grads(self)
+        """Make the input embeddings' output require grad (adapters on a frozen model with checkpointing)."""
+        implementation("PreTrainedModel.enable_input_require_grads")(self)
 
     def disable_input_require_grads(self) -> None:
-        from microformers_sdk.model_helpers import disable_input_require_grads
-
-        disable_input_require_grads(self)
+        implementation("PreTrainedModel.disable_input_require_grads")(self)
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         refuse_push_to_hub(True)
@@ -436,8 +435,8 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         model._after_load(folder, hub_kwargs)
         if device is not None:
             model.to(device)
-        if device_map is not None:
-            place_modules(model, device_map)
+        if device_map is not None:  # places modules, records model.hf_device_map
+            implementation("PreTrainedModel.place_modules")(model, device_map)
         return (model, info) if output_loading_info else model
 
     @classmethod
@@ -593,18 +592,16 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             return
         if self.__dict__.get("_adapter_manager") is not None:  # adapter files only, as the reference does
             return self._adapters().save_pretrained(save_directory, state_dict=state_dict, **kwargs)
-        if not safe_serialization:
-            raise ConfigError("save_pretrained writes no pickle files (safe_serialization=False); drop that argument")
         target = Path(save_directory)
         if target.is_file():
             raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")
-        fmt = save_format()
+        fmt, replaces = save_format(safe=safe_serialization)  # False: the legacy pickle format
         state = dict(state_dict if state_dict is not None else self.state_dict())
         for name in self.tied_parameter_names():
             state.pop(name, None)
         self.config.architectures = [type(self).__name__]
         self.config.dtype = dtype_name(self.dtype)
-        with staged_folder(target, replace=fmt.replaces) as staging:
+        with staged_folder(target, replace=replaces) as staging:
             fmt.save(state, staging, max_shard_size, {"format": "pt"})
             write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)
@@ -619,34 +616,6 @@ def check_attention(name: str) -> str:
     if registry.get("attention", name) is None:
         raise registry.missing_error("attention", name, what="attention implementation (attn_implementation)")
     return name
-
-
-def place_modules(model: PreTrainedModel, device_map: Any) -> None:
-    """Move modules as ``device_map`` says and record it as ``model.hf_device_map``.
-
-    ``"auto"``/``"balanced"``/``"sequential"`` put the whole model on the first accelerator, else the CPU;
-    a device (``"cpu"``, ``"cuda:0"``, ``0``) takes the whole model; a dict maps module prefixes (``""``
-    for the whole model) to devices and must cover every parameter.
-    """
-    if device_map in ("auto", "balanced", "balanced_low_0", "sequential"):
-        device_map = "cuda:0" if torch.cuda.is_available() else "cpu"
-    if not isinstance(device_map, dict):
-        device_map = {"": device_map}
-    placed = {}
-    for prefix, device in sorted(device_map.items(), key=lambda item: len(item[0])):
-        try:
-            module = model.get_submodule(prefix)
-            module.to(torch.device(f"cuda:{device}" if isinstance(device, int) else device))
-        except (AttributeError, RuntimeError, AssertionError) as exc:
-            raise ConfigError(f"device_map entry {prefix!r}: {device!r}: {exc}") from exc
-        placed[prefix] = device
-    names = [n for n, _ in model.named_parameters()]
-    uncovered = [n for n in names if not any(p == "" or n == p or n.startswith(p + ".") for p in placed)]
-    if uncovered:
-        raise ConfigError(
-            f"device_map gives no device for {', '.join(uncovered[:5])}; add their module prefixes (or '') to it"
-        )
-    model.hf_device_map = placed
 
 
 def _quantizer(
@@ -664,8 +633,6 @@ def _quantizer(
     spec = dict(spec) if isinstance(spec, Mapping) else spec.to_dict()
     if not spec.get("quant_method"):
         raise ConfigError(f"quantization_config {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
-    from .plugins import registry
-
     quantizer = registry.require("quantizers", spec["quant_method"], what="quantization method")(spec)
     if load_in_8bit or load_in_4bit:
         flag = "load_in_8bit" if load_in_8bit else "load_in_4bit"

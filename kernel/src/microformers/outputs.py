@@ -1,7 +1,8 @@
 """Model outputs: values readable as attributes, as dict keys, or by position.
 
 Like the reference's ``ModelOutput``: fields left ``None`` are absent from ``keys()`` and from
-positional access, so ``outputs[0]`` is the first field that was actually returned.
+positional access, so ``outputs[0]`` is the first field that was actually returned. The task outputs
+(``BaseModelOutput``, ``CausalLMOutput`` ...) are in ``microformers_sdk.outputs``.
 """
 
 from __future__ import annotations
@@ -67,12 +68,3 @@ class ModelOutput(dict):
     def __reduce__(self) -> Any:
         return (type(self), (), None, None, iter(self.items()))
 
-
-def __getattr__(name: str) -> Any:
-    """The task outputs moved to ``microformers_sdk.outputs``; this old import path keeps working."""
-    import microformers_sdk.outputs as task_outputs
-
-    try:
-        return getattr(task_outputs, name)
-    except AttributeError:
-        raise AttributeError(f"module 'microformers.outputs' has no attribute {name!r}") from None

@@ -1,4 +1,4 @@
-"""Checkpoints: the one path that opens a model source for loading, shard planning, size parsing.
+"""Checkpoints: the one path that opens a model source for loading, and the choice of the format a save writes.
 
 Formats themselves (safetensors, legacy ``.bin``, GGUF ...) are plugins; see
 ``hookspecs.register_checkpoint_formats`` for what a format object offers. The kernel names none.
@@ -7,51 +7,14 @@ Formats themselves (safetensors, legacy ``.bin``, GGUF ...) are plugins; see
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from .errors import ConfigError, FileMissingError
+from .errors import FileMissingError
 from .hub import resolve_folder, split_hub_kwargs
 from .plugins import Registration, registry
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
-
-
-def parse_size(size: int | str) -> int:
-    """``"5GB"`` -> 5_000_000_000; ``"10MiB"`` -> 10_485_760; ints pass through."""
-    if isinstance(size, int):
-        return size
-    match = _SIZE.match(str(size))
-    if not match:
-        raise ConfigError(f"max_shard_size={size!r} is not a size; use bytes or a string like '500MB' or '5GB'")
-    number, unit = match.groups()
-    return int(float(number) * _UNITS[(unit or "").upper()])
-
-
-def plan_shards(sizes: Mapping[str, int], max_shard_size: int) -> list[list[str]]:
-    """Group tensor names, in order, into shards of at most ``max_shard_size`` bytes (a larger tensor gets its own)."""
-    shards: list[list[str]] = [[]]
-    current = 0
-    for name, size in sizes.items():
-        if shards[-1] and current + size > max_shard_size:
-            shards.append([])
-            current = 0
-        shards[-1].append(name)
-        current += size
-    return shards
-
-
-def shard_file_names(stem: str, suffix: str, count: int) -> list[str]:
-    """HF names: ``model.safetensors`` alone, else ``model-00001-of-00003.safetensors`` ..."""
-    if count == 1:
-        return [f"{stem}{suffix}"]
-    return [f"{stem}-{i:05d}-of-{count:05d}{suffix}" for i in range(1, count + 1)]
 
 
 class FormatRefused(Exception):
@@ -160,9 +123,17 @@ def _find(folder: Path, candidates: list[tuple[Registration, Any]], kwargs: dict
     raise FileMissingError(f"no model weights found in {folder}. {hint}")
 
 
-def save_format() -> Any:
-    """The format ``save_pretrained`` writes: the highest-priority one that can save."""
-    for _, fmt in formats():
-        if hasattr(fmt, "save"):
-            return fmt
-    raise registry.missing_error("checkpoint_formats", "safetensors", what="checkpoint format that can save")
+def save_format(safe: bool = True) -> tuple[Any, list[str]]:
+    """The format ``save_pretrained`` writes and the file globs the save supersedes.
+
+    The format is the highest-priority one that can save whose ``safe`` (default true; a pickle format
+    sets false) equals ``safe_serialization``. A save supersedes the weight files of every format
+    (``replaces``), so no older weights stay beside the new ones, whichever format a later load picks.
+    """
+    candidates = formats()
+    replaces = [glob for _, fmt in candidates for glob in getattr(fmt, "replaces", ())]
+    for _, fmt in candidates:
+        if hasattr(fmt, "save") and bool(getattr(fmt, "safe", True)) == bool(safe):
+            return fmt, replaces
+    what = "checkpoint format that can save" + ("" if safe else " without safe_serialization")
+    raise registry.missing_error("checkpoint_formats", "safetensors" if safe else "pytorch_bin", what=what)

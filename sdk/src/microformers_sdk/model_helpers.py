@@ -1,7 +1,8 @@
 """The model helpers training scripts call, behind ``PreTrainedModel``'s methods of the same names.
 
-``PreTrainedModel.resize_token_embeddings`` and ``enable_input_require_grads`` are one-line dispatchers
-to these functions, so the kernel stays small.
+``PreTrainedModel.resize_token_embeddings``, ``enable_input_require_grads`` and the ``device_map``
+placement of ``from_pretrained`` are declared in the kernel and call these functions, which this
+distribution registers through the ``register_implementations`` hook (the kernel never imports the SDK).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch import nn
 
 from microformers.errors import ConfigError
 
-__all__ = ["disable_input_require_grads", "enable_input_require_grads", "resize_token_embeddings"]
+__all__ = ["disable_input_require_grads", "enable_input_require_grads", "place_modules", "resize_token_embeddings"]
 
 
 def _new_rows(old: torch.Tensor, count: int, mean_resizing: bool, std: float) -> torch.Tensor:
@@ -128,3 +129,31 @@ def disable_input_require_grads(model: Any) -> None:
     hook = model.__dict__.pop("_require_grads_hook", None)
     if hook is not None:
         hook.remove()
+
+
+def place_modules(model: Any, device_map: Any) -> None:
+    """Move modules as ``device_map`` says and record it as ``model.hf_device_map``.
+
+    ``"auto"``/``"balanced"``/``"sequential"`` put the whole model on the first accelerator, else the CPU;
+    a device (``"cpu"``, ``"cuda:0"``, ``0``) takes the whole model; a dict maps module prefixes (``""``
+    for the whole model) to devices and must cover every parameter.
+    """
+    if device_map in ("auto", "balanced", "balanced_low_0", "sequential"):
+        device_map = "cuda:0" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device_map, dict):
+        device_map = {"": device_map}
+    placed = {}
+    for prefix, device in sorted(device_map.items(), key=lambda item: len(item[0])):
+        try:
+            module = model.get_submodule(prefix)
+            module.to(torch.device(f"cuda:{device}" if isinstance(device, int) else device))
+        except (AttributeError, RuntimeError, AssertionError) as exc:
+            raise ConfigError(f"device_map entry {prefix!r}: {device!r}: {exc}") from exc
+        placed[prefix] = device
+    names = [n for n, _ in model.named_parameters()]
+    uncovered = [n for n in names if not any(p == "" or n == p or n.startswith(p + ".") for p in placed)]
+    if uncovered:
+        raise ConfigError(
+            f"device_map gives no device for {', '.join(uncovered[:5])}; add their module prefixes (or '') to it"
+        )
+    model.hf_device_map = placed

@@ -1,4 +1,4 @@
-"""The kernel distribution's own plugin: safetensors and legacy .bin formats, core CLI commands."""
+"""The kernel distribution's own plugin: the core CLI commands and the "which distribution provides X" data."""
 
 from __future__ import annotations
 
@@ -15,12 +15,6 @@ MICROFORMERS_API_VERSION = 1
 MICROFORMERS_PROVIDES: dict[str, dict[str, list[str]]] = json.loads(
     (Path(__file__).parent / "providers.json").read_text(encoding="utf-8")
 )
-
-
-@hookimpl
-def register_checkpoint_formats(register: Any) -> None:
-    register("safetensors", "microformers.builtin.safetensors_format:SAFETENSORS", priority=100)
-    register("pytorch_bin", "microformers.builtin.bin_format:PYTORCH_BIN", priority=-100)
 
 
 @hookimpl

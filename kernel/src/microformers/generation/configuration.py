@@ -17,8 +17,9 @@ from typing import Any
 
 import attrs
 
-from ..errors import ConfigError, GenerationError
+from ..errors import ConfigError
 from ..hub import atomic_write_text, resolve_file, split_hub_kwargs
+from ..plugins import implementation
 
 GENERATION_CONFIG_NAME = "generation_config.json"
 
@@ -183,76 +184,12 @@ class GenerationConfig:
 
     # -- validation ------------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`GenerationError` naming the setting when values are invalid or contradict each other."""
-        _check_int(self, "max_new_tokens", minimum=1)
-        _check_int(self, "max_length", minimum=1)
-        _check_int(self, "min_new_tokens", minimum=0)
-        _check_int(self, "min_length", minimum=0)
-        _check_int(self, "num_beams", minimum=1)
-        _check_int(self, "num_return_sequences", minimum=1)
-        _check_int(self, "top_k", minimum=0)
-        _check_int(self, "no_repeat_ngram_size", minimum=0)
-        if self.cache_implementation not in (None, "dynamic", "static"):
-            raise GenerationError(
-                f"cache_implementation={self.cache_implementation!r} is unknown; use 'dynamic' (default) or 'static'"
-            )
-        if self.compile_config is not None and not isinstance(self.compile_config, (bool, dict)):
-            raise GenerationError("compile_config must be True/False or a dict of torch.compile options")
-        if self.early_stopping not in (None, True, False, "never"):
-            raise GenerationError(f"early_stopping={self.early_stopping!r} is invalid; use True, False or 'never'")
-        if self.temperature is not None and not self.temperature > 0:
-            hint = " For deterministic output use do_sample=False instead." if self.temperature == 0 else ""
-            raise GenerationError(f"temperature={self.temperature!r} must be a positive number.{hint}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise GenerationError(f"top_p={self.top_p!r} must be in (0, 1]; 1.0 disables top-p filtering")
-        if self.min_p is not None and not 0 <= self.min_p <= 1:
-            raise GenerationError(f"min_p={self.min_p!r} must be in [0, 1]")
-        if self.typical_p is not None and not 0 < self.typical_p <= 1:
-            raise GenerationError(f"typical_p={self.typical_p!r} must be in (0, 1]; 1.0 disables typical-p filtering")
-        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
-            raise GenerationError(f"repetition_penalty={self.repetition_penalty!r} must be positive (1.0 = off)")
-        if self.max_time is not None and not self.max_time > 0:
-            raise GenerationError(f"max_time={self.max_time!r} must be a positive number of seconds")
-        if self.stop_strings is not None and not (
-            isinstance(self.stop_strings, str)
-            or (
-                isinstance(self.stop_strings, (list, tuple))
-                and all(isinstance(s, str) and s for s in self.stop_strings)
-            )
-        ):
-            raise GenerationError(f"stop_strings={self.stop_strings!r} must be a string or a list of non-empty strings")
-        if self.bad_words_ids is not None and not (
-            isinstance(self.bad_words_ids, list)
-            and self.bad_words_ids
-            and all(isinstance(seq, list) and seq and all(_is_token(t) for t in seq) for seq in self.bad_words_ids)
-        ):
-            raise GenerationError(
-                f"bad_words_ids={self.bad_words_ids!r} must be a non-empty list of non-empty lists of token ids"
-            )
-        for name in ("bos_token_id", "pad_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if value is not None and not _is_token(value):
-                raise GenerationError(f"{name}={value!r} must be a non-negative integer token id")
-        eos = self.eos_token_id
-        if eos is not None and not (
-            _is_token(eos) or (isinstance(eos, (list, tuple)) and eos and all(_is_token(e) for e in eos))
-        ):
-            raise GenerationError(f"eos_token_id={eos!r} must be a token id or a non-empty list of token ids")
-        if (
-            self.max_length is not None
-            and self.min_length is not None
-            and self.max_new_tokens is None
-            and self.min_length > self.max_length
-        ):
-            raise GenerationError(f"min_length={self.min_length} is larger than max_length={self.max_length}")
-        if (
-            self.max_new_tokens is not None
-            and self.min_new_tokens is not None
-            and self.min_new_tokens > self.max_new_tokens
-        ):
-            raise GenerationError(
-                f"min_new_tokens={self.min_new_tokens} is larger than max_new_tokens={self.max_new_tokens}"
-            )
+        """Raise :class:`GenerationError` naming the setting when values are invalid or contradict each other.
+
+        Implemented by ``microformers-generation`` (``register_implementations``), which owns the strategies
+        whose settings it checks.
+        """
+        implementation("GenerationConfig.validate")(self)
 
     # -- serialisation ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -316,15 +253,3 @@ def _field_names() -> frozenset[str]:
     if _FIELD_NAMES is None:
         _FIELD_NAMES = frozenset(name for name in attrs.fields_dict(GenerationConfig) if name != "extra")
     return _FIELD_NAMES
-
-
-def _is_token(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _check_int(config: GenerationConfig, name: str, minimum: int) -> None:
-    value = getattr(config, name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise GenerationError(f"{name}={value!r} must be an integer >= {minimum}")

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import GenerationError
-from ..plugins import registry
+from ..plugins import implementation, registry
 from .configuration import GENERATION_CONFIG_NAME, GenerationConfig
 
 
@@ -84,20 +84,9 @@ class GenerationMixin:
         ``beam_indices`` (beam search) says which row of ``scores`` each token came from (``-1``:
         past the end, scored 0); ``normalize_logits`` log-softmaxes each step first.
         """
-        if not scores:
-            raise GenerationError("compute_transition_scores needs the per-step scores (output_scores=True)")
-        steps = torch.stack(tuple(scores), dim=1)
-        if normalize_logits:
-            steps = steps.log_softmax(dim=-1)
-        if beam_indices is None:
-            beam_indices = torch.arange(steps.shape[0], device=steps.device)[:, None].expand(-1, steps.shape[1])
-        valid = beam_indices >= 0
-        length = int(valid.sum(dim=-1).max())
-        valid = valid[:, :length]
-        rows = beam_indices[:, :length].clamp(min=0).to(steps.device)
-        positions = torch.arange(length, device=steps.device)[None].expand_as(rows)
-        tokens = sequences[:, sequences.shape[-1] - length :].to(steps.device)
-        return steps[rows, positions, tokens].masked_fill(~valid.to(steps.device), 0.0)
+        return implementation("GenerationMixin.compute_transition_scores")(
+            self, sequences, scores, beam_indices, normalize_logits
+        )
 
     # -- generate --------------------------------------------------------------------------------
     @torch.no_grad()

@@ -35,3 +35,9 @@ def register_generation_strategies(register: Any) -> None:
 def register_exports(register: Any) -> None:
     for name, module in EXPORTS.items():
         register(name, f"microformers_generation.{module}:{name}")
+
+
+@hookimpl
+def register_implementations(register: Any) -> None:
+    register("GenerationConfig.validate", "microformers_generation.validation:validate")
+    register("GenerationMixin.compute_transition_scores", "microformers_generation.outputs:compute_transition_scores")

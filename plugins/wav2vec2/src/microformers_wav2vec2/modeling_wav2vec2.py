@@ -32,10 +32,11 @@ from torch import nn
 
 from microformers import PreTrainedModel
 from microformers.errors import InputError
-from microformers.outputs import CausalLMOutput, ModelOutput, SequenceClassifierOutput
+from microformers.outputs import ModelOutput
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.layers import get_activation
 from microformers_sdk.masks import build_attention_mask
+from microformers_sdk.outputs import CausalLMOutput, SequenceClassifierOutput
 from microformers_sdk.weights import KeyRenamer
 
 from .configuration_wav2vec2 import Wav2Vec2Config

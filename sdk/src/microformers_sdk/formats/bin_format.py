@@ -1,6 +1,9 @@
-"""Legacy PyTorch pickle weights (``pytorch_model.bin``): only with ``use_safetensors=False``.
+"""Legacy PyTorch pickle weights (``pytorch_model.bin``): read only with ``use_safetensors=False``.
 
-Loaded with ``torch.load(weights_only=True)``, so a pickle cannot run code.
+Loaded with ``torch.load(weights_only=True)``, so a pickle cannot run code. Written by
+``save_pretrained(safe_serialization=False)``: ``torch.save`` of the state dict (tied copies left out,
+as in every save), sharded by ``max_shard_size`` into ``pytorch_model-00001-of-0000N.bin`` with
+``pytorch_model.bin.index.json``, the names and index layout of transformers 4.x.
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from microformers.builtin.safetensors_format import variant_name
 from microformers.configuration import read_json
 from microformers.errors import CheckpointError, FileMissingError
 from microformers.weights import FormatRefused
+
+from . import save_sharded
+from .safetensors_format import variant_name
 
 WEIGHTS_NAME = "pytorch_model.bin"
 INDEX_NAME = "pytorch_model.bin.index.json"
@@ -22,6 +27,8 @@ class PytorchBinFormat:
     name = "pytorch_bin"
     arguments = ("use_safetensors", "variant")
     expected = f"{WEIGHTS_NAME} with use_safetensors=False"
+    safe = False  # the format save_pretrained(safe_serialization=False) writes
+    replaces = (WEIGHTS_NAME, "pytorch_model-?????-of-?????.bin", INDEX_NAME)
 
     def patterns(self, use_safetensors: bool | None = None, **_: Any) -> list[str]:
         return ["*.bin"] if use_safetensors is False else []
@@ -57,6 +64,20 @@ class PytorchBinFormat:
             except Exception as exc:
                 raise CheckpointError(f"cannot read {path} as PyTorch weights (weights_only=True): {exc}") from exc
         return state
+
+    def save(
+        self, state_dict: Mapping[str, Any], folder: Path, max_shard_size: int | str, metadata: dict[str, str]
+    ) -> list[str]:
+        import torch
+
+        def write(tensors: dict[str, Any], path: Path) -> None:
+            # a view of a larger tensor would pickle that tensor's whole storage: store its own values
+            def own(t: Any) -> Any:
+                return t.clone() if t.untyped_storage().nbytes() > t.numel() * t.element_size() else t
+
+            torch.save({name: own(t) for name, t in tensors.items()}, path)
+
+        return save_sharded(state_dict, folder, max_shard_size, WEIGHTS_NAME, INDEX_NAME, write)
 
 
 PYTORCH_BIN = PytorchBinFormat()

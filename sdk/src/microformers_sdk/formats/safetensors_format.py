@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -11,7 +10,8 @@ from typing import Any
 from microformers.configuration import read_json
 from microformers.errors import CheckpointError, FileMissingError
 from microformers.hub import umask
-from microformers.weights import parse_size, plan_shards, shard_file_names
+
+from . import save_sharded
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
@@ -119,20 +119,11 @@ class SafetensorsFormat:
     ) -> list[str]:
         from safetensors.torch import save_file
 
-        sizes = {name: t.numel() * t.element_size() for name, t in state_dict.items()}
-        shards = plan_shards(sizes, parse_size(max_shard_size))
-        names = shard_file_names("model", ".safetensors", len(shards))
-        weight_map: dict[str, str] = {}
-        for file_name, shard in zip(names, shards):
-            tensors = {k: state_dict[k].detach().contiguous() for k in shard}
-            save_file(tensors, str(folder / file_name), metadata=metadata)
-            os.chmod(folder / file_name, 0o666 & ~umask())  # safetensors writes 0600; the reference's are 0644
-            weight_map.update(dict.fromkeys(shard, file_name))
-        if len(names) > 1:
-            index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
-            (folder / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-            return [*names, INDEX_NAME]
-        return names
+        def write(tensors: dict[str, Any], path: Path) -> None:
+            save_file(tensors, str(path), metadata=metadata)
+            os.chmod(path, 0o666 & ~umask())  # safetensors writes 0600; the reference's are 0644
+
+        return save_sharded(state_dict, folder, max_shard_size, WEIGHTS_NAME, INDEX_NAME, write)
 
 
 SAFETENSORS = SafetensorsFormat()

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from microformers import PretrainedConfig, PreTrainedModel
-from microformers.outputs import BaseModelOutput, CausalLMOutput
+from microformers_sdk.outputs import BaseModelOutput, CausalLMOutput
 
 
 class ToyConfig(PretrainedConfig):
