@@ -1,7 +1,7 @@
 """microformers-sdk: what model plugins are built from.
 
 Layers (``RMSNorm``, ``GatedMLP``), rotary position embeddings (``RotaryEmbedding`` with default,
-linear, dynamic NTK, YaRN and llama3 scaling), attention through
+linear, dynamic NTK, YaRN, llama3 and LongRoPE scaling), attention through
 ``torch.nn.functional.scaled_dot_product_attention`` (``sdpa_attention``, ``eager_attention``,
 ``get_attention_function``), masks and position ids (``build_attention_mask``,
 ``position_ids_from_attention_mask``), KV caches (``DynamicCache``, ``StaticCache``) and
@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "RMSNorm": "layers",
     "GatedMLP": "layers",
+    "FusedGatedMLP": "layers",
     "OffsetRMSNorm": "layers",
     "ScaledEmbedding": "layers",
     "ACTIVATIONS": "layers",

@@ -143,6 +143,25 @@ class GatedMLP(nn.Module):
         return apply_linear(self.down_proj, self.act_fn(gate) * up)
 
 
+class FusedGatedMLP(nn.Module):
+    """The gated MLP with gate and up projections in one matrix: ``down_proj(act(gate) * up)``, ``gate, up = gate_up_proj(x).chunk(2)``.
+
+    Parameter names (``gate_up_proj`` of ``2 * intermediate_size`` rows, gate rows first, and
+    ``down_proj``) are the ones Phi-3 checkpoints use. One product instead of two is also faster for
+    one-token decoding steps.
+    """
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act: str = "silu", bias: bool = False) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act_fn = get_activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = apply_linear(self.gate_up_proj, x).chunk(2, dim=-1)
+        return apply_linear(self.down_proj, self.act_fn(gate) * up)
+
+
 # One input row (a single token of a single sequence, i.e. batch-1 decoding) makes a linear layer a
 # matrix-vector product, which is bound by how fast the weight streams from memory. On x86 CPUs with
 # MKL, ``F.linear`` on one row reaches about half the bandwidth that a batched product over two halves

@@ -7,17 +7,27 @@ Checkpoints describe RoPE in one of two spellings, both accepted here:
 * ``"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, ...}``.
 
 :func:`normalize_rope_settings` turns either into a :class:`RopeSettings`.
+
+``longrope`` (Phi-3's LongRoPE; ``"su"`` is its legacy name) carries two lists of per-frequency
+divisors, ``short_factor`` and ``long_factor`` (``rotary dim / 2`` numbers each): the short set
+applies while a forward pass's longest position is within ``original_max_position_embeddings``,
+the long set beyond it, and cos/sin are scaled by ``attention_factor`` (default
+``sqrt(1 + ln(factor) / ln(original))`` with ``factor = max_position_embeddings / original``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
 
 from microformers.errors import ConfigError
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+
+# Older names of supported types, as found in config.json files.
+_ROPE_TYPE_ALIASES: dict[str, str] = {"su": "longrope"}
 
 # Keys each scaling type must find in the rope settings (after defaults are applied).
 _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
@@ -26,6 +36,7 @@ _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "dynamic": ("factor",),
     "yarn": (),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+    "longrope": ("short_factor", "long_factor"),
 }
 
 
@@ -47,6 +58,8 @@ class RopeSettings:
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
 
 
 def normalize_rope_settings(
@@ -59,8 +72,13 @@ def normalize_rope_settings(
     partial_rotary_factor: float | None = None,
     default_theta: float = 10000.0,
     setting: str = "rope_scaling",
+    original_max_position_embeddings: int | None = None,
 ) -> RopeSettings:
-    """Merge the two config spellings into :class:`RopeSettings`; errors name ``setting``."""
+    """Merge the two config spellings into :class:`RopeSettings`; errors name ``setting``.
+
+    ``original_max_position_embeddings`` given here (a top-level config field, as Phi-3 has) takes
+    priority over the one inside the rope settings for ``longrope``, as in the reference.
+    """
     params: dict[str, Any] = {}
     for source in (rope_scaling, rope_parameters):
         if source is None:
@@ -69,6 +87,7 @@ def normalize_rope_settings(
             raise ConfigError(f"{setting} must be a JSON object (or null), got {type(source).__name__}: {source!r}")
         params.update(source)
     rope_type = params.get("rope_type", params.get("type")) or "default"
+    rope_type = _ROPE_TYPE_ALIASES.get(rope_type, rope_type)
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ConfigError(
             f"{setting}.rope_type={rope_type!r} is not supported; supported rotary scaling types are "
@@ -87,11 +106,20 @@ def normalize_rope_settings(
     if missing:
         raise ConfigError(f"{setting} with rope_type={rope_type!r} needs {missing}; add them to config.json")
     original = params.get("original_max_position_embeddings")
-    if original is None and rope_type in ("yarn", "llama3"):
+    if rope_type == "longrope" and original_max_position_embeddings is not None:
+        original = original_max_position_embeddings
+    if original is None and rope_type in ("yarn", "llama3", "longrope"):
         original = max_position_embeddings
     factor = params.get("factor")
-    if rope_type == "yarn" and factor is None:
+    if rope_type in ("yarn", "longrope") and factor is None:
         factor = max_position_embeddings / original
+    short_factor = long_factor = None
+    attention_factor = params.get("attention_factor")
+    if rope_type == "longrope":
+        short_factor = _factor_list(params, "short_factor", dim, setting)
+        long_factor = _factor_list(params, "long_factor", dim, setting)
+        if attention_factor is None:
+            attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     for key, value in (("factor", factor), ("rope_theta", theta)):
         if value is not None and (not isinstance(value, int | float) or value <= 0):
             raise ConfigError(f"{setting}.{key}={value!r} must be a positive number")
@@ -106,11 +134,29 @@ def normalize_rope_settings(
         high_freq_factor=params.get("high_freq_factor"),
         beta_fast=params.get("beta_fast"),
         beta_slow=params.get("beta_slow"),
-        attention_factor=params.get("attention_factor"),
+        attention_factor=attention_factor,
         mscale=params.get("mscale"),
         mscale_all_dim=params.get("mscale_all_dim"),
         truncate=bool(params.get("truncate", True)),
+        short_factor=short_factor,
+        long_factor=long_factor,
     )
+
+
+def _factor_list(params: dict[str, Any], key: str, dim: int, setting: str) -> tuple[float, ...]:
+    """``longrope``'s ``short_factor`` / ``long_factor``: one positive number per rotary frequency."""
+    value = params[key]
+    if (
+        not isinstance(value, list | tuple)
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) and x > 0 for x in value)
+        or len(value) != dim // 2
+    ):
+        shown = f"{len(value)} values" if isinstance(value, list | tuple) else repr(value)
+        raise ConfigError(
+            f"{setting}.{key} must be a list of {dim // 2} positive numbers (rotary dimension {dim} / 2), got "
+            f"{shown}; fix config.json"
+        )
+    return tuple(float(x) for x in value)
 
 
 def rope_settings_from_config(config: Any, head_dim: int | None = None) -> RopeSettings:
@@ -124,4 +170,5 @@ def rope_settings_from_config(config: Any, head_dim: int | None = None) -> RopeS
         rope_scaling=getattr(config, "rope_scaling", None),
         rope_parameters=getattr(config, "rope_parameters", None),
         partial_rotary_factor=getattr(config, "partial_rotary_factor", None),
+        original_max_position_embeddings=getattr(config, "original_max_position_embeddings", None),
     )

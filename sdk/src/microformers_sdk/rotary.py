@@ -89,11 +89,21 @@ def _llama3_inv_freq(settings: RopeSettings) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
+def _longrope_inv_freq(settings: RopeSettings, seq_len: int | None) -> torch.Tensor:
+    assert settings.short_factor is not None and settings.long_factor is not None
+    assert settings.original_max_position_embeddings is not None
+    long = seq_len is not None and seq_len > settings.original_max_position_embeddings
+    divisors = torch.tensor(settings.long_factor if long else settings.short_factor, dtype=torch.float32)
+    exponents = torch.arange(0, settings.dim, 2, dtype=torch.int64, device="cpu").to(torch.float32) / settings.dim
+    return 1.0 / (divisors * settings.theta**exponents)
+
+
 def compute_inv_freq(settings: RopeSettings, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
     """Inverse frequencies (float32, CPU, ``dim // 2`` values) and the factor cos/sin are scaled by.
 
-    ``seq_len`` only matters for ``dynamic`` scaling, whose base grows once a sequence is longer
-    than ``max_position_embeddings``.
+    ``seq_len`` matters for ``dynamic`` scaling, whose base grows once a sequence is longer than
+    ``max_position_embeddings``, and for ``longrope``, whose long factors apply once it is longer
+    than ``original_max_position_embeddings`` (the short ones otherwise, and when ``None``).
     """
     rope_type = settings.rope_type
     if rope_type == "default":
@@ -113,6 +123,9 @@ def compute_inv_freq(settings: RopeSettings, seq_len: int | None = None) -> tupl
         return _yarn_inv_freq(settings)
     if rope_type == "llama3":
         return _llama3_inv_freq(settings), 1.0
+    if rope_type == "longrope":
+        assert settings.attention_factor is not None
+        return _longrope_inv_freq(settings, seq_len), float(settings.attention_factor)
     raise ConfigError(f"rope_type={rope_type!r} is not supported; use one of {list(SUPPORTED_ROPE_TYPES)}")
 
 
@@ -129,12 +142,22 @@ class RotaryEmbedding(nn.Module):
         self.settings = settings
         inv_freq, self.attention_scaling = compute_inv_freq(settings)
         self._inv_freq: dict[torch.device, torch.Tensor] = {inv_freq.device: inv_freq}
+        self._longrope: dict[tuple[torch.device, bool], torch.Tensor] = {}
 
     @property
     def inv_freq(self) -> torch.Tensor:
         return self._inv_freq[torch.device("cpu")]
 
     def _frequencies(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, float]:
+        if self.settings.rope_type == "longrope":
+            # One set for the whole call, chosen by its longest position (as the reference does).
+            long = int(position_ids.max()) + 1 > self.settings.original_max_position_embeddings
+            key = (position_ids.device, long)
+            inv_freq = self._longrope.get(key)
+            if inv_freq is None:
+                seq_len = self.settings.original_max_position_embeddings + 1 if long else None
+                inv_freq = self._longrope[key] = compute_inv_freq(self.settings, seq_len)[0].to(position_ids.device)
+            return inv_freq, self.attention_scaling
         if self.settings.rope_type == "dynamic":
             seq_len = int(position_ids.max()) + 1
             if seq_len > self.settings.max_position_embeddings:

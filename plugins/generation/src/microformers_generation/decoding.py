@@ -4,7 +4,10 @@ It owns what every strategy would otherwise redo each step: the KV cache, the at
 the position ids. The mask lives in a buffer that grows in chunks (never sized for ``max_length`` up
 front), and each step passes a view of the columns filled so far; position ids advance by one; only
 the newest token goes into the model when the cache is on. With no padding the mask is dropped
-entirely, as the model then needs none.
+entirely, as the model then needs none. A model whose cached states go stale at some length (Phi-3's
+LongRoPE switches factor sets past ``original_max_position_embeddings``) says so through
+``cache_needs_recompute(past_length, total_length)``; that step then runs the whole sequence into a
+fresh cache, as the reference's ``prepare_inputs_for_generation`` override does.
 """
 
 from __future__ import annotations
@@ -103,10 +106,26 @@ class IncrementalDecoder:
             self._mask = grow(self._mask, self.length, self.max_length, fill=1)
         position = self._next_position
         self._next_position = position + 1
+        if self.use_cache and self._must_recompute():
+            self.cache = None
+            return self._forward(input_ids, self._all_positions(input_ids))
         if self.use_cache:
             return self._forward(input_ids[:, -1:], position)
         self._positions = torch.cat((self._positions, position), dim=-1)
         return self._forward(input_ids, self._positions)
+
+    def _must_recompute(self) -> bool:
+        needs_recompute = getattr(self.model, "cache_needs_recompute", None)
+        if needs_recompute is None or self.cache is None:
+            return False
+        return bool(needs_recompute(self.cache.get_seq_length(), self.length))
+
+    def _all_positions(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Position ids of every token so far (padding counted as in :meth:`prefill`)."""
+        mask = self.attention_mask
+        if mask is None:
+            return torch.arange(self.length, device=input_ids.device).unsqueeze(0).expand(input_ids.shape[0], -1)
+        return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
     def reorder(self, row_index: torch.Tensor) -> None:
         """Reorder batch rows (beam search): row ``i`` continues old row ``row_index[i]``."""
