@@ -1,0 +1,391 @@
+"""Qwen2-MoE: a Qwen2-shaped decoder whose MLPs are sparse mixtures of experts plus a gated shared expert.
+
+Parameter names equal the tensor names of Qwen2-MoE checkpoints on the Hub, which the reference also
+writes when it saves: ``model.layers.{i}.mlp.gate.weight`` (router), ``mlp.experts.{e}.gate_proj`` /
+``up_proj`` / ``down_proj.weight`` (each expert), ``mlp.shared_expert.gate_proj`` / ``up_proj`` /
+``down_proj.weight`` and ``mlp.shared_expert_gate.weight`` (the shared expert and its sigmoid gate);
+dense layers (``mlp_only_layers``, ``decoder_sparse_step``) have ``mlp.gate_proj`` / ``up_proj`` /
+``down_proj``; attention ``self_attn.q_proj`` / ``k_proj`` / ``v_proj`` (with biases when ``qkv_bias``) and
+``o_proj``; ``input_layernorm``, ``post_attention_layernorm``, ``model.embed_tokens``, ``model.norm``,
+``lm_head``, ``score``. Checkpoints holding the reference's in-memory layout (``mlp.experts.gate_up_proj`` /
+``mlp.experts.down_proj`` stacked over experts) load too: :class:`~microformers_sdk.moe.FusedExpertsSource`
+slices them.
+
+One forward pass: embed, rotary ``cos``/``sin`` from the position ids, one attention mask per distinct
+window (``layer_types``), then per layer ``x + attn(norm(x))`` and ``x + mlp(norm(x))``, the final RMSNorm
+and the head. A sparse layer routes every token to its ``num_experts_per_tok`` best experts (softmax,
+top-k, renormalised only with ``norm_topk_prob``), runs each expert on its own tokens only
+(:func:`~microformers_sdk.moe.run_experts`) and adds ``sigmoid(shared_expert_gate(x)) * shared_expert(x)``.
+With ``output_router_logits`` the router logits of every sparse layer are returned and the causal-LM
+head reports the load-balancing ``aux_loss``, adding ``router_aux_loss_coef`` times it to the loss when
+labels are given, as the reference does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from microformers import PreTrainedModel
+from microformers.errors import InputError
+from microformers_sdk.attention import eager_attention, get_attention_function
+from microformers_sdk.cache import Cache
+from microformers_sdk.inputs import prepare_decoder_inputs
+from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
+from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
+from microformers_sdk.masks import build_attention_mask, last_token_indices
+from microformers_sdk.moe import FusedExpertsSource, SparseMoeBlock, TopKRouter, load_balancing_loss
+from microformers_sdk.outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast, SequenceClassifierOutputWithPast
+from microformers_sdk.rope_settings import rope_settings_from_config
+from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
+
+from .configuration_qwen2_moe import Qwen2MoeConfig
+
+__all__ = [
+    "Qwen2MoeConfig",
+    "Qwen2MoeDecoderLayer",
+    "Qwen2MoeForCausalLM",
+    "Qwen2MoeForSequenceClassification",
+    "Qwen2MoeModel",
+    "Qwen2MoePreTrainedModel",
+]
+
+
+class Qwen2MoeAttention(nn.Module):
+    """Grouped-query self-attention with rotary positions and biased q/k/v (``qkv_bias``); windows are in the mask."""
+
+    def __init__(self, config: Qwen2MoeConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.sliding_window = config.layer_sliding_window(layer_idx)
+        self.head_dim = config.attention_head_dim
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = float(config.attention_dropout or 0.0)
+        hidden, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+        bias = bool(config.qkv_bias)
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        mask: tuple[torch.Tensor | None, bool],
+        past_key_values: Cache | None,
+        attention_fn: Any,
+        output_attentions: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, q_len, _ = hidden_states.shape
+        shape = (batch, q_len, -1, self.head_dim)
+        query = apply_linear(self.q_proj, hidden_states).view(shape).transpose(1, 2)
+        key = apply_linear(self.k_proj, hidden_states).view(shape).transpose(1, 2)
+        value = apply_linear(self.v_proj, hidden_states).view(shape).transpose(1, 2)
+        query, key = apply_rotary_pos_emb(query, key, *rotary)
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+        attention_mask, is_causal = mask
+        dropout = self.attention_dropout if self.training else 0.0
+        options = {"scaling": self.scaling, "dropout": dropout, "is_causal": is_causal}
+        weights = None
+        if output_attentions:
+            output, weights = eager_attention(query, key, value, attention_mask, return_weights=True, **options)
+        else:
+            output = attention_fn(query, key, value, attention_mask, **options)
+        output = output.transpose(1, 2).reshape(batch, q_len, -1)
+        return apply_linear(self.o_proj, output), weights
+
+
+class Qwen2MoeDecoderLayer(nn.Module):
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``; a sparse ``mlp`` also returns router logits."""
+
+    def __init__(self, config: Qwen2MoeConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = Qwen2MoeAttention(config, layer_idx)
+        hidden, act = config.hidden_size, config.hidden_act
+        self.mlp: nn.Module
+        if config.is_sparse_layer(layer_idx):
+            experts = [GatedMLP(hidden, config.moe_intermediate_size, act) for _ in range(config.num_experts)]
+            shared = GatedMLP(hidden, config.shared_expert_intermediate_size, act)
+            self.mlp = SparseMoeBlock(
+                hidden, experts, config.num_experts_per_tok, normalize=bool(config.norm_topk_prob), shared_expert=shared
+            )
+        else:
+            self.mlp = GatedMLP(hidden, config.intermediate_size, act)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        mask: tuple[torch.Tensor | None, bool],
+        past_key_values: Cache | None,
+        attention_fn: Any,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        attended, weights = self.self_attn(
+            self.input_layernorm(hidden_states), rotary, mask, past_key_values, attention_fn, output_attentions
+        )
+        hidden_states = hidden_states + attended
+        normed = self.post_attention_layernorm(hidden_states)
+        if isinstance(self.mlp, SparseMoeBlock):
+            mixed, router_logits = self.mlp(normed)
+            return hidden_states + mixed, weights, router_logits
+        return hidden_states + self.mlp(normed), weights, None
+
+
+class Qwen2MoePreTrainedModel(PreTrainedModel):
+    config_class = Qwen2MoeConfig
+    base_model_prefix = "model"
+    _no_split_modules: ClassVar[list[str]] = ["Qwen2MoeDecoderLayer"]
+    supports_gradient_checkpointing = True
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"rotary_emb\.inv_freq"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, TopKRouter):
+            nn.init.normal_(module.weight, mean=0.0, std=getattr(self.config, "initializer_range", 0.02))
+
+    def _materialise(self, source: Mapping[str, torch.Tensor], *args: Any, **kwargs: Any) -> Any:
+        # Stacked experts (``mlp.experts.gate_up_proj``, the reference's in-memory layout) read as per-expert ones.
+        source = FusedExpertsSource.wrap(source, "gate_proj", "up_proj", "down_proj", self.config.num_experts)
+        return super()._materialise(source, *args, **kwargs)
+
+
+class Qwen2MoeModel(Qwen2MoePreTrainedModel):
+    """The decoder stack without a head; returns ``MoeModelOutputWithPast``."""
+
+    def __init__(self, config: Qwen2MoeConfig) -> None:
+        super().__init__(config)
+        pad = config.pad_token_id
+        padding_idx = pad if isinstance(pad, int) and 0 <= pad < config.vocab_size else None
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx)
+        self.layers = nn.ModuleList(Qwen2MoeDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(rope_settings_from_config(config, head_dim=config.attention_head_dim))
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_router_logits: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> MoeModelOutputWithPast | tuple[Any, ...]:
+        inputs = prepare_decoder_inputs(
+            self,
+            self.embed_tokens,
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=return_dict,
+        )
+        hidden_states, cache = inputs.inputs_embeds, inputs.cache
+        if output_router_logits is None:
+            output_router_logits = self.config.output_router_logits
+        rotary = self.rotary_emb(inputs.position_ids, dtype=hidden_states.dtype)
+        masks = {
+            window: build_attention_mask(
+                attention_mask,
+                hidden_states.shape[1],
+                inputs.past_length,
+                sliding_window=window,
+                device=hidden_states.device,
+            )
+            for window in {layer.self_attn.sliding_window for layer in self.layers}
+        }
+        attention_fn = get_attention_function(self.config)
+        all_hidden: list[torch.Tensor] = []
+        all_attentions: list[torch.Tensor | None] = []
+        all_router_logits: list[torch.Tensor] = []
+        for layer in self.layers:
+            if inputs.output_hidden_states:
+                all_hidden.append(hidden_states)
+            mask = masks[layer.self_attn.sliding_window]
+            hidden_states, weights, router_logits = self._call_layer(
+                layer, hidden_states, rotary, mask, cache, attention_fn, inputs.output_attentions
+            )
+            all_attentions.append(weights)
+            if router_logits is not None:
+                all_router_logits.append(router_logits)
+        hidden_states = self.norm(hidden_states)
+        if inputs.output_hidden_states:
+            all_hidden.append(hidden_states)
+        output = MoeModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=cache if inputs.use_cache else None,
+            hidden_states=tuple(all_hidden) if inputs.output_hidden_states else None,
+            attentions=tuple(all_attentions) if inputs.output_attentions else None,
+            router_logits=tuple(all_router_logits) if output_router_logits else None,
+        )
+        return output if inputs.return_dict else output.to_tuple()
+
+
+class Qwen2MoeForCausalLM(Qwen2MoePreTrainedModel):
+    """Decoder plus a language-modelling head; reports the load-balancing loss with ``output_router_logits``."""
+
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: Qwen2MoeConfig) -> None:
+        super().__init__(config)
+        self.model = Qwen2MoeModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.lm_head = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_router_logits: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Any,
+    ) -> MoeCausalLMOutputWithPast | tuple[Any, ...]:
+        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if output_router_logits is None:
+            output_router_logits = self.config.output_router_logits
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            output_router_logits=output_router_logits,
+            return_dict=True,
+        )
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int):
+            if logits_to_keep > 0:
+                hidden_states = hidden_states[:, -logits_to_keep:]
+        else:
+            hidden_states = hidden_states[:, logits_to_keep]
+        logits = apply_linear(self.lm_head, hidden_states)
+        loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        aux_loss = None
+        if output_router_logits:
+            aux_loss = load_balancing_loss(
+                outputs.router_logits, self.config.num_experts, self.config.num_experts_per_tok, attention_mask
+            )
+            if loss is not None:
+                loss = loss + self.config.router_aux_loss_coef * aux_loss.to(loss.device)
+        output = MoeCausalLMOutputWithPast(
+            loss=loss,
+            aux_loss=aux_loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            router_logits=outputs.router_logits,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class Qwen2MoeForSequenceClassification(Qwen2MoePreTrainedModel):
+    """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
+
+    def __init__(self, config: Qwen2MoeConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = Qwen2MoeModel(config)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> SequenceClassifierOutputWithPast | tuple[Any, ...]:
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            output_router_logits=False,
+            return_dict=True,
+        )
+        logits = apply_linear(self.score, outputs.last_hidden_state)
+        batch = logits.shape[0]
+        pad = self.config.pad_token_id
+        if pad is None and batch != 1:
+            raise InputError(
+                f"{type(self).__name__} needs config.pad_token_id to find the last token of each row in a batch of "
+                f"{batch}; set model.config.pad_token_id (e.g. to the tokenizer's pad_token_id)"
+            )
+        last = last_token_indices(input_ids, pad, batch, logits.shape[1], logits.device)
+        pooled = logits[torch.arange(batch, device=logits.device), last]
+        loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
+        output = SequenceClassifierOutputWithPast(
+            loss=loss,
+            logits=pooled,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
