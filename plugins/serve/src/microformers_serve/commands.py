@@ -1,0 +1,120 @@
+"""``microformers serve [MODEL]``: load a model and serve it over an OpenAI-compatible HTTP API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"folder, Hub id or alias ({DEFAULT_MODEL})")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--max-batch-size", type=_positive, default=16, help="sequences decoded together (default 16)")
+    parser.add_argument("--max-queue", type=_non_negative, default=256, help="requests that may wait; more get 429 (default 256)")
+    parser.add_argument(
+        "--quantize", choices=("int8", "int4", "gguf"), default=None,
+        help="quantized weights (microformers-quant): int8/int4 from float weights, gguf keeps a GGUF's blocks",
+    )  # fmt: skip
+    parser.add_argument("--gguf-file", default=None, help="GGUF file inside MODEL's folder")
+    parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16; default: the checkpoint's)")
+    parser.add_argument("--model-name", default=None, help="the id clients use in 'model' (default: MODEL as given)")
+    parser.add_argument("--max-body-bytes", type=_positive, default=4 * 1024 * 1024, help="request size limit (413 above)")
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    return run_serve
+
+
+def _positive(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def load_server(args: argparse.Namespace) -> Any:
+    """Load MODEL: a causal LM gets the batching engine, an encoder the embedding endpoint."""
+    import microformers
+
+    from .app import Embedder, Server
+    from .engine import Engine
+
+    load: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
+    tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load)
+    config = microformers.AutoConfig.from_pretrained(args.model, **load)
+    model_kwargs: dict[str, Any] = dict(load)
+    if args.quantize:
+        model_kwargs["quantization_config"] = {"quant_method": args.quantize}
+    if args.dtype:
+        from microformers.modeling import to_torch_dtype
+
+        model_kwargs["dtype"] = args.dtype if args.dtype == "auto" else to_torch_dtype(args.dtype)
+    name = args.model_name or args.model
+    aliases = (Path(args.model).name,) if Path(args.model).exists() else ()
+    if _is_generative(config):
+        model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **model_kwargs)
+        engine = Engine(model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue)
+        return Server(name, tokenizer, model, engine=engine, aliases=aliases, max_body_bytes=args.max_body_bytes)
+    model = microformers.AutoModel.from_pretrained(args.model, **model_kwargs)
+    folder = args.model if Path(args.model).is_dir() else None
+    embedder = Embedder(model, tokenizer, folder, max_pending=args.max_queue)
+    return Server(name, tokenizer, model, embedder=embedder, aliases=aliases, max_body_bytes=args.max_body_bytes)
+
+
+def _is_generative(config: Any) -> bool:
+    """A model type with a causal-LM head that is not one of the known encoders."""
+    from microformers.plugins import registry
+
+    model_type = getattr(config, "model_type", None)
+    if model_type in _ENCODERS:
+        return False
+    return any(r.name == (model_type, "AutoModelForCausalLM") for r in registry.all("models"))
+
+
+# Encoders whose plugins also register a causal-LM head (BERT as a decoder); served for embeddings.
+_ENCODERS = {"bert", "distilbert", "roberta", "xlm-roberta", "wav2vec2"}
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+    from sse_starlette.sse import AppStatus
+
+    from .app import create_app
+
+    server = load_server(args)
+    app = create_app(server)
+    # Streams end when their requests finish; sse-starlette must not cut them off at SIGTERM.
+    AppStatus.disable_automatic_graceful_drain()
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if server.engine is not None:
+                server.engine.drain()  # refuse waiting requests, let running ones finish
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=None)
+    http = DrainingServer(config)
+    print(f"microformers serve: {server.model_id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    http.run()
+    if server.engine is not None:
+        server.engine.drain()
+        server.engine.join(timeout=60)
+    return 0
