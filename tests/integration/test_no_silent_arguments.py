@@ -172,7 +172,8 @@ UNREAD_GENERATION_FIELDS = {
 
 
 def test_every_generation_config_field_is_read_or_refused() -> None:
-    sources = [*sorted((ROOT / "plugins/generation/src").rglob("*.py"))]
+    # validation (GenerationConfig.validate's body) checks values; it does not apply them
+    sources = [p for p in sorted((ROOT / "plugins/generation/src").rglob("*.py")) if p.name != "validation.py"]
     sources += [p for p in sorted((ROOT / "kernel/src/microformers/generation").rglob("*.py")) if p.name != "configuration.py"]
     text = "\n".join(p.read_text(encoding="utf-8") for p in sources)
     fields = [f.name for f in attrs.fields(GenerationConfig) if f.name != "extra"]

@@ -131,8 +131,14 @@ def pipeline(
     Remaining keyword arguments are the task's options (``top_k=...``) or loading arguments
     (``revision``, ``gguf_file``, ...).
     """
+    load_kwargs = {k: kwargs.pop(k) for k in (*HUB_KWARGS, *format_arguments()) if k in kwargs}
+    if trust_remote_code is not None:
+        load_kwargs["trust_remote_code"] = trust_remote_code
+    if isinstance(model, (str, os.PathLike)) and not isinstance(config, PretrainedConfig):
+        config = auto.AutoConfig.from_pretrained(str(config or model), **load_kwargs)
+    config = config if isinstance(config, PretrainedConfig) else getattr(model, "config", None)
     if task is None:
-        task = _task_of(model, config, {k: kwargs[k] for k in HUB_KWARGS if k in kwargs})
+        task = _task_of(model, config)
     if torch_dtype is not None:  # the reference's older name
         if dtype is not None and dtype != torch_dtype:
             raise ConfigError(f"pipeline(): pass dtype= or torch_dtype= (the same thing), not both ({dtype!r}, {torch_dtype!r})")
@@ -141,12 +147,15 @@ def pipeline(
         if device is not None or (model is not None and not isinstance(model, (str, os.PathLike))):
             raise ConfigError("pipeline(device_map=...) places a model loaded from a name or folder; pass device= instead")
         model_kwargs = {**(model_kwargs or {}), "device_map": device_map}
-    task, reg = PIPELINE_REGISTRY.check_task(task)
-    heads = _head_names(reg.meta.get("model_class")) or ("AutoModel",)
-    load_kwargs = {k: kwargs.pop(k) for k in (*HUB_KWARGS, *format_arguments()) if k in kwargs}
-    if trust_remote_code is not None:
-        load_kwargs["trust_remote_code"] = trust_remote_code
-    cls = pipeline_class or reg.load()
+    custom = (getattr(config, "custom_pipelines", None) or {}).get(task)
+    if custom is not None:  # saved by Pipeline.save_pretrained: its code runs only with trust_remote_code=True
+        source = model if isinstance(model, (str, os.PathLike)) else getattr(model, "name_or_path", None)
+        heads = _head_names(custom.get("pt")) or ("AutoModel",)
+        cls = pipeline_class or _custom_class(custom, task, source, trust_remote_code, load_kwargs)
+    else:
+        task, reg = PIPELINE_REGISTRY.check_task(task)
+        heads = _head_names(reg.meta.get("model_class")) or ("AutoModel",)
+        cls = pipeline_class or reg.load()
     if model is None:
         model = reg.meta.get("default_model")
         if model is None and cls.needs_model:
@@ -170,14 +179,20 @@ def pipeline(
     return cls(model, tokenizer, task=task, device=device, dtype=dtype, batch_size=batch_size, **kwargs)
 
 
-def _task_of(model: Any, config: Any, hub_kwargs: dict[str, Any]) -> str:
+def _custom_class(info: Any, task: str, source: Any, trust_remote_code: Any, load_kwargs: dict[str, Any]) -> Any:
+    """The class a folder's ``config.json`` ``custom_pipelines[task]["impl"]`` names, imported as remote code."""
+    from .remote import load_remote_class
+
+    if not isinstance(info, Mapping) or not isinstance(info.get("impl"), str):
+        raise ConfigError(f"{source}: custom_pipelines['{task}'] in config.json needs an 'impl': 'module.ClassName'")
+    hub_kwargs = {k: v for k, v in load_kwargs.items() if k in HUB_KWARGS}
+    return load_remote_class(info["impl"], source, trust_remote_code, hub_kwargs, {}, f"pipeline task '{task}'")
+
+
+def _task_of(model: Any, config: Any) -> str:
     """The task a model's config names (one ``custom_pipelines`` entry) or its saved head fits, else an error."""
     found: list[str] = []
     if model is not None:
-        if not isinstance(config, PretrainedConfig):
-            source = config or (model if isinstance(model, (str, os.PathLike)) else None)
-            config = auto.AutoConfig.from_pretrained(str(source), **hub_kwargs) if source else None
-            config = config or getattr(model, "config", None)
         if not isinstance(config, PretrainedConfig):
             raise ConfigError(
                 f"pipeline(): pass a task, e.g. pipeline('text-generation', model=...); {type(model).__name__} "
@@ -206,8 +221,8 @@ def _load_model(
     load_kwargs: dict[str, Any],
     model_kwargs: dict[str, Any],
 ) -> Any:
-    if not isinstance(config, PretrainedConfig):
-        config = auto.AutoConfig.from_pretrained(config or name, **load_kwargs)
+    if not isinstance(config, PretrainedConfig):  # the task's default model
+        config = auto.AutoConfig.from_pretrained(name, **load_kwargs)
     check_checkpoint_head(config, task, heads, name)
     kwargs = {**load_kwargs, **model_kwargs}
     if dtype is not None:

@@ -4,6 +4,7 @@ inference, a public forward(), save_pretrained and the add_new_pipeline example 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -129,3 +130,80 @@ def test_add_new_pipeline_example(make_bert, forget_pair_classification) -> None
     assert result["score"] == pytest.approx(float(logits.softmax(-1).max()), abs=1e-5)
     batch = classifier(["I like you", "Hello"], batch_size=2)
     assert [r["label"] for r in batch] == [result["label"], classifier("Hello")["label"]]
+
+
+# -- save_pretrained of a custom pipeline: its code and custom_pipelines go into the folder ----------
+def _import_file(path: Path) -> Any:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_custom_pipeline_save_pretrained_reloads_with_trust_remote_code(
+    make_bert, tmp_path: Path, forget_pair_classification
+) -> None:
+    import inspect
+    import json
+    import sys
+
+    from microformers import RemoteCodeError
+    from microformers.pipelines import PIPELINE_REGISTRY
+    from microformers.plugins import registry
+
+    code = tmp_path / "code" / "pair_classification.py"
+    code.parent.mkdir()
+    code.write_text(
+        "import numpy as np\nfrom microformers import Pipeline\n\n\n"
+        + inspect.getsource(softmax) + "\n\n" + inspect.getsource(PairClassificationPipeline)
+    )
+    module = _import_file(code)
+    try:
+        PIPELINE_REGISTRY.register_pipeline(
+            "pair-classification", pipeline_class=module.PairClassificationPipeline,
+            pt_model="AutoModelForSequenceClassification",
+        )
+        pipe = microformers.pipeline(
+            "pair-classification", model=str(make_bert("AutoModelForSequenceClassification", num_labels=3))
+        )
+        expected = pipe("I like you", second_text="I love you")
+        saved = tmp_path / "saved"
+        pipe.save_pretrained(saved)
+    finally:  # what a fresh process sees: neither the module nor the registration
+        sys.modules.pop("pair_classification", None)
+        registry._entries.pop(("pipelines", "pair-classification"), None)
+    config = json.loads((saved / "config.json").read_text())
+    assert config["custom_pipelines"] == {
+        "pair-classification": {
+            "impl": "pair_classification.PairClassificationPipeline", "pt": ["AutoModelForSequenceClassification"]
+        }
+    }
+    assert (saved / "pair_classification.py").read_text() == code.read_text()
+    with pytest.raises(RemoteCodeError, match=r"pair_classification\.py.*trust_remote_code=True"):
+        microformers.pipeline(model=str(saved))
+    again = microformers.pipeline(model=str(saved), trust_remote_code=True)  # task from custom_pipelines
+    assert type(again).__module__.startswith("microformers_remote_code.")
+    assert again.task == "pair-classification"
+    assert again("I like you", second_text="I love you") == expected
+    again.save_pretrained(tmp_path / "resaved")  # a reloaded custom pipeline saves its code again
+    third = microformers.pipeline("pair-classification", model=str(tmp_path / "resaved"), trust_remote_code=True)
+    assert third("I like you", second_text="I love you") == expected
+
+
+def test_custom_pipeline_defined_in_main_is_refused_by_save(make_bert, tmp_path: Path, forget_pair_classification):
+    from microformers.pipelines import PIPELINE_REGISTRY
+
+    script_class = type("ScriptPipeline", (PairClassificationPipeline,), {"__module__": "__main__"})
+    PIPELINE_REGISTRY.register_pipeline(
+        "pair-classification", pipeline_class=script_class, pt_model="AutoModelForSequenceClassification"
+    )
+    pipe = microformers.pipeline(
+        "pair-classification", model=str(make_bert("AutoModelForSequenceClassification", num_labels=3))
+    )
+    with pytest.raises(MicroformersError, match="module of its own"):
+        pipe.save_pretrained(tmp_path / "saved")
+    assert not (tmp_path / "saved" / "config.json").exists()

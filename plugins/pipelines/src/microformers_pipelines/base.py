@@ -104,7 +104,14 @@ class Pipeline:
             return self._forward(_to_device(dict(model_inputs), self.device), **forward_params)
 
     def save_pretrained(self, save_directory: str | Any, **kwargs: Any) -> None:
-        """Save the model and the tokenizer into one folder (``pipeline(task, model=folder)`` loads both)."""
+        """Save the model and the tokenizer into one folder (``pipeline(task, model=folder)`` loads both).
+
+        A custom pipeline class (registered in-process with ``PIPELINE_REGISTRY.register_pipeline``, or loaded
+        from such a folder) is saved as the reference saves it: its module and the modules it imports
+        relatively are copied into the folder and ``config.json`` gets ``custom_pipelines``
+        (``{task: {"impl": "module.Class", "pt": [Auto class names]}}``), so that
+        ``pipeline(model=folder, trust_remote_code=True)`` builds it in another process.
+        """
         from microformers.configuration import refuse_push_to_hub
 
         refuse_push_to_hub(kwargs.pop("push_to_hub", False))
@@ -112,6 +119,10 @@ class Pipeline:
             raise ConfigError(f"Pipeline.save_pretrained does not take {', '.join(sorted(kwargs))}")
         if not hasattr(self.model, "save_pretrained"):
             raise ConfigError(f"Pipeline.save_pretrained: the model ({type(self.model).__name__}) cannot be saved")
+        custom = custom_pipelines(type(self), getattr(self.model, "config", None))
+        if custom:
+            save_pipeline_code(type(self), save_directory)
+            self.model.config.custom_pipelines = custom
         self.model.save_pretrained(save_directory)
         if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
             self.tokenizer.save_pretrained(save_directory)
@@ -324,3 +335,48 @@ def resolve_device(device: Any, model: Any = None) -> torch.device:
         return torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ConfigError(f"device={device!r} is not a device; use 'cpu', 'cuda', 'cuda:0', 0 or -1") from exc
+
+
+def custom_pipelines(cls: type, config: Any) -> dict[str, dict[str, Any]]:
+    """The ``custom_pipelines`` entries of ``config.json`` for a pipeline class: its in-process registrations,
+    and the entries of the model's config (a folder saved before) that name this class."""
+    from microformers.plugins import IN_PROCESS, registry
+
+    impl = f"{cls.__module__.rpartition('.')[2]}.{cls.__name__}"
+    entries = {
+        task: dict(info)
+        for task, info in (getattr(config, "custom_pipelines", None) or {}).items()
+        if isinstance(info, Mapping) and str(info.get("impl", "")).rpartition(".")[2] == cls.__name__
+    }
+    for reg in registry.all("pipelines"):
+        if reg.plugin == IN_PROCESS and reg.ref is cls:
+            info: dict[str, Any] = {"impl": impl, "pt": list(reg.meta.get("model_class") or ())}
+            if reg.meta.get("default_model"):
+                info["default"] = {"model": reg.meta["default_model"]}
+            if reg.meta.get("type"):
+                info["type"] = reg.meta["type"]
+            entries[reg.name] = info
+    return entries
+
+
+def save_pipeline_code(cls: type, save_directory: str | Any) -> None:
+    """Copy the module defining ``cls`` (and the modules it imports relatively) into ``save_directory``."""
+    import inspect
+    from pathlib import Path
+
+    from microformers.hub import atomic_write_bytes
+    from microformers.remote import collect_code_files
+
+    try:
+        source = Path(inspect.getfile(cls))
+    except (TypeError, OSError) as exc:
+        raise ConfigError(f"Pipeline.save_pretrained: the code of {cls.__name__} has no file to save ({exc})") from exc
+    if cls.__module__ == "__main__" or source.suffix != ".py":
+        raise ConfigError(
+            f"Pipeline.save_pretrained: {cls.__name__} is defined in {source.name} ({cls.__module__}); put the "
+            "pipeline class in a module of its own (e.g. my_pipeline.py) so its code can be saved and reloaded"
+        )
+    folder = Path(save_directory)
+    for name, path in collect_code_files(source.stem, source.parent, {}).items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(folder / name, path.read_bytes())
