@@ -150,6 +150,10 @@ def test_greedy_and_beam_generation_match_reference(case: str, checkpoints: dict
             got = ours.generate(ids, attention_mask=mask, **settings)
             want = reference.generate(ids, attention_mask=mask, **settings)
         assert torch.equal(got, want), settings
+        if "num_beams" not in settings:
+            with torch.no_grad():
+                static = ours.generate(ids, attention_mask=mask, cache_implementation="static", **settings)
+            assert torch.equal(static, want), "greedy through a static cache"
 
 
 @pytest.mark.parametrize("case", ["mixtral-window", "qwen2moe-dense-layers"])

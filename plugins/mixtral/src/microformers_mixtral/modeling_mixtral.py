@@ -28,7 +28,7 @@ from torch import nn
 from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache
+from microformers_sdk.cache import Cache, StaticCache
 from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import RMSNorm, apply_linear, get_activation
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
@@ -273,6 +273,10 @@ class MixtralForCausalLM(MixtralPreTrainedModel):
 
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head = value
+
+    def make_static_cache(self, max_cache_len: int) -> StaticCache:
+        """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (``cache_implementation="static"``)."""
+        return StaticCache(self.config, max_cache_len=max_cache_len)
 
     def forward(
         self,
