@@ -118,6 +118,11 @@ def normalize_rope_settings(
     if rope_type == "longrope":
         short_factor = _factor_list(params, "short_factor", dim, setting)
         long_factor = _factor_list(params, "long_factor", dim, setting)
+        if attention_factor is None and factor > 1.0 and original < 2:
+            raise ConfigError(
+                f"{setting}: original_max_position_embeddings={original} leaves LongRoPE's default attention_factor "
+                "undefined (it divides by ln(original)); set attention_factor or a larger original length"
+            )
         if attention_factor is None:
             attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     for key, value in (("factor", factor), ("rope_theta", theta)):
