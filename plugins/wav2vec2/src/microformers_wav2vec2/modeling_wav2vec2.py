@@ -33,7 +33,8 @@ from torch import nn
 from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers.outputs import ModelOutput
-from microformers_sdk.attention import eager_attention, get_attention_function
+from microformers_sdk.attention import get_attention_function
+from microformers_sdk.encoder import EncoderSelfAttention
 from microformers_sdk.layers import get_activation
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import CausalLMOutput, SequenceClassifierOutput
@@ -162,40 +163,12 @@ class Wav2Vec2PositionalConvEmbedding(nn.Module):
         return self.activation(hidden_states).transpose(1, 2)
 
 
-class Wav2Vec2Attention(nn.Module):
-    def __init__(self, config: Wav2Vec2Config) -> None:
-        super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim**-0.5
-        self.dropout = float(config.attention_dropout or 0.0)
-        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        attention_fn: Any,
-        output_attentions: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        batch, length, _ = hidden_states.shape
-
-        def heads(projection: nn.Linear) -> torch.Tensor:
-            return projection(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
-
-        query, key, value = heads(self.q_proj), heads(self.k_proj), heads(self.v_proj)
-        dropout = self.dropout if self.training else 0.0
-        weights = None
-        if output_attentions:
-            output, weights = eager_attention(
-                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, return_weights=True
-            )
-        else:
-            output = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)
-        return self.out_proj(output.transpose(1, 2).reshape(batch, length, -1)), weights
+def _self_attention(config: Wav2Vec2Config) -> EncoderSelfAttention:
+    """Bidirectional multi-head attention: ``q_proj``/``k_proj``/``v_proj`` in, ``out_proj`` out."""
+    return EncoderSelfAttention(
+        config.hidden_size, config.num_attention_heads, config.attention_dropout,
+        names=("q_proj", "k_proj", "v_proj"), output="out_proj",
+    )  # fmt: skip
 
 
 class Wav2Vec2FeedForward(nn.Module):
@@ -218,7 +191,7 @@ class Wav2Vec2EncoderLayer(nn.Module):
     def __init__(self, config: Wav2Vec2Config, stable: bool) -> None:
         super().__init__()
         self.stable = stable
-        self.attention = Wav2Vec2Attention(config)
+        self.attention = _self_attention(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.feed_forward = Wav2Vec2FeedForward(config)
