@@ -140,8 +140,10 @@ class EncoderSelfAttention(nn.Module):
         keep = [i for i in range(self.num_heads) if i not in remove]
         if not remove:
             return dense
-        index = torch.cat([torch.arange(i * self.head_dim, (i + 1) * self.head_dim) for i in keep]) if keep else (
-            torch.zeros(0, dtype=torch.long)
+        index = (
+            torch.cat([torch.arange(i * self.head_dim, (i + 1) * self.head_dim) for i in keep])
+            if keep
+            else (torch.zeros(0, dtype=torch.long))
         )
         for name in self.names:
             setattr(self, name, _select(getattr(self, name), index, dim=0))

@@ -1,0 +1,180 @@
+"""RoBERTa and XLM-RoBERTa (microformers-roberta) against the reference on tiny random checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from parity.harness import (
+    assert_close,
+    assert_same_state_dict,
+    load_ours,
+    load_reference,
+    make_reference_checkpoint,
+    max_abs_diff,
+    reference_module,
+)
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny models: one thread is faster than two fighting over a shared CI machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+PAD = 1
+TINY: dict[str, Any] = {
+    "vocab_size": 80,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 48,
+    "max_position_embeddings": 40,
+    "type_vocab_size": 1,  # as in the released checkpoints
+    "pad_token_id": PAD,
+}
+ARCHITECTURES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
+
+# head suffix -> (our Auto class, output fields to compare, compare per real token)
+HEADS: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "Model": ("AutoModel", ("last_hidden_state", "pooler_output"), True),
+    "ForMaskedLM": ("AutoModelForMaskedLM", ("logits",), True),
+    "ForSequenceClassification": ("AutoModelForSequenceClassification", ("logits",), False),
+    "ForTokenClassification": ("AutoModelForTokenClassification", ("logits",), True),
+    "ForQuestionAnswering": ("AutoModelForQuestionAnswering", ("start_logits", "end_logits"), True),
+}
+
+
+def padded(lengths: list[int], side: str, seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """``<s> ... </s>`` rows of real tokens (never the pad id), padded with ``PAD`` on ``side``."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), PAD)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        real = torch.randint(3, TINY["vocab_size"], (length,), generator=generator)
+        real[0], real[-1] = 0, 2
+        span = slice(width - length, width) if side == "left" else slice(0, length)
+        ids[row, span], mask[row, span] = real, 1
+    return ids, mask
+
+
+def labels_for(head: str, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(7)
+    batch, length = ids.shape
+    if head == "ForMaskedLM":
+        labels = ids.clone()
+        labels[:, ::2] = -100
+        return {"labels": labels}
+    if head == "ForSequenceClassification":
+        return {"labels": torch.randint(0, 2, (batch,), generator=generator)}
+    if head == "ForTokenClassification":
+        return {"labels": torch.randint(0, 2, (batch, length), generator=generator)}
+    if head == "ForQuestionAnswering":
+        return {
+            "start_positions": torch.randint(0, length, (batch,), generator=generator),
+            "end_positions": torch.randint(0, length, (batch,), generator=generator),
+        }
+    return {}
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+@pytest.mark.parametrize("head", HEADS)
+def test_head_matches_reference_with_padding_and_loss(model_type: str, head: str, tmp_path: Path) -> None:
+    prefix = ARCHITECTURES[model_type]
+    auto, fields, per_token = HEADS[head]
+    folder, reference = make_reference_checkpoint(f"{prefix}Config", f"{prefix}{head}", tmp_path, **TINY)
+    ours = load_ours(folder, auto)
+    assert type(ours).__name__ == f"{prefix}{head}"
+    assert ours.config.model_type == model_type
+    for side in ("right", "left"):
+        ids, mask = padded([9, 6, 3], side)
+        labels = labels_for(head, ids)
+        with torch.no_grad():
+            got = ours(ids, attention_mask=mask, **labels)
+            want = reference(ids, attention_mask=mask, **labels)
+        for field in fields:
+            compare_mask = mask if per_token and field != "pooler_output" else None
+            assert_close(
+                getattr(got, field), getattr(want, field), atol=1e-4, what=f"{field} ({side})", mask=compare_mask
+            )
+        if labels:
+            assert_close(got.loss, want.loss, atol=1e-5, what=f"loss ({side})")
+
+
+def test_positions_start_after_the_padding_index(tmp_path: Path) -> None:
+    from microformers_roberta.modeling_roberta import create_position_ids_from_input_ids
+
+    transformers = reference_module()
+    ids, _ = padded([7, 4], "left")
+    want = transformers.models.roberta.modeling_roberta.RobertaEmbeddings.create_position_ids_from_input_ids(ids, PAD)
+    got = create_position_ids_from_input_ids(ids, PAD)
+    assert torch.equal(got, want)
+    assert got[1].tolist() == [PAD, PAD, PAD, 2, 3, 4, 5]  # padding keeps the padding index
+
+    # left and right padding give real tokens the same positions, so the same states
+    folder, _ = make_reference_checkpoint("RobertaConfig", "RobertaModel", tmp_path, **TINY)
+    ours = load_ours(folder, "AutoModel")
+    right, right_mask = padded([7, 4], "right")
+    left, left_mask = padded([7, 4], "left")
+    with torch.no_grad():
+        a = ours(right, attention_mask=right_mask).last_hidden_state[1, :4]
+        b = ours(left, attention_mask=left_mask).last_hidden_state[1, 3:]
+    assert max_abs_diff(a, b) <= 1e-5
+
+
+def test_inputs_embeds_explicit_positions_and_token_types(tmp_path: Path) -> None:
+    folder, reference = make_reference_checkpoint("XLMRobertaConfig", "XLMRobertaForMaskedLM", tmp_path, **TINY)
+    ours = load_ours(folder, "AutoModelForMaskedLM")
+    ids, mask = padded([8, 5], "right")
+    with torch.no_grad():
+        embeds = ours.get_input_embeddings()(ids)
+        # from embeddings positions run padding_idx + 1, padding_idx + 2, ... (padding cannot be seen)
+        assert_close(ours(inputs_embeds=embeds).logits, reference(inputs_embeds=embeds).logits, atol=1e-4)
+        positions = torch.arange(2, 10).expand(2, -1)
+        types = torch.zeros_like(ids)
+        got = ours(ids, attention_mask=mask, position_ids=positions, token_type_ids=types).logits
+        want = reference(ids, attention_mask=mask, position_ids=positions, token_type_ids=types).logits
+    assert_close(got, want, atol=1e-4, mask=mask)
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_hidden_states_attentions_and_checkpoints_both_ways(model_type: str, tmp_path: Path) -> None:
+    prefix = ARCHITECTURES[model_type]
+    folder, reference = make_reference_checkpoint(
+        f"{prefix}Config", f"{prefix}ForMaskedLM", tmp_path, attn_implementation="eager", **TINY
+    )
+    ours = load_ours(folder, "AutoModelForMaskedLM")
+    ids, mask = padded([8, 5], "right", seed=4)
+    with torch.no_grad():
+        got = ours(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+        want = reference(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+    assert len(got.hidden_states) == len(want.hidden_states) == TINY["num_hidden_layers"] + 1
+    for i, (a, b) in enumerate(zip(got.hidden_states, want.hidden_states)):
+        assert_close(a, b, atol=1e-4, what=f"hidden_states[{i}]", mask=mask)
+    assert len(got.attentions) == len(want.attentions) == TINY["num_hidden_layers"]
+    for i, (a, b) in enumerate(zip(got.attentions, want.attentions)):
+        assert_close(a, b, atol=1e-5, what=f"attentions[{i}]")
+
+    ours.save_pretrained(tmp_path / "ours")
+    again = load_reference(tmp_path / "ours", "AutoModelForMaskedLM")
+    assert type(again).__name__ == f"{prefix}ForMaskedLM"
+    assert_same_state_dict(dict(ours.state_dict()), dict(again.state_dict()))
+    with torch.no_grad():
+        assert max_abs_diff(again(ids, attention_mask=mask).logits, got.logits) <= 1e-5
+    # a masked-LM folder (no pooler) loads into the classifier heads here and there, same tensors
+    ours_cls = load_ours(tmp_path / "ours", "AutoModelForTokenClassification")
+    reference_cls = load_reference(tmp_path / "ours", "AutoModelForTokenClassification")
+    reference_cls.classifier.load_state_dict(ours_cls.classifier.state_dict())
+    with torch.no_grad():
+        assert_close(ours_cls(ids, attention_mask=mask).logits, reference_cls(ids, attention_mask=mask).logits,
+                     atol=1e-4, mask=mask)  # fmt: skip
