@@ -45,7 +45,9 @@ def test_sigkill_at_any_point_leaves_the_old_or_the_new_checkpoint(tmp_path: Pat
     )
     assert out.is_file(), proc.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert [r["scenario"] for r in results] == ["sharded->sharded", "sharded->single", "single->sharded", "tokenizer"]
+    assert [r["scenario"] for r in results] == [
+        "sharded->sharded", "sharded->single", "single->sharded", "safetensors->bin", "tokenizer"
+    ]
     for result in results:
         assert result["failures"] == [], result
         assert result["leftovers"] == [], result  # staging folders of the killed saves were removed
