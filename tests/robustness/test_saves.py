@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import microformers
-from microformers import hub
+from microformers_sdk import staging
 
 HERE = Path(__file__).parent
 LONG = os.environ.get("MICROFORMERS_FUZZ", "").lower() == "long"
@@ -82,7 +82,7 @@ def test_failed_save_keeps_old_folder_and_other_files(tmp_path: Path, monkeypatc
 
 
 def test_save_without_renameat2_uses_two_renames_and_recovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hub, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(staging, "_exchange", lambda a, b: False)
     target = tmp_path / "ckpt"
     old = tiny_llama(0)
     old.save_pretrained(target)
@@ -102,16 +102,16 @@ def test_save_without_renameat2_uses_two_renames_and_recovers(tmp_path: Path, mo
             raise KeyboardInterrupt("killed")
         real_rename(src, dst)
 
-    monkeypatch.setattr(hub.os, "rename", dying_rename)
+    monkeypatch.setattr(staging.os, "rename", dying_rename)
     with pytest.raises(KeyboardInterrupt):
         tiny_llama(1).save_pretrained(target)
-    monkeypatch.setattr(hub.os, "rename", real_rename)
+    monkeypatch.setattr(staging.os, "rename", real_rename)
     assert not target.exists()
     (left,) = [p for p in tmp_path.iterdir() if ".microformers-old-" in p.name]
     assert {p.name: p.read_bytes() for p in left.iterdir()} == old_files
     # ... and the next save into it puts that folder back before writing (here: a tokenizer save)
-    with hub.staged_folder(target) as staging:
-        (staging / "notes.txt").write_text("x")
+    with staging.staged_folder(target) as folder:
+        (folder / "notes.txt").write_text("x")
     assert {p.name: p.read_bytes() for p in target.iterdir()} == {**old_files, "notes.txt": b"x"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
@@ -120,14 +120,14 @@ def test_save_without_a_sibling_folder_moves_files_in(tmp_path: Path, monkeypatc
     """A read-only parent or a mount point: staging inside the target (documented as not atomic)."""
     target = tmp_path / "ckpt"
     tiny_llama(0).save_pretrained(target, max_shard_size="4KB")
-    real_mkdtemp = hub.tempfile.mkdtemp
+    real_mkdtemp = staging.tempfile.mkdtemp
 
     def no_sibling(prefix: str, dir: str) -> str:
         if Path(dir) == tmp_path:
             raise PermissionError(13, "Permission denied", dir)
         return real_mkdtemp(prefix=prefix, dir=dir)
 
-    monkeypatch.setattr(hub.tempfile, "mkdtemp", no_sibling)
+    monkeypatch.setattr(staging.tempfile, "mkdtemp", no_sibling)
     new = tiny_llama(1, layers=2)
     new.save_pretrained(target)
     assert sorted(p.name for p in target.iterdir()) == ["config.json", "generation_config.json", "model.safetensors"]
@@ -169,7 +169,7 @@ def test_live_staging_folder_of_another_save_is_not_removed(tmp_path: Path) -> N
     target.mkdir()
     other = tmp_path / ".ckpt.microformers-save-other"
     other.mkdir()
-    lock = hub._lock(other)  # another process's save in progress holds its lock
+    lock = staging._lock(other)  # another process's save in progress holds its lock
     assert lock is not None
     dead = tmp_path / ".ckpt.microformers-save-dead"
     dead.mkdir()

@@ -168,7 +168,8 @@ def register_implementations(register):
     Call ``register(name, "module:function")``; the kernel's method calls ``function(self, *args)``
     with its own arguments. Names: ``"PreTrainedModel.resize_token_embeddings"``,
     ``"PreTrainedModel.enable_input_require_grads"``, ``"PreTrainedModel.disable_input_require_grads"``,
-    ``"PreTrainedModel.place_modules"`` (``device_map``), ``"PreTrainedModel._init_weights"`` from ``microformers-sdk``;
+    ``"PreTrainedModel.place_modules"`` (``device_map``), ``"PreTrainedModel._init_weights"`` and
+    ``"hub.staged_folder"`` (the atomic folder swap every save uses) from ``microformers-sdk``;
     ``"GenerationConfig.validate"`` and ``"GenerationMixin.compute_transition_scores"`` from
     ``microformers-generation``.
     """

@@ -41,3 +41,4 @@ def register_implementations(register: Any) -> None:
         register(f"PreTrainedModel.{name}", f"microformers_sdk.model_helpers:{name}")
     register("PreTrainedModel.place_modules", "microformers_sdk.model_helpers:place_modules")
     register("PreTrainedModel._init_weights", "microformers_sdk.model_helpers:init_weights")
+    register("hub.staged_folder", "microformers_sdk.staging:staged_folder")
