@@ -136,8 +136,9 @@ def register_checkpoint_formats(register):
       ``None``; it may raise ``weights.FormatRefused`` (files there, but need an opt-in) or a clear error.
     - ``load(files, dtype=...) -> Mapping[str, Tensor]`` (lazily read where possible).
     - optional ``expected`` (what the files look like, for the "no weights found" error), ``save(state_dict,
-      folder, max_shard_size, metadata)`` with ``replaces`` (names/globs of old files a save supersedes;
-      ``save_pretrained`` uses the highest-priority format that saves), and, for a format whose file
+      folder, max_shard_size, metadata)`` with ``replaces`` (names/globs of its old files; a save supersedes
+      those of every format) and ``safe`` (default true; ``save_pretrained(safe_serialization=...)`` uses the
+      highest-priority format that saves and whose ``safe`` matches), and, for a format whose file
       carries a config or tokenizer (GGUF), ``load_config(files) -> dict`` and ``load_tokenizer_files(files)``.
     """
 
