@@ -5,7 +5,8 @@ linear, dynamic NTK, YaRN, llama3 and LongRoPE scaling), attention through
 ``torch.nn.functional.scaled_dot_product_attention`` (``sdpa_attention``, ``eager_attention``,
 ``get_attention_function``), masks and position ids (``build_attention_mask``,
 ``position_ids_from_attention_mask``), KV caches (``DynamicCache``, ``StaticCache``) and
-checkpoint-name helpers (``KeyRenamer``).
+checkpoint-name helpers (``KeyRenamer``), and mixture-of-experts routing (``SparseMoeBlock``,
+``TopKRouter``, ``run_experts``, ``load_balancing_loss``).
 
 Importing this package is cheap: submodules (and torch) load on first attribute access, so the
 entry-point module ``microformers_sdk.plugin`` can be imported at discovery time for free.
@@ -49,6 +50,12 @@ _LAZY: dict[str, str] = {
     "check_checkpoint_keys": "weights",
     "Quantizer": "quantization",
     "ConvertingSource": "quantization",
+    "SparseMoeBlock": "moe",
+    "TopKRouter": "moe",
+    "run_experts": "moe",
+    "load_balancing_loss": "moe",
+    "FusedExpertsSource": "moe",
+    "check_expert_counts": "moe",
 }
 
 __all__ = ["__version__", *_LAZY]
