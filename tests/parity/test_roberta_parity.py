@@ -178,3 +178,140 @@ def test_hidden_states_attentions_and_checkpoints_both_ways(model_type: str, tmp
     with torch.no_grad():
         assert_close(ours_cls(ids, attention_mask=mask).logits, reference_cls(ids, attention_mask=mask).logits,
                      atol=1e-4, mask=mask)  # fmt: skip
+
+
+# -- tokenizers and pipelines ------------------------------------------------------------------------
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France.",
+    "Hugo Weaving lives in Sydney, naïve café, déjà vu",
+    "numbers 12345 and symbols #@! ``quoted''",
+]
+TEXTS = ["Hello world!", " Hello  world", "The capital of France is <mask>.", "naïve café déjà vu ✓ ``x''", "a\tb\nc"]
+SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>", "unk_token": "<unk>",
+            "pad_token": "<pad>", "mask_token": "<mask>", "model_max_length": 38}  # fmt: skip
+
+
+def _save_tokenizer(backend: Any, folder: Path, tokenizer_class: str, **settings: Any) -> None:
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = json.loads(backend.to_str())
+    for token in data["added_tokens"]:
+        token["lstrip"] = token["content"] == "<mask>"  # as in the released files
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    config = {"tokenizer_class": tokenizer_class, **SPECIALS, **settings}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def roberta_tokenizer(folder: Path, **settings: Any) -> Path:
+    """A byte-level BPE tokenizer.json shaped like roberta-base's (RobertaProcessing, <s>=0, <pad>=1)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    backend.train_from_iterator(CORPUS * 5, trainer)
+    backend.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    _save_tokenizer(backend, folder, "RobertaTokenizer", **settings)
+    return folder
+
+
+def xlm_roberta_tokenizer(folder: Path, **settings: Any) -> Path:
+    """A Unigram (SentencePiece) tokenizer.json shaped like xlm-roberta-base's, with an NFKC normalizer."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    backend = Tokenizer(models.Unigram())
+    backend.normalizer = normalizers.Sequence([normalizers.Replace("``", '"'), normalizers.NFKC()])
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")]
+    )
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(
+        vocab_size=150, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], unk_token="<unk>"
+    )
+    backend.train_from_iterator(CORPUS * 5, trainer)
+    backend.add_special_tokens(["<mask>"])
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    _save_tokenizer(backend, folder, "XLMRobertaTokenizer", **settings)
+    return folder
+
+
+TOKENIZERS = {"roberta": roberta_tokenizer, "xlm-roberta": xlm_roberta_tokenizer}
+
+
+@pytest.mark.parametrize("add_prefix_space", [None, True, False])
+@pytest.mark.parametrize("model_type", TOKENIZERS)
+def test_tokenizer_ids_match_reference(model_type: str, add_prefix_space: bool | None, tmp_path: Path) -> None:
+    import microformers
+
+    settings = {} if add_prefix_space is None else {"add_prefix_space": add_prefix_space}
+    folder = TOKENIZERS[model_type](tmp_path / "tok", **settings)
+    ours = microformers.AutoTokenizer.from_pretrained(folder)
+    reference = reference_module().AutoTokenizer.from_pretrained(str(folder))
+    for text in TEXTS:
+        got, want = ours(text), reference(text)
+        assert got["input_ids"] == want["input_ids"], text
+        assert ours.decode(got["input_ids"]) == reference.decode(want["input_ids"]), text
+    assert ours("Hello world", "Paris is")["input_ids"] == reference("Hello world", "Paris is")["input_ids"]
+    assert (
+        ours(["Hello", "world"], is_split_into_words=True)["input_ids"]
+        == (reference(["Hello", "world"], is_split_into_words=True)["input_ids"])
+    )
+    assert list(ours("Hi there")) == list(reference("Hi there"))  # no token_type_ids
+    assert (
+        (ours.pad_token_id, ours.mask_token_id)
+        == (reference.pad_token_id, reference.mask_token_id)
+        == (PAD, reference.convert_tokens_to_ids("<mask>"))
+    )
+    # saved by us, loaded by the reference: the same ids
+    ours.save_pretrained(tmp_path / "saved")
+    again = reference_module().AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
+    assert [again(t)["input_ids"] for t in TEXTS] == [reference(t)["input_ids"] for t in TEXTS]
+
+
+def _pipeline_folder(model_type: str, head: str, tmp_path: Path, **config: Any) -> Path:
+    prefix = ARCHITECTURES[model_type]
+    folder = TOKENIZERS[model_type](tmp_path / "model")
+    size = len(reference_module().AutoTokenizer.from_pretrained(str(folder)))
+    _, reference = make_reference_checkpoint(
+        f"{prefix}Config",
+        f"{prefix}{head}",
+        tmp_path,
+        **{**TINY, "vocab_size": size, "max_position_embeddings": 80, **config},
+    )
+    reference.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_fill_mask_and_text_classification_pipelines_match_reference(model_type: str, tmp_path: Path) -> None:
+    import microformers
+
+    transformers = reference_module()
+    fill = _pipeline_folder(model_type, "ForMaskedLM", tmp_path / "fill")
+    texts = ["The capital of France is <mask>.", "Paris is the <mask> of France."]
+    got = microformers.pipeline("fill-mask", model=str(fill), top_k=3)(texts)
+    want = transformers.pipeline("fill-mask", model=str(fill), top_k=3)(texts)
+    assert [[(c["token"], c["token_str"], c["sequence"]) for c in row] for row in got] == [
+        [(c["token"], c["token_str"], c["sequence"]) for c in row] for row in want
+    ]
+    for row_got, row_want in zip(got, want):
+        for a, b in zip(row_got, row_want):
+            assert abs(a["score"] - b["score"]) <= 1e-5
+
+    labels = {"id2label": {0: "negative", 1: "positive"}, "label2id": {"negative": 0, "positive": 1}}
+    classify = _pipeline_folder(model_type, "ForSequenceClassification", tmp_path / "cls", **labels)
+    sentences = ["what a wonderful day", "The quick brown fox jumps over the lazy dog."]
+    got = microformers.pipeline("text-classification", model=str(classify), top_k=None)(sentences)
+    want = transformers.pipeline("text-classification", model=str(classify), top_k=None)(sentences)
+    assert [[c["label"] for c in row] for row in got] == [[c["label"] for c in row] for row in want]
+    for row_got, row_want in zip(got, want):
+        for a, b in zip(row_got, row_want):
+            assert abs(a["score"] - b["score"]) <= 1e-5

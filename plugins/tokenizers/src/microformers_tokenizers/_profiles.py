@@ -9,12 +9,13 @@ gives the same ids.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Any
 
 import attrs
-from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 
 # Qwen2's pre-tokenization pattern (a published fact of that tokenizer format).
@@ -128,6 +129,66 @@ def _llama_pipeline(backend: Tokenizer, config: dict[str, Any]) -> None:
     backend.decoder = decoders.Sequence(steps)
 
 
+# -- RoBERTa (byte-level BPE) and XLM-RoBERTa (SentencePiece Unigram) --------------------------------
+ROBERTA_SPECIAL_TOKENS = {
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "sep_token": "</s>",
+    "cls_token": "<s>",
+    "unk_token": "<unk>",
+    "pad_token": "<pad>",
+    "mask_token": "<mask>",
+}
+
+
+def _token_id(backend: Tokenizer, config: dict[str, Any], name: str) -> tuple[str, int] | None:
+    token = config.get(name)
+    content = token.get("content") if isinstance(token, dict) else token
+    token_id = backend.token_to_id(str(content)) if content is not None else None
+    return (str(content), token_id) if token_id is not None else None
+
+
+def _roberta_pipeline(backend: Tokenizer, config: dict[str, Any]) -> None:
+    """No normalizer; byte-level pre-tokenizer and ``<s> A </s></s> B </s>`` from ``add_prefix_space``/``trim_offsets``."""
+    add_prefix_space = bool(config.get("add_prefix_space", False))
+    backend.normalizer = None
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    backend.decoder = decoders.ByteLevel()
+    sep, cls = _token_id(backend, config, "sep_token"), _token_id(backend, config, "cls_token")
+    if sep is not None and cls is not None:
+        trim_offsets = bool(config.get("trim_offsets", True))
+        backend.post_processor = processors.RobertaProcessing(sep, cls, trim_offsets, add_prefix_space)
+
+
+def _xlm_roberta_model(model: dict[str, Any], config: dict[str, Any]) -> None:
+    model.update(type="Unigram", unk_id=3, byte_fallback=False)
+
+
+def _xlm_roberta_pipeline(backend: Tokenizer, config: dict[str, Any]) -> None:
+    """Only a SentencePiece ``Precompiled`` normalizer is kept; whitespace split + Metaspace; ``<s> A </s>``."""
+    kept = None
+    if backend.normalizer is not None:
+        state = json.loads(backend.normalizer.__getstate__())
+        steps = state.get("normalizers", [state]) if state.get("type") == "Sequence" else [state]
+        for step in steps:
+            if step.get("type") == "Precompiled" and step.get("precompiled_charsmap"):
+                kept = normalizers.Precompiled(base64.b64decode(step["precompiled_charsmap"]))
+                break
+    backend.normalizer = kept
+    scheme = "always" if config.get("add_prefix_space", True) else "never"
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme)]
+    )
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme=scheme)
+    bos, eos = _token_id(backend, config, "bos_token"), _token_id(backend, config, "eos_token")
+    if bos is not None and eos is not None:
+        backend.post_processor = processors.TemplateProcessing(
+            single=[bos[0], "$A", eos[0]],
+            pair=[bos[0], "$A", eos[0], eos[0], "$B", eos[0]],
+            special_tokens=[bos, eos],
+        )
+
+
 BERT_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 GENERIC = Profile(name="TokenizersBackend")
 BERT = Profile(
@@ -157,6 +218,18 @@ LLAMA = Profile(
     edit_model=_bpe_model(fuse_unk=True, byte_fallback=True),
     set_pipeline=_llama_pipeline,
 )
+ROBERTA = Profile(
+    name="RobertaTokenizer",
+    default_tokens=ROBERTA_SPECIAL_TOKENS,
+    edit_model=_bpe_model(fuse_unk=False, byte_fallback=False),
+    set_pipeline=_roberta_pipeline,
+)
+XLM_ROBERTA = Profile(
+    name="XLMRobertaTokenizer",
+    default_tokens=ROBERTA_SPECIAL_TOKENS,
+    edit_model=_xlm_roberta_model,
+    set_pipeline=_xlm_roberta_pipeline,
+)
 # Llama-classed folders whose tokenizer.json is byte-level (Llama 3 style) are served as-is, with the
 # generic defaults (right padding), as the reference's AutoTokenizer does.
 LLAMA_BYTE_LEVEL = GENERIC
@@ -169,6 +242,8 @@ _BY_CLASS: dict[str, Profile] = {
     "GPT2Tokenizer": GPT2,
     "Qwen2Tokenizer": QWEN2,
     "LlamaTokenizer": LLAMA,
+    "RobertaTokenizer": ROBERTA,
+    "XLMRobertaTokenizer": XLM_ROBERTA,
     "TokenizersBackend": GENERIC,
     "PreTrainedTokenizer": GENERIC,
 }
@@ -180,6 +255,8 @@ MODEL_TYPE_CLASSES: dict[str, str] = {
     "gpt2": "GPT2Tokenizer",
     "qwen2": "Qwen2Tokenizer",
     "llama": "LlamaTokenizer",
+    "roberta": "RobertaTokenizer",
+    "xlm-roberta": "XLMRobertaTokenizer",
 }
 
 
