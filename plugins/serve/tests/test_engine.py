@@ -1,0 +1,158 @@
+"""The batching engine in-process: staggered requests of different lengths, each equal to ``generate`` alone."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from serve_helpers import one_thread
+
+import microformers
+from microformers_serve.engine import Engine, Event, GenerationRequest, QueueFullError, RaggedCache
+
+
+class Collector:
+    """Records a request's events and signals when it is done."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.done = threading.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        if event.kind != "delta":
+            self.done.set()
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events if e.kind == "delta")
+
+    @property
+    def final(self) -> Event:
+        return self.events[-1]
+
+
+@pytest.fixture(scope="module")
+def engine_model(tiny_llama: Path) -> tuple[Any, Any]:
+    tokenizer = microformers.AutoTokenizer.from_pretrained(tiny_llama)
+    return tokenizer, microformers.AutoModelForCausalLM.from_pretrained(tiny_llama)
+
+
+def greedy(reference: tuple[Any, Any], prompt: list[int], new: int) -> list[int]:
+    with one_thread():
+        return reference[1].generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False)[0, len(prompt) :].tolist()
+
+
+def request(prompt: list[int], new: int, **kwargs: Any) -> tuple[GenerationRequest, Collector]:
+    collector = Collector()
+    return GenerationRequest(prompt_ids=prompt, max_new_tokens=new, emit=collector, **kwargs), collector
+
+
+def test_staggered_requests_equal_generate_alone(engine_model: Any, reference: Any) -> None:
+    tokenizer, model = engine_model
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 500) for _ in range(rng.randrange(1, 60))] for _ in range(12)]
+    lengths = [rng.randrange(3, 50) for _ in range(12)]
+    engine = Engine(model, tokenizer, max_batch_size=4)  # fewer slots than requests: queueing, joining, retiring
+    jobs = [request(p, n) for p, n in zip(prompts, lengths, strict=True)]
+    with one_thread():
+        for i, (job, _) in enumerate(jobs):
+            engine.submit(job)
+            time.sleep(0.002 * (i % 3))
+        for _, collector in jobs:
+            assert collector.done.wait(60)
+    for (job, collector), prompt, new in zip(jobs, prompts, lengths, strict=True):
+        expected = greedy(reference, prompt, new)
+        assert job.output_ids == expected
+        assert collector.text == tokenizer.decode([t for t in expected if t != 2], skip_special_tokens=True)
+        assert collector.final.finish_reason == ("stop" if expected[-1] == 2 else "length")
+        assert collector.final.completion_tokens == len(expected)
+    assert engine.stats()["running"] == 0
+    assert engine.stats()["steps"] < sum(lengths)  # rows really were decoded together
+    engine.drain()
+    assert engine.join(10)
+
+
+def test_cancel_and_stop_strings_leave_batch_mates_untouched(engine_model: Any, reference: Any) -> None:
+    tokenizer, model = engine_model
+    engine = Engine(model, tokenizer, max_batch_size=8)
+    keep, keep_done = request([5, 6, 7, 8], 40)
+    dropped, dropped_done = request([9, 10], 500)
+    full = tokenizer.decode(greedy(reference, [11, 12, 13], 30), skip_special_tokens=True)
+    stop = full[6:8]
+    stopped, stopped_done = request([11, 12, 13], 30, stop=[stop])
+    with one_thread():
+        for job in (keep, dropped, stopped):
+            engine.submit(job)
+        while len(dropped.output_ids) < 3:
+            time.sleep(0.001)
+        dropped.cancel()
+        assert keep_done.done.wait(60) and stopped_done.done.wait(60)
+    assert keep.output_ids == greedy(reference, [5, 6, 7, 8], 40)
+    assert stopped_done.text == full[: full.index(stop)] and stopped_done.final.finish_reason == "stop"
+    assert len(dropped.output_ids) < 100 and not dropped_done.done.is_set()  # retired without a reply
+    assert engine.stats() == {"running": 0, "waiting": 0, "steps": engine.stats()["steps"]}
+    engine.drain()
+
+
+def test_seeded_sampling_is_reproducible_alone_and_in_a_batch(engine_model: Any) -> None:
+    tokenizer, model = engine_model
+    engine = Engine(model, tokenizer, max_batch_size=8)
+
+    def sample(seed: int, mates: int) -> list[int]:
+        jobs = [request([20, 21, 22], 25, temperature=1.0, top_p=0.9, seed=seed)]
+        jobs += [request([30 + i], 25, temperature=0.7, seed=100 + i) for i in range(mates)]
+        with one_thread():
+            for job, _ in jobs:
+                engine.submit(job)
+            for _, collector in jobs:
+                assert collector.done.wait(60)
+        return jobs[0][0].output_ids
+
+    alone = sample(3, 0)
+    assert sample(3, 0) == alone
+    assert sample(3, 5) == alone
+    assert sample(4, 0) != alone
+    engine.drain()
+
+
+def test_queue_limit_and_drain(engine_model: Any) -> None:
+    tokenizer, model = engine_model
+    engine = Engine(model, tokenizer, max_batch_size=1, max_queue=1)
+    running, running_done = request([5], 300)
+    waiting, waiting_done = request([6], 5)
+    with one_thread():
+        engine.submit(running)
+        while not running.output_ids:
+            time.sleep(0.001)
+        engine.submit(waiting)
+        with pytest.raises(QueueFullError):
+            engine.submit(request([7], 5)[0])
+        engine.drain()
+        assert waiting_done.done.wait(10) and waiting_done.final.finish_reason == "shutting_down"
+        assert running_done.done.wait(60) and running_done.final.kind == "done"  # finished, not refused
+        assert engine.join(10)
+    assert running_done.final.completion_tokens == len(running.output_ids) > 1
+
+
+def test_ragged_cache_rows_move_when_one_is_removed() -> None:
+    from microformers_sdk.cache import DynamicCache
+
+    cache = RaggedCache()
+    rows = []
+    for length in (3, 5, 2):
+        prefilled = DynamicCache()
+        keys = torch.randn(1, 2, length, 4)
+        prefilled.update(keys, keys + 1, 0)
+        cache.add_row(prefilled, max_rows=4)
+        rows.append(keys)
+    cache.remove_row(0)
+    assert cache.row_lengths == [2, 5]
+    stored_keys, stored_values = cache.layer_storage(0)
+    torch.testing.assert_close(stored_keys[0, :, :2], rows[2][0], rtol=0, atol=0)
+    torch.testing.assert_close(stored_values[1, :, :5], rows[1][0] + 1, rtol=0, atol=0)
