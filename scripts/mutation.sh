@@ -4,6 +4,14 @@
 #   scripts/mutation.sh                      # the default sample of modules (see DEFAULT_MODULES)
 #   scripts/mutation.sh microformers/plugins.py microformers_sdk/cache.py   # chosen modules
 #   MUTATION_CHILDREN=2 scripts/mutation.sh  # parallel workers (default 1: be kind to shared machines)
+#   MUTATION_TESTS="tests/kernel/test_config.py" scripts/mutation.sh microformers/configuration.py
+#                                            # judging tests (workspace paths); narrow = seconds per mutant
+#   MUTATION_TIMEOUT_CONSTANT=30 MUTATION_TIMEOUT_MULTIPLIER=15   # mutmut's time limit per mutant is
+#       (tests' clean duration + constant) * multiplier seconds of wall clock; every mutant's worker also
+#       imports the package and collects its tests, which the clean duration does not count, so on a
+#       loaded machine the default constant (1 s) turns slow-but-passing runs into false "timeouts".
+#   MUTATION_COVERED_ONLY=false              # also mutate lines the judging tests never run (they show as
+#                                            # "no tests"); default true (mutmut's mutate_only_covered_lines)
 #
 # It never touches the working tree: the three packages and their tests are copied into a workspace
 # (.mutation/work, git-ignored) laid out as mutmut expects (src/<package>, tests), and mutmut mutates
@@ -97,7 +105,9 @@ process_isolation = "forkserver"
 # discovery code would survive for that reason alone.
 forkserver_warmup = "import"
 preload_modules_file = "preload.txt"
-mutate_only_covered_lines = true
+mutate_only_covered_lines = ${MUTATION_COVERED_ONLY:-true}
+timeout_constant = ${MUTATION_TIMEOUT_CONSTANT:-20.0}
+timeout_multiplier = ${MUTATION_TIMEOUT_MULTIPLIER:-15.0}
 EOF
 
 cd "$WORK"
