@@ -44,6 +44,7 @@ from .outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from .weights import KeyRenamer
 
 __all__ = [
     "Encoder",
@@ -59,6 +60,7 @@ __all__ = [
     "EncoderLayer",
     "EncoderModelMixin",
     "EncoderPooler",
+    "EncoderPreTrainedMixin",
     "EncoderSelfAttention",
     "ResidualLayerNorm",
     "classifier_dropout",
@@ -396,14 +398,54 @@ def check_one_input(model: Any, input_ids: Any, inputs_embeds: Any, error: type[
         raise error(f"{type(model).__name__}.forward needs exactly one of input_ids or inputs_embeds")
 
 
+class EncoderPreTrainedMixin:
+    """What the pre-trained base class of a BERT-style family shares (mixed in before ``PreTrainedModel``).
+
+    Refuses decoder / cross-attention configs, builds the base model (``base_model_class``) for the heads,
+    prunes heads, and loads files that spell the masked-LM output bias either way (``output_bias_head``,
+    e.g. ``"cls.predictions"``; ``legacy_names`` renames old checkpoint keys first).
+    """
+
+    base_model_class: ClassVar[type[nn.Module]]
+    input_error: ClassVar[type[InputError]] = InputError
+    output_bias_head: ClassVar[str] = "lm_head"
+    legacy_names: ClassVar[KeyRenamer | None] = None
+    supports_gradient_checkpointing = True
+    config: Any
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)  # type: ignore[call-arg]
+        for setting in ("is_decoder", "add_cross_attention"):
+            if getattr(config, setting, False):
+                raise ConfigError(
+                    f"{setting}=True in the {type(config).__name__} asks for a causal or cross-attending encoder, "
+                    f"which {type(self).__name__} does not provide; set it to false for the bidirectional encoder"
+                )
+
+    def _backbone(self, add_pooling_layer: bool = True) -> nn.Module:
+        return self.base_model_class(self.config, add_pooling_layer=add_pooling_layer)
+
+    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
+        """Remove attention heads (``{layer: [head, ...]}``, original indices); recorded in ``config.pruned_heads``."""
+        prune_model_heads(self, heads_to_prune, self.input_error)
+
+    def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
+        if self.legacy_names is not None:
+            renamed = self.legacy_names.rename_all(checkpoint_keys)
+        else:
+            renamed = {key: key for key in checkpoint_keys}
+        renamed = mirror_output_bias(renamed, self.output_bias_head)
+        mapping = super()._checkpoint_key_map(set(renamed))  # type: ignore[misc]
+        return {name: renamed[key] for name, key in mapping.items()}
+
+
 class EncoderModelMixin:
     """``forward``, head pruning and embeddings access of a BERT-style base model.
 
     The class mixing it in (before its ``PreTrainedModel`` base) calls ``self._build_encoder(...)`` in
-    ``__init__`` and sets ``input_error`` to its ``InputError`` subclass.
+    ``__init__``; errors are raised as its ``input_error`` (an ``InputError`` subclass).
     """
 
-    input_error: ClassVar[type[InputError]] = InputError
     config: Any
     _call_layer: Callable[..., Any]
 
@@ -438,7 +480,7 @@ class EncoderModelMixin:
         head_mask: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple[Any, ...]:
-        config, error = self.config, self.input_error
+        config, error = self.config, getattr(self, "input_error", InputError)
         check_one_input(self, input_ids, inputs_embeds, error)
         head_masks = layer_head_masks(head_mask, config.num_hidden_layers, config.num_attention_heads, error)
         output_attentions = config.output_attentions if output_attentions is None else output_attentions

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from microformers import PretrainedConfig
-from microformers.errors import ConfigError
+from microformers_sdk.config_checks import check_choice, check_heads_divide, check_positive_ints
 
 SUPPORTED_POSITION_EMBEDDINGS = ("absolute",)
 
@@ -54,18 +54,9 @@ class BertConfig(PretrainedConfig):
         self.position_embedding_type = position_embedding_type
         self.use_cache = use_cache
         self.classifier_dropout = classifier_dropout
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}={value!r} in BertConfig must be a positive integer; fix config.json")
-        if hidden_size % num_attention_heads:
-            raise ConfigError(
-                f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads} in "
-                "BertConfig; fix config.json so each head gets hidden_size / num_attention_heads dimensions"
-            )
-        if position_embedding_type not in SUPPORTED_POSITION_EMBEDDINGS:
-            raise ConfigError(
-                f"position_embedding_type={position_embedding_type!r} in BertConfig is not supported by "
-                f"microformers-bert (supported: {', '.join(SUPPORTED_POSITION_EMBEDDINGS)})"
-            )
+        check_positive_ints(
+            self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        )
+        check_heads_divide(self)
+        check_choice(self, "position_embedding_type", SUPPORTED_POSITION_EMBEDDINGS, "microformers-bert")
         super().__init__(pad_token_id=pad_token_id, **kwargs)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import ConfigError, InputError
+from microformers.errors import InputError
 from microformers_sdk.encoder import (
     EncoderEmbeddings,
     EncoderForMaskedLM,
@@ -34,9 +34,8 @@ from microformers_sdk.encoder import (
     EncoderLabelledHead,
     EncoderLayer,
     EncoderModelMixin,
+    EncoderPreTrainedMixin,
     classifier_dropout,
-    mirror_output_bias,
-    prune_model_heads,
 )
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import token_cross_entropy
@@ -137,11 +136,13 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-class BertPreTrainedModel(PreTrainedModel):
+class BertPreTrainedModel(EncoderPreTrainedMixin, PreTrainedModel):
     config_class = BertConfig
     base_model_prefix = "bert"
+    input_error = BertInputError
+    output_bias_head = "cls.predictions"
+    legacy_names = LEGACY_NAMES
     _no_split_modules: ClassVar[list[str]] = ["BertLayer"]
-    supports_gradient_checkpointing = True
     # Checkpoints saved by heads without a pooler (e.g. BertForMaskedLM) load into models that have one.
     _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
     # Older exporters saved the position/token-type id buffers, and tied files may repeat the MLM bias.
@@ -151,31 +152,10 @@ class BertPreTrainedModel(PreTrainedModel):
         r"cls\.predictions\.decoder\.bias$",
     ]
 
-    def __init__(self, config: BertConfig, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
-        for setting in ("is_decoder", "add_cross_attention"):
-            if getattr(config, setting, False):
-                raise ConfigError(
-                    f"{setting}=True in the BERT config asks for a causal or cross-attending BERT, which "
-                    "microformers-bert does not provide; set it to false for the bidirectional encoder"
-                )
-
-    def _backbone(self, add_pooling_layer: bool = True) -> BertModel:
-        return BertModel(self.config, add_pooling_layer=add_pooling_layer)
-
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, BertLMPredictionHead):
             nn.init.zeros_(module.bias)
-
-    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
-        """Remove attention heads (``{layer: [head, ...]}``, original indices); recorded in ``config.pruned_heads``."""
-        prune_model_heads(self, heads_to_prune, BertInputError)
-
-    def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
-        renamed = mirror_output_bias(LEGACY_NAMES.rename_all(checkpoint_keys), "cls.predictions")
-        mapping = super()._checkpoint_key_map(set(renamed))
-        return {name: renamed[key] for name, key in mapping.items()}
 
 
 class BertModel(EncoderModelMixin, BertPreTrainedModel):
@@ -185,12 +165,13 @@ class BertModel(EncoderModelMixin, BertPreTrainedModel):
     output and every layer's output (``num_hidden_layers + 1`` tensors).
     """
 
-    input_error = BertInputError
-
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self._build_encoder(BertEmbeddings(config), add_pooling_layer, BertLayer)
         self.post_init()
+
+
+BertPreTrainedModel.base_model_class = BertModel
 
 
 class BertForMaskedLM(EncoderForMaskedLM, BertPreTrainedModel):

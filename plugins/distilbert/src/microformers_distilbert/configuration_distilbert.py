@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from microformers import PretrainedConfig
-from microformers.errors import ConfigError
+from microformers_sdk.config_checks import check_heads_divide, check_positive_ints
 
 
 class DistilBertConfig(PretrainedConfig):
@@ -56,13 +56,6 @@ class DistilBertConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.qa_dropout = qa_dropout
         self.seq_classif_dropout = seq_classif_dropout
-        for name in ("vocab_size", "max_position_embeddings", "n_layers", "n_heads", "dim", "hidden_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name}={value!r} in DistilBertConfig must be a positive integer; fix config.json")
-        if dim % n_heads:
-            raise ConfigError(
-                f"dim={dim} is not a multiple of n_heads={n_heads} in DistilBertConfig; fix config.json so each "
-                "head gets dim / n_heads dimensions"
-            )
+        check_positive_ints(self, ("vocab_size", "max_position_embeddings", "n_layers", "n_heads", "dim", "hidden_dim"))
+        check_heads_divide(self, "dim", "n_heads")
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)

@@ -13,6 +13,7 @@ from typing import Any
 
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
+from microformers_sdk.config_checks import check_choice, check_heads_divide, check_positive_ints
 
 SUPPORTED_POSITION_EMBEDDINGS = ("absolute",)
 
@@ -63,15 +64,8 @@ class RobertaConfig(PretrainedConfig):
         name = type(self).__name__
         sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                  "max_position_embeddings", "type_vocab_size")  # fmt: skip
-        for field in sizes:
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{field}={value!r} in {name} must be a positive integer; fix config.json")
-        if hidden_size % num_attention_heads:
-            raise ConfigError(
-                f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads} in "
-                f"{name}; fix config.json so each head gets hidden_size / num_attention_heads dimensions"
-            )
+        check_positive_ints(self, sizes)
+        check_heads_divide(self)
         pad = pad_token_id
         if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < min(vocab_size, max_position_embeddings):
             raise ConfigError(
@@ -79,11 +73,7 @@ class RobertaConfig(PretrainedConfig):
                 f"max_position_embeddings={max_position_embeddings}: RoBERTa numbers positions from the padding "
                 "index; fix config.json (RoBERTa and XLM-R checkpoints use pad_token_id=1)"
             )
-        if position_embedding_type not in SUPPORTED_POSITION_EMBEDDINGS:
-            raise ConfigError(
-                f"position_embedding_type={position_embedding_type!r} in {name} is not supported by "
-                f"microformers-roberta (supported: {', '.join(SUPPORTED_POSITION_EMBEDDINGS)})"
-            )
+        check_choice(self, "position_embedding_type", SUPPORTED_POSITION_EMBEDDINGS, "microformers-roberta")
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

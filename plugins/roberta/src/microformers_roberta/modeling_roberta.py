@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import ConfigError, InputError
+from microformers.errors import InputError
 from microformers_sdk.encoder import (
     EncoderEmbeddings,
     EncoderForMaskedLM,
@@ -36,9 +36,8 @@ from microformers_sdk.encoder import (
     EncoderForTokenClassification,
     EncoderLayer,
     EncoderModelMixin,
+    EncoderPreTrainedMixin,
     classifier_dropout,
-    mirror_output_bias,
-    prune_model_heads,
 )
 from microformers_sdk.layers import get_activation
 
@@ -128,11 +127,12 @@ class RobertaClassificationHead(nn.Module):
         return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
 
 
-class RobertaPreTrainedModel(PreTrainedModel):
+class RobertaPreTrainedModel(EncoderPreTrainedMixin, PreTrainedModel):
     config_class = RobertaConfig
     base_model_prefix = "roberta"
+    input_error = RobertaInputError
+    output_bias_head = "lm_head"
     _no_split_modules: ClassVar[list[str]] = ["RobertaEmbeddings", "RobertaLayer"]
-    supports_gradient_checkpointing = True
     # Checkpoints saved by heads without a pooler (e.g. RobertaForMaskedLM) load into models that have one.
     _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
     # Older exporters saved the position/token-type id buffers, and tied files may repeat the MLM bias.
@@ -141,33 +141,11 @@ class RobertaPreTrainedModel(PreTrainedModel):
         r"embeddings\.token_type_ids$",
         r"lm_head\.decoder\.bias$",
     ]
-    base_model_class: ClassVar[type[nn.Module]]  # set below, after RobertaModel (XLM-R sets its own)
-
-    def __init__(self, config: RobertaConfig, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
-        for setting in ("is_decoder", "add_cross_attention"):
-            if getattr(config, setting, False):
-                raise ConfigError(
-                    f"{setting}=True in the {type(config).__name__} asks for a causal or cross-attending encoder, "
-                    "which microformers-roberta does not provide; set it to false for the bidirectional encoder"
-                )
-
-    def _backbone(self, add_pooling_layer: bool = True) -> nn.Module:
-        return self.base_model_class(self.config, add_pooling_layer=add_pooling_layer)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, RobertaLMHead):
             nn.init.zeros_(module.bias)
-
-    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
-        """Remove attention heads (``{layer: [head, ...]}``, original indices); recorded in ``config.pruned_heads``."""
-        prune_model_heads(self, heads_to_prune, RobertaInputError)
-
-    def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
-        renamed = mirror_output_bias({key: key for key in checkpoint_keys}, "lm_head")
-        mapping = super()._checkpoint_key_map(set(renamed))
-        return {name: renamed[key] for name, key in mapping.items()}
 
 
 class RobertaModel(EncoderModelMixin, RobertaPreTrainedModel):
@@ -176,8 +154,6 @@ class RobertaModel(EncoderModelMixin, RobertaPreTrainedModel):
     Returns ``BaseModelOutputWithPoolingAndCrossAttentions``; ``hidden_states`` holds the embedding
     output and every layer's output (``num_hidden_layers + 1`` tensors).
     """
-
-    input_error = RobertaInputError
 
     def __init__(self, config: RobertaConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
