@@ -315,3 +315,25 @@ def test_fill_mask_and_text_classification_pipelines_match_reference(model_type:
     for row_got, row_want in zip(got, want):
         for a, b in zip(row_got, row_want):
             assert abs(a["score"] - b["score"]) <= 1e-5
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_token_classification_pipeline_matches_reference(model_type: str, tmp_path: Path) -> None:
+    import microformers
+
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    folder = _pipeline_folder(
+        model_type, "ForTokenClassification", tmp_path,
+        id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)},
+    )  # fmt: skip
+    texts = ["Hugo Weaving lives in Sydney", "Paris is the capital of France."]
+
+    def plain(rows: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        return [[{k: round(float(v), 4) if k == "score" else v for k, v in e.items()} for e in row] for row in rows]
+
+    for strategy in ("none", "simple", "first"):  # offsets of byte-level / Metaspace pieces, word grouping
+        got = microformers.pipeline("token-classification", model=str(folder), aggregation_strategy=strategy)(texts)
+        want = reference_module().pipeline("token-classification", model=str(folder), aggregation_strategy=strategy)(
+            texts
+        )
+        assert plain(got) == plain(want), strategy
