@@ -215,13 +215,23 @@ def _eos_ids(model: Any) -> set[int]:
 
 
 def context_length(model: Any) -> int:
-    """How many positions the model takes (``max_position_embeddings``, else ``n_positions``)."""
+    """How many positions a request may fill: ``max_position_embeddings`` (else ``n_positions``), and no
+    more than the smallest sliding attention window, which the per-row decode step does not apply."""
     config = model.config
+    limit = 2048
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
-            return value
-    return 2048
+            limit = value
+            break
+    per_layer = getattr(config, "layer_sliding_window", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    if callable(per_layer) and isinstance(layers, int):
+        windows = [per_layer(i) for i in range(layers)]
+    else:
+        windows = [getattr(config, "sliding_window", None)]
+    windows = [w for w in windows if isinstance(w, int) and w > 0]
+    return min([limit, *windows])
 
 
 class Engine:
