@@ -18,8 +18,13 @@ attention block under other parameter names. This module holds that design once:
   layers differ by family (``EncoderForMaskedLM``, ``EncoderForSequenceClassification``: the plugin builds
   the head in ``__init__`` and says how it makes logits).
 
-Parameter names are the reference checkpoints' names; a plugin picks its own class names and prefix
-(``base_model_prefix``) and implements ``_backbone(add_pooling_layer)`` on its pre-trained base class.
+- ``EncoderPreTrainedMixin``: the family's pre-trained base class (decoder settings refused, ``prune_heads``,
+  ``_backbone(add_pooling_layer)`` from ``base_model_class``, the masked-LM bias under both its names).
+
+Parameter names are the reference checkpoints' names; a plugin picks its own class names, prefix
+(``base_model_prefix``) and ``base_model_class``. ``microformers-bert`` and ``microformers-roberta`` are
+built this way; ``microformers-distilbert`` and ``microformers-wav2vec2`` use the attention, embeddings,
+layer loop and head plumbing.
 """
 
 from __future__ import annotations
@@ -63,11 +68,14 @@ __all__ = [
     "EncoderPreTrainedMixin",
     "EncoderSelfAttention",
     "ResidualLayerNorm",
+    "check_one_input",
     "classifier_dropout",
     "labelled_output",
     "layer_head_masks",
     "mirror_output_bias",
+    "prune_model_heads",
     "question_answering_output",
+    "require_two_labels",
     "run_encoder",
 ]
 
