@@ -29,16 +29,16 @@ def _dense_moe(
     return (picked * weights[..., None]).sum(1)
 
 
-@pytest.mark.parametrize("normalize", [True, False])
-def test_router_and_sparse_loop_equal_the_dense_computation(normalize: bool) -> None:
+@pytest.mark.parametrize(("normalize", "tokens", "top_k"), [(True, 11, 2), (False, 11, 2), (True, 1, 3), (False, 1, 2)])
+def test_router_and_sparse_loop_equal_the_dense_computation(normalize: bool, tokens: int, top_k: int) -> None:
     torch.manual_seed(0)
     experts = [GatedMLP(8, 12) for _ in range(5)]
-    router = TopKRouter(8, 5, top_k=2, normalize=normalize)
+    router = TopKRouter(8, 5, top_k=top_k, normalize=normalize)
     nn.init.normal_(router.weight)
-    hidden = torch.randn(11, 8)
+    hidden = torch.randn(tokens, 8)
     logits, weights, index = router(hidden)
     probabilities = torch.softmax(logits, dim=-1)
-    expected_weights, expected_index = probabilities.topk(2, dim=-1)
+    expected_weights, expected_index = probabilities.topk(top_k, dim=-1)
     if normalize:
         expected_weights = expected_weights / expected_weights.sum(-1, keepdim=True)
     torch.testing.assert_close(weights, expected_weights)

@@ -101,6 +101,13 @@ def run_experts(
     The (token, slot) pairs are sorted by expert once; each expert then runs on its own tokens only,
     and its weighted output is added back in place. Experts run in ascending order, as in the reference.
     """
+    if hidden_states.shape[0] == 1:  # one token (batch-1 decoding): its experts in ascending order, no sorting
+        output = None
+        chosen = expert_index[0].tolist()
+        for slot in sorted(range(len(chosen)), key=chosen.__getitem__):
+            scaled = (experts[chosen[slot]](hidden_states) * weights[0, slot]).to(hidden_states.dtype)
+            output = scaled if output is None else output + scaled
+        return output
     output = torch.zeros_like(hidden_states)
     top_k = expert_index.shape[-1]
     flat = expert_index.reshape(-1)
