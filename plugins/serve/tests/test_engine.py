@@ -156,3 +156,25 @@ def test_ragged_cache_rows_move_when_one_is_removed() -> None:
     stored_keys, stored_values = cache.layer_storage(0)
     torch.testing.assert_close(stored_keys[0, :, :2], rows[2][0], rtol=0, atol=0)
     torch.testing.assert_close(stored_values[1, :, :5], rows[1][0] + 1, rtol=0, atol=0)
+
+
+def test_quantize_flag_loads_int8_weights_and_still_equals_generate(tiny_llama: Path) -> None:
+    import argparse
+
+    from microformers_serve.commands import load_server
+
+    args = argparse.Namespace(
+        model=str(tiny_llama), gguf_file=None, quantize="int8", dtype=None, model_name=None, max_batch_size=4,
+        max_queue=4, max_body_bytes=1 << 20,
+    )  # fmt: skip
+    server = load_server(args)
+    assert server.model.config.quantization_config["quant_method"] == "int8"
+    jobs = [request([5, 6, 7], 12), request([8, 9], 9)]
+    with one_thread():
+        for job, _ in jobs:
+            server.engine.submit(job)
+        for job, collector in jobs:
+            assert collector.done.wait(60)
+            prompt = torch.tensor([job.prompt_ids])
+            assert job.output_ids == server.model.generate(prompt, max_new_tokens=job.max_new_tokens, do_sample=False)[0, prompt.shape[1] :].tolist()
+    server.engine.drain()

@@ -457,8 +457,10 @@ def create_app(server: Server) -> FastAPI:
         messages = [_message_text(m, i) for i, m in enumerate(raw)]
         if server.engine is None:
             raise APIError(400, f"{server.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint")
-        try:
-            encoded = server.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
+        try:  # off the event loop: a long conversation takes a while to render and encode
+            encoded = await asyncio.to_thread(
+                server.tokenizer.apply_chat_template, messages, add_generation_prompt=True, return_dict=True
+            )
         except Exception as exc:
             raise bad("messages", f"the chat template could not render them: {exc}", "template_error") from None
         ids = list(encoded["input_ids"])
@@ -507,7 +509,7 @@ def create_app(server: Server) -> FastAPI:
         if isinstance(prompt, str):
             if not prompt:
                 raise bad("prompt", "must not be empty")
-            ids = list(server.tokenizer(prompt)["input_ids"])
+            ids = list((await asyncio.to_thread(server.tokenizer, prompt))["input_ids"])
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
             server.check_ids(ids, "prompt")

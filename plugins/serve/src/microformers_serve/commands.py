@@ -25,6 +25,7 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16; default: the checkpoint's)")
     parser.add_argument("--model-name", default=None, help="the id clients use in 'model' (default: MODEL as given)")
     parser.add_argument("--max-body-bytes", type=_positive, default=4 * 1024 * 1024, help="request size limit (413 above)")
+    parser.add_argument("--threads", type=_positive, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     return run_serve
 
@@ -99,6 +100,10 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from .app import create_app
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     server = load_server(args)
     app = create_app(server)
     # Streams end when their requests finish; sse-starlette must not cut them off at SIGTERM.
