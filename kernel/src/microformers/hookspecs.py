@@ -144,6 +144,16 @@ def register_checkpoint_formats(register):
 
 
 @hookspec
+def register_gguf_architectures(register):
+    """Describe how llama.cpp GGUF files of an architecture map onto a model type.
+
+    Call ``register(gguf_name, "module:VALUE")``: ``gguf_name`` is the file's ``general.architecture``,
+    ``VALUE`` a ``microformers_sdk.gguf.GGUFArchitecture`` (config keys, tensor names and layout
+    transforms, tokenizer flavour); ``microformers-gguf`` reads it when it loads such a file.
+    """
+
+
+@hookspec
 def register_attention_implementations(register):
     """Provide attention kernels: ``register(name, fn)``; chosen by ``attn_implementation=name``.
 

@@ -41,6 +41,7 @@ HOOKS: dict[str, str] = {
     "register_exports": "exports",
     "register_generation_strategies": "generation_strategies",
     "register_checkpoint_formats": "checkpoint_formats",
+    "register_gguf_architectures": "gguf_architectures",
     "register_attention_implementations": "attention",
     "register_cli_commands": "cli_commands",
     "register_model_sources": "model_sources",

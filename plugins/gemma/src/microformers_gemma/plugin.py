@@ -44,3 +44,9 @@ def register_models(register: Any) -> None:
             f"{_PACKAGE}.configuration_{module}:{config_class}",
             {auto: f"{_PACKAGE}.modeling_{module}:{name}" for auto, name in heads.items()},
         )
+
+
+@hookimpl
+def register_gguf_architectures(register: Any) -> None:
+    register("gemma2", f"{_PACKAGE}.gguf_mapping:GEMMA2")
+    register("gemma3", f"{_PACKAGE}.gguf_mapping:GEMMA3")

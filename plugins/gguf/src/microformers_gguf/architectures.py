@@ -1,198 +1,243 @@
-"""GGUF architectures this plugin maps to Hugging Face models: config keys and tensor names."""
+"""GGUF architectures: the mappings model plugins register, and the config and tensor plan built from them.
+
+This plugin knows no architecture. A model plugin registers ``register_gguf_architectures``
+(``register("qwen3", "microformers_llama.gguf_mapping:QWEN3")``) with a
+``microformers_sdk.gguf.GGUFArchitecture``; here it is looked up by the file's ``general.architecture``
+and interpreted: metadata keys become the config dict, GGUF tensor names become Hugging Face names,
+and the layout transforms undo what llama.cpp's converter did.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from microformers.errors import ConfigError, UnknownModelTypeError
+from microformers import registry
+from microformers.errors import CheckpointError, ConfigError, UnknownModelTypeError
+from microformers.plugins import resolve_ref
+from microformers_sdk.gguf import (
+    OPTIONAL,
+    REQUIRED,
+    Experts,
+    Field,
+    GGUFArchitecture,
+    Meta,
+    Part,
+    Quotient,
+    Rotary,
+    Target,
+)
 
-from .reader import GGUFFile
+from .reader import GGUFFile, TensorInfo
 
 # tokenizer.json's "model_max_length" when nothing limits it (the value Hugging Face tokenizers use).
 UNLIMITED_LENGTH = int(1e30)
+KIND = "gguf_architectures"
 
-
-@attrs.frozen
-class Architecture:
-    """How one ``general.architecture`` value maps onto a Hugging Face model type."""
-
-    gguf_name: str
-    model_type: str
-    causal_lm_class: str
-    # llama.cpp interleaves the rotary halves of Q/K rows for llama-style models (not for qwen2).
-    permutes_qk: bool
-    # llama.cpp writes rope.dimension_count = head_dim for llama; for other models it may differ.
-    head_dim_from_rope: bool
-
-
-ARCHITECTURES: dict[str, Architecture] = {
-    "llama": Architecture("llama", "llama", "LlamaForCausalLM", permutes_qk=True, head_dim_from_rope=True),
-    "mistral": Architecture("mistral", "mistral", "MistralForCausalLM", permutes_qk=True, head_dim_from_rope=True),
-    "qwen2": Architecture("qwen2", "qwen2", "Qwen2ForCausalLM", permutes_qk=False, head_dim_from_rope=False),
-}
-
-_GLOBAL_TENSORS: dict[str, str] = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-
-_BLOCK_TENSORS: dict[str, str] = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_v.bias": "self_attn.v_proj.bias",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_output.bias": "self_attn.o_proj.bias",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-
-# Tensors llama.cpp stores that a Hugging Face model rebuilds itself (rotary frequencies).
-_DERIVED_TENSORS = re.compile(r"^(rope_freqs\.weight|blk\.\d+\.attn_rot_embd(\.weight)?)$")
 _BLOCK_NAME = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
-def architecture_of(gguf: GGUFFile) -> Architecture:
-    """The mapping for this file's ``general.architecture``, or an error naming the file and the value."""
+def supported_architectures() -> list[str]:
+    return [str(name) for name in registry.names(KIND)]
+
+
+def architecture_of(gguf: GGUFFile) -> GGUFArchitecture:
+    """The registered mapping for this file's ``general.architecture``, or an error naming the file and the value."""
     name = gguf.architecture
     if name is None:
         raise ConfigError(
             f"GGUF file {gguf.path} has no 'general.architecture' metadata, so its model type is unknown; "
             "re-convert it with a current llama.cpp."
         )
-    arch = ARCHITECTURES.get(name)
-    if arch is None:
+    reg = registry.get(KIND, name)
+    if reg is None:
+        provider = registry.provider_of(KIND, name)
+        fix = (
+            f"Install the plugin that maps it: pip install {provider}."
+            if provider
+            else f"Use a checkpoint in safetensors form with a plugin for '{name}', or a GGUF of a supported "
+            "architecture; a model plugin adds GGUF support with the register_gguf_architectures hook."
+        )
         raise UnknownModelTypeError(
-            f"GGUF file {gguf.path} holds a '{name}' model, and microformers-gguf maps no such architecture "
-            f"(supported: {', '.join(sorted(ARCHITECTURES))}). Use a checkpoint in safetensors form with a plugin "
-            f"for '{name}', or a GGUF of a supported architecture."
+            f"GGUF file {gguf.path} holds a '{name}' model, and no installed plugin maps that GGUF architecture "
+            f"(supported: {', '.join(supported_architectures()) or 'none'}). {fix}"
+        )
+    arch = reg.load()
+    if not isinstance(arch, GGUFArchitecture):
+        raise CheckpointError(
+            f"plugin '{reg.plugin}' registered GGUF architecture '{name}' as {reg.ref!r}, which is a "
+            f"{type(arch).__name__}, not a microformers_sdk.gguf.GGUFArchitecture; fix or reinstall the plugin."
         )
     return arch
 
 
-def hf_tensor_name(gguf_name: str) -> str | None:
-    """The Hugging Face name of a llama-family GGUF tensor; ``None`` for tensors the model rebuilds itself."""
-    if gguf_name in _GLOBAL_TENSORS:
-        return _GLOBAL_TENSORS[gguf_name]
-    if _DERIVED_TENSORS.match(gguf_name):
-        return None
-    match = _BLOCK_NAME.match(gguf_name)
-    if match and match.group(2) in _BLOCK_TENSORS:
-        return f"model.layers.{match.group(1)}.{_BLOCK_TENSORS[match.group(2)]}"
-    return None
+# -- config ----------------------------------------------------------------------------------------
 
 
-def is_derived_tensor(gguf_name: str) -> bool:
-    return bool(_DERIVED_TENSORS.match(gguf_name))
+def _full_key(arch: GGUFArchitecture, key: str) -> str:
+    return key if key.startswith(("general.", "tokenizer.")) else f"{arch.gguf_name}.{key}"
 
 
-def _number(gguf: GGUFFile, key: str, value: Any, kind: type) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        expected = "an integer" if kind is int else "a number"
-        raise ConfigError(
+def _typed(gguf: GGUFFile, key: str, value: Any, kind: type) -> Any:
+    def refuse(expected: str) -> ConfigError:
+        return ConfigError(
             f"GGUF file {gguf.path}: metadata key '{key}' is {value!r}, not {expected}; "
             "the file is corrupt. Re-convert or download it again."
         )
-    return kind(value)
+
+    if kind in (int, float):
+        if kind is int and isinstance(value, list) and value:
+            # Some converters write a per-layer list; a single config value is the largest.
+            return max(_typed(gguf, key, v, int) for v in value)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (kind is int and not isinstance(value, int))
+        ):
+            raise refuse("an integer" if kind is int else "a number")
+        return kind(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise refuse("a boolean")
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise refuse("a string")
+        return value
+    if kind is list:
+        if not isinstance(value, list):
+            raise refuse("a list")
+        return value
+    raise TypeError(f"Meta kind {kind!r} is not int, float, bool, str or list")
 
 
-def _get(gguf: GGUFFile, key: str, kind: type, default: Any = None) -> Any:
-    """Metadata ``key`` as ``kind`` (int or float); ``default`` when absent, a ConfigError when required."""
-    value = gguf.metadata.get(key)
-    if value is None:
-        if default is None:
-            raise ConfigError(
-                f"GGUF file {gguf.path} lacks the metadata key '{key}', which the model config needs; "
-                "the file is incomplete. Re-convert it with a current llama.cpp."
-            )
-        return default
-    if kind is int and isinstance(value, list) and value:
-        # Some converters write a per-layer list; the llama family has one value for all layers.
-        return max(_number(gguf, key, v, int) for v in value)
-    return _number(gguf, key, value, kind)
+class _View:
+    """The ``GGUFView`` an architecture's ``adjust_config`` gets."""
+
+    def __init__(self, gguf: GGUFFile, arch: GGUFArchitecture) -> None:
+        self.path = gguf.path
+        self.metadata = gguf.metadata
+        self.shapes = {name: info.shape for name, info in gguf.tensors.items()}
+        self._gguf, self._arch = gguf, arch
+
+    def key(self, name: str) -> str:
+        return _full_key(self._arch, name)
+
+    def read(self, tensor: str) -> Any:
+        import torch
+
+        from .dequant import dequantize
+
+        info = self._gguf.tensors.get(tensor)
+        if info is None:
+            raise CheckpointError(f"GGUF file {self.path} has no tensor '{tensor}'")
+        return dequantize(self._gguf.tensor_bytes(info), info.type_id, info.shape, torch.float32)
 
 
-def _rope(gguf: GGUFFile, prefix: str, theta: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _rope(gguf: GGUFFile, arch: GGUFArchitecture, theta: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """``rope_parameters`` (the current HF form) and the legacy ``rope_scaling`` dict (``None`` if unscaled)."""
-    kind = gguf.metadata.get(f"{prefix}rope.scaling.type")
+    prefix = f"{arch.gguf_name}."
+    md = gguf.metadata
+    kind = md.get(f"{prefix}rope.scaling.type")
     factor_key = f"{prefix}rope.scaling.factor"
-    if factor_key not in gguf.metadata:
+    if factor_key not in md:
         factor_key = f"{prefix}rope.scale_linear"
-    factor = _get(gguf, factor_key, float, 1.0)
+    factor = _typed(gguf, factor_key, md[factor_key], float) if factor_key in md else 1.0
     if kind is None and factor != 1.0:
         kind = "linear"
     if kind in (None, "none") or not isinstance(kind, str):
         return {"rope_type": "default", "rope_theta": theta}, None
     scaling: dict[str, Any] = {"rope_type": kind, "factor": factor}
     original_key = f"{prefix}rope.scaling.original_context_length"
-    if original_key in gguf.metadata:
-        scaling["original_max_position_embeddings"] = _get(gguf, original_key, int)
+    if original_key in md:
+        scaling["original_max_position_embeddings"] = _typed(gguf, original_key, md[original_key], int)
     return {**scaling, "rope_theta": theta}, scaling
 
 
 def build_config(gguf: GGUFFile) -> dict[str, Any]:
     """A Hugging Face ``config.json``-style dict from the file's metadata and tensor table."""
+    config, _ = _build_config(gguf)
+    return config
+
+
+def _build_config(gguf: GGUFFile) -> tuple[dict[str, Any], dict[str, str]]:
     arch = architecture_of(gguf)
     md = gguf.metadata
-    prefix = f"{arch.gguf_name}."
-    hidden_size = _get(gguf, prefix + "embedding_length", int)
-    num_heads = _get(gguf, prefix + "attention.head_count", int)
-    num_kv_heads = _get(gguf, prefix + "attention.head_count_kv", int, num_heads)
-    if hidden_size <= 0 or num_heads <= 0 or num_kv_heads <= 0 or num_heads % num_kv_heads:
-        raise ConfigError(
-            f"GGUF file {gguf.path} states embedding_length={hidden_size}, head_count={num_heads}, "
-            f"head_count_kv={num_kv_heads}, which is not an attention layout; the file is corrupt."
-        )
-    theta = _get(gguf, prefix + "rope.freq_base", float, 10000.0)
-    rope_parameters, rope_scaling = _rope(gguf, prefix, theta)
+    config: dict[str, Any] = {"architectures": list(arch.architectures), "model_type": arch.model_type}
+    sources: dict[str, str] = {}  # config field -> the metadata key it came from (for error messages)
+    for field, spec in arch.config.items():
+        if not isinstance(spec, Meta):
+            config[field] = spec
+            continue
+        keys = [_full_key(arch, key) for key in spec.keys]
+        present = next((key for key in keys if md.get(key) is not None), None)
+        if present is not None:
+            config[field] = _typed(gguf, present, md[present], spec.kind)
+            sources[field] = present
+        elif spec.default is REQUIRED:
+            raise ConfigError(
+                f"GGUF file {gguf.path} lacks the metadata key '{keys[0]}', which the model config needs; "
+                "the file is incomplete. Re-convert it with a current llama.cpp."
+            )
+        elif spec.default is OPTIONAL:
+            continue
+        elif isinstance(spec.default, Field):
+            config[field] = config[spec.default.name]
+            sources[field] = sources.get(spec.default.name, keys[0])
+        elif isinstance(spec.default, Quotient):
+            numerator, denominator = config[spec.default.numerator], config[spec.default.denominator]
+            if not denominator:
+                raise ConfigError(
+                    f"GGUF file {gguf.path}: {sources.get(spec.default.denominator)} is 0; the file is corrupt"
+                )
+            config[field] = numerator // denominator
+        else:
+            config[field] = spec.default
 
     tokens = md.get("tokenizer.ggml.tokens")
-    embedding = gguf.tensors.get("token_embd.weight")
-    fallback_vocab = len(tokens) if isinstance(tokens, list) else embedding.shape[0] if embedding else None
-    vocab_size = _get(gguf, prefix + "vocab_size", int, fallback_vocab)
-
-    config: dict[str, Any] = {
-        "architectures": [arch.causal_lm_class],
-        "model_type": arch.model_type,
-        "vocab_size": vocab_size,
-        "hidden_size": hidden_size,
-        "intermediate_size": _get(gguf, prefix + "feed_forward_length", int),
-        "num_hidden_layers": _get(gguf, prefix + "block_count", int),
-        "num_attention_heads": num_heads,
-        "num_key_value_heads": num_kv_heads,
-        "hidden_act": "silu",
-        "max_position_embeddings": _get(gguf, prefix + "context_length", int, 2048),
-        "rms_norm_eps": _get(gguf, prefix + "attention.layer_norm_rms_epsilon", float, 1e-6),
-        "rope_theta": theta,
-        "rope_parameters": rope_parameters,
-        "tie_word_embeddings": "output.weight" not in gguf.tensors,
-        "attention_bias": "blk.0.attn_q.bias" in gguf.tensors,
-    }
-    head_dim_key = prefix + "attention.key_length"
-    if head_dim_key not in md and arch.head_dim_from_rope:
-        head_dim_key = prefix + "rope.dimension_count"
-    if head_dim_key in md:
-        config["head_dim"] = _get(gguf, head_dim_key, int)
-    if rope_scaling is not None:
-        config["rope_scaling"] = rope_scaling
-    _check_against_tensors(gguf, prefix, config, head_dim_key if head_dim_key in md else "")
+    embedding = gguf.tensors.get(arch.token_embedding)
+    vocab_key = f"{arch.gguf_name}.vocab_size"
+    if md.get(vocab_key) is not None:
+        config["vocab_size"] = _typed(gguf, vocab_key, md[vocab_key], int)
+        sources["vocab_size"] = vocab_key
+    elif isinstance(tokens, list):
+        config["vocab_size"] = len(tokens)
+    elif embedding is not None:
+        config["vocab_size"] = embedding.shape[0]
+    config["tie_word_embeddings"] = arch.tied_output not in gguf.tensors
+    for field, tensor in arch.flags.items():
+        config[field] = tensor in gguf.tensors
+    if arch.rope:
+        rope_parameters, rope_scaling = _rope(gguf, arch, config.get("rope_theta", 10000.0))
+        config["rope_parameters"] = rope_parameters
+        if rope_scaling is not None:
+            config["rope_scaling"] = rope_scaling
     for name, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown")):
         token_id = md.get(f"tokenizer.ggml.{key}_token_id")
         if isinstance(token_id, int) and not isinstance(token_id, bool):
             config[f"{name}_token_id"] = token_id
-    return config
+    _check_against_tensors(gguf, arch, config, sources)
+    if arch.adjust_config is not None:
+        resolve_ref(arch.adjust_config)(config, _View(gguf, arch))
+    return config, sources
 
 
-def _check_against_tensors(gguf: GGUFFile, prefix: str, config: dict[str, Any], head_key: str) -> None:
+def _field_value(config: Mapping[str, Any], field: str | int) -> int | None:
+    if isinstance(field, int):
+        return field
+    if field == "head_dim" and "head_dim" not in config:
+        hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+        return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
+    value = config.get(field)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _check_against_tensors(
+    gguf: GGUFFile, arch: GGUFArchitecture, config: dict[str, Any], sources: dict[str, str]
+) -> None:
     """Declared sizes must match the tensor table: a corrupt block_count would otherwise build a huge model."""
 
     def refuse(key: str, value: Any, found: str) -> ConfigError:
@@ -202,33 +247,182 @@ def _check_against_tensors(gguf: GGUFFile, prefix: str, config: dict[str, Any], 
         )
 
     blocks = {int(m.group(1)) for name in gguf.tensors if (m := _BLOCK_NAME.match(name))}
-    layers, hidden, heads = config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]
-    if layers <= 0 or (blocks and layers > max(blocks) + 1):  # (vocab-only files have no tensors)
-        raise refuse(f"{prefix}block_count", layers, f"its tensors cover {len(blocks)} blocks")
-    embedding = gguf.tensors.get("token_embd.weight")
-    if embedding is not None and embedding.shape[-1] != hidden:
-        raise refuse(f"{prefix}embedding_length", hidden, f"token_embd.weight has shape {embedding.shape}")
-    if embedding is not None and config["vocab_size"] != embedding.shape[0]:
-        raise refuse("the vocabulary size", config["vocab_size"], f"token_embd.weight has shape {embedding.shape}")
-    up = gguf.tensors.get("blk.0.ffn_up.weight")
-    if up is not None and up.shape[0] != config["intermediate_size"]:
-        raise refuse(f"{prefix}feed_forward_length", config["intermediate_size"], f"blk.0.ffn_up has shape {up.shape}")
-    query = gguf.tensors.get("blk.0.attn_q.weight")
-    head_dim = config.get("head_dim", hidden // heads)
-    if query is not None and query.shape[0] != heads * head_dim:
-        found = f"blk.0.attn_q.weight has shape {query.shape}"
-        raise refuse(f"{prefix}attention.head_count x {head_key or 'head dimension'}", f"{heads} x {head_dim}", found)
+    for field, spec in arch.config.items():
+        if isinstance(spec, Meta) and "block_count" in spec.keys:
+            layers = config[field]
+            if layers <= 0 or (blocks and layers > max(blocks) + 1):  # (vocab-only files have no tensors)
+                raise refuse(sources.get(field, field), layers, f"its tensors cover {len(blocks)} blocks")
+    embedding = gguf.tensors.get(arch.token_embedding)
+    if embedding is not None and config.get("vocab_size") != embedding.shape[0]:
+        raise refuse("the vocabulary size", config.get("vocab_size"), f"{arch.token_embedding} has shape {embedding.shape}")
+    for check in arch.checks:
+        info = gguf.tensors.get(check.tensor)
+        values = [_field_value(config, field) for field in check.fields]
+        if info is None or None in values or check.dim >= len(info.shape):
+            continue
+        expected = 1
+        for value in values:
+            expected *= value
+        if info.shape[check.dim] != expected:
+            keys = " x ".join(str(sources.get(field, field)) for field in check.fields)
+            shown = " x ".join(str(v) for v in values)
+            raise refuse(keys, shown, f"{check.tensor} has shape {info.shape}")
 
 
-def qk_row_permutation(rows: int, n_heads: int) -> Any:
-    """Row order that undoes llama.cpp's Q/K permutation: ``hf_rows = gguf_rows[perm]``.
+# -- tensors ---------------------------------------------------------------------------------------
 
-    llama.cpp stores each head's rows with the two rotary halves interleaved (row pairs); the
-    Hugging Face layout keeps each half contiguous.
+
+@attrs.frozen
+class Source:
+    """One GGUF tensor feeding a Hugging Face tensor: whole (``target``), one expert's slice, or one fused part."""
+
+    info: TensorInfo
+    target: Target | Experts | Part
+    expert: int | None = None
+
+
+def _target_of(arch: GGUFArchitecture, name: str) -> tuple[Target | Experts | Part, str] | None:
+    """The registered target of a GGUF tensor name, and the block number (``""`` for global tensors)."""
+    match = _BLOCK_NAME.match(name)
+    bid = ""
+    target = arch.tensors.get(name)
+    if target is None and match:
+        bid = match.group(1)
+        target = arch.tensors.get(f"blk.{{bid}}.{match.group(2)}")
+    if target is None:
+        return None
+    if isinstance(target, str):
+        target = Target(target)
+    return target, bid
+
+
+def _named(template: str, bid: str, expert: int | None = None) -> str:
+    name = template.replace("{bid}", bid)
+    return name.replace("{expert}", str(expert)) if expert is not None else name
+
+
+class TensorPlan:
+    """Every Hugging Face tensor of one GGUF file: which GGUF tensors build it and how.
+
+    ``entries`` maps Hugging Face names to their sources; ``skipped`` lists GGUF tensors with no
+    counterpart (``derived`` ones excluded). ``row_permutation(name)`` is the row order for an entry that
+    is one GGUF tensor reordered by rows only (quantised blocks never cross rows, so a loader can keep
+    them packed); ``load(name, dtype)`` dequantises and transforms.
     """
-    import torch
 
-    if rows % (2 * n_heads):
-        raise ConfigError(f"cannot split {rows} attention rows into {n_heads} heads of rotary pairs")
-    half = rows // n_heads // 2
-    return torch.arange(rows).view(n_heads, half, 2).transpose(1, 2).reshape(-1)
+    def __init__(self, gguf: GGUFFile) -> None:
+        self.gguf = gguf
+        self.arch = architecture_of(gguf)
+        self._config: dict[str, Any] | None = None
+        self._cache: tuple[str, Any, Any] | None = None
+        derived = re.compile("^(?:" + "|".join(self.arch.derived) + ")$") if self.arch.derived else None
+        self.entries: dict[str, list[Source]] = {}
+        self.skipped: list[str] = []
+        for name, info in gguf.tensors.items():
+            found = _target_of(self.arch, name)
+            if found is None:
+                if derived is None or not derived.match(name):
+                    self.skipped.append(name)
+                continue
+            target, bid = found
+            if isinstance(target, Experts):
+                for expert in range(info.shape[0]):
+                    self.entries.setdefault(_named(target.name, bid, expert), []).append(Source(info, target, expert))
+            else:
+                self.entries.setdefault(_named(target.name, bid), []).append(Source(info, target))
+        for hf_name, sources in self.entries.items():
+            parts = [s.target for s in sources if isinstance(s.target, Part)]
+            if parts and (len(parts) != len(sources) or sorted(p.index for p in parts) != list(range(parts[0].count))):
+                have = ", ".join(s.info.name for s in sources)
+                raise CheckpointError(
+                    f"GGUF file {gguf.path}: '{hf_name}' is built from {parts[0].count} tensors, but the file has "
+                    f"{have}; the file is incomplete or mixes layouts. Re-convert it with a current llama.cpp."
+                )
+            if not parts and len(sources) > 1:
+                raise CheckpointError(
+                    f"GGUF file {gguf.path}: tensors {', '.join(s.info.name for s in sources)} all map to "
+                    f"'{hf_name}'; the file mixes layouts. Re-convert it with a current llama.cpp."
+                )
+            sources.sort(key=lambda s: s.target.index if isinstance(s.target, Part) else 0)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        if self._config is None:
+            self._config = build_config(self.gguf)
+        return self._config
+
+    def infos(self, hf_name: str) -> list[TensorInfo]:
+        return [s.info for s in self.entries[hf_name]]
+
+    def row_permutation(self, hf_name: str) -> Any:
+        """``(info, perm or None)`` when the entry is one whole GGUF tensor at most row-permuted; else ``None``."""
+        sources = self.entries[hf_name]
+        if len(sources) != 1 or not isinstance(sources[0].target, Target):
+            return None
+        transforms = sources[0].target.transforms
+        if not all(isinstance(t, Rotary) for t in transforms):
+            return None
+        info = sources[0].info
+        perm = None
+        for t in transforms:
+            step = t.rows(info.shape[0], self.config)
+            perm = step if perm is None else perm[step]
+        return info, perm
+
+    def _dequantized(self, info: TensorInfo, dtype: Any) -> Any:
+        from .dequant import dequantize
+
+        if self._cache is not None and self._cache[0] == info.name and self._cache[1] == dtype:
+            return self._cache[2]
+        tensor = dequantize(self.gguf.tensor_bytes(info), info.type_id, info.shape, dtype)
+        self._cache = (info.name, dtype, tensor)
+        return tensor
+
+    def load(self, hf_name: str, dtype: Any) -> Any:
+        """The tensor under ``hf_name``, dequantised to ``dtype`` and transformed."""
+        import torch
+
+        from .dequant import dequantize
+
+        simple = self.row_permutation(hf_name)
+        if simple is not None:
+            info, perm = simple
+            raw = self.gguf.tensor_bytes(info)
+            if perm is None:
+                return dequantize(raw, info.type_id, info.shape, dtype)
+            if len(info.shape) == 2:
+                # Permute whole quantised rows (blocks never cross rows), then dequantise once.
+                return dequantize(
+                    raw.view(info.shape[0], -1).index_select(0, perm).view(-1), info.type_id, info.shape, dtype
+                )
+            return dequantize(raw, info.type_id, info.shape, dtype)[perm]
+        pieces = []
+        for source in self.entries[hf_name]:
+            stacked = source.expert is not None or isinstance(source.target, Part)
+            tensor = (
+                self._dequantized(source.info, dtype)
+                if stacked
+                else dequantize(self.gguf.tensor_bytes(source.info), source.info.type_id, source.info.shape, dtype)
+            )
+            if source.expert is not None:
+                tensor = tensor[source.expert]
+            for transform in source.target.transforms:
+                tensor = transform.apply(tensor, self.config)
+            pieces.append(tensor)
+        first = self.entries[hf_name][0].target
+        if isinstance(first, Part):
+            return torch.cat(pieces, dim=first.dim)
+        return pieces[0].contiguous()
+
+    def shape(self, hf_name: str) -> tuple[int, ...]:
+        shapes = []
+        for source in self.entries[hf_name]:
+            shape = source.info.shape[1:] if source.expert is not None else source.info.shape
+            for transform in source.target.transforms:
+                shape = transform.shape(tuple(shape), self.config)
+            shapes.append(tuple(shape))
+        first = self.entries[hf_name][0].target
+        if isinstance(first, Part):
+            dim = first.dim
+            return (*shapes[0][:dim], sum(s[dim] for s in shapes), *shapes[0][dim + 1 :])
+        return shapes[0]

@@ -12,7 +12,7 @@ from typing import Any
 
 from microformers.errors import CheckpointError, FileMissingError
 
-from .architectures import architecture_of, build_config, hf_tensor_name, is_derived_tensor, qk_row_permutation
+from .architectures import TensorPlan, build_config
 from .reader import GGUFFile, read_gguf
 
 _CACHE_SIZE = 2
@@ -84,47 +84,25 @@ def load_state_dict(gguf: GGUFFile, dtype: Any = None) -> dict[str, Any]:
 
 
 def _load_state_dict(gguf: GGUFFile, dtype: Any) -> dict[str, Any]:
-    from .dequant import SUPPORTED_TYPES, dequantize, is_supported
+    from .dequant import SUPPORTED_TYPES, is_supported
 
     torch_dtype = _torch_dtype(dtype)
-    arch = architecture_of(gguf)
-    wanted = [(info, hf_tensor_name(name)) for name, info in gguf.tensors.items()]
-    unknown = [info.name for info, hf in wanted if hf is None and not is_derived_tensor(info.name)]
-    if unknown:
+    plan = TensorPlan(gguf)
+    if plan.skipped:
         warnings.warn(
-            f"GGUF file {gguf.path}: {len(unknown)} tensor(s) have no Hugging Face counterpart and are skipped: "
-            + ", ".join(unknown[:10]),
+            f"GGUF file {gguf.path}: {len(plan.skipped)} tensor(s) have no Hugging Face counterpart and are skipped: "
+            + ", ".join(plan.skipped[:10]),
             stacklevel=4,
         )
-    unsupported = [info for info, hf in wanted if hf is not None and not is_supported(info.type_id)]
+    unsupported = {info.name: info for hf in plan.entries for info in plan.infos(hf) if not is_supported(info.type_id)}
     if unsupported:
-        shown = ", ".join(f"'{info.name}' ({info.type_name})" for info in unsupported[:5])
+        shown = ", ".join(f"'{info.name}' ({info.type_name})" for info in list(unsupported.values())[:5])
         raise CheckpointError(
             f"GGUF file {gguf.path} stores tensors in quantisation types microformers-gguf cannot dequantise: "
             f"{shown}{' ...' if len(unsupported) > 5 else ''}. Supported types: {', '.join(SUPPORTED_TYPES)}. "
             "Use a GGUF quantised to one of these (e.g. Q4_K_M, Q8_0) or the safetensors checkpoint."
         )
-
-    heads = {"attn_q": "num_attention_heads", "attn_k": "num_key_value_heads"}
-    config = build_config(gguf) if arch.permutes_qk else {}
-    state: dict[str, Any] = {}
-    for info, hf_name in wanted:
-        if hf_name is None:
-            continue
-        raw = gguf.tensor_bytes(info)
-        kind = info.name.split(".")[-2] if info.name.startswith("blk.") else ""
-        if arch.permutes_qk and kind in heads:
-            rows = info.shape[0]
-            perm = qk_row_permutation(rows, config[heads[kind]])
-            if len(info.shape) == 2:
-                # Permute whole quantised rows (blocks never cross rows), then dequantise once.
-                raw = raw.view(rows, -1).index_select(0, perm).view(-1)
-                state[hf_name] = dequantize(raw, info.type_id, info.shape, torch_dtype)
-            else:
-                state[hf_name] = dequantize(raw, info.type_id, info.shape, torch_dtype)[perm]
-            continue
-        state[hf_name] = dequantize(raw, info.type_id, info.shape, torch_dtype)
-    return state
+    return {hf_name: plan.load(hf_name, torch_dtype) for hf_name in plan.entries}
 
 
 class GGUFFormat:
@@ -157,8 +135,8 @@ class GGUFFormat:
 
     def shapes(self, files: list[Path]) -> dict[str, tuple[int, ...]]:
         """Hugging Face tensor name -> shape, from the tensor table only."""
-        tensors = open_gguf(_single(files)).tensors
-        return {hf: info.shape for name, info in tensors.items() if (hf := hf_tensor_name(name)) is not None}
+        plan = TensorPlan(open_gguf(_single(files)))
+        return {hf_name: plan.shape(hf_name) for hf_name in plan.entries}
 
     def load_config(self, files: list[Path]) -> dict[str, Any]:
         """The config dict (a ``ConfigDict`` whose ``source`` is the GGUF file, for error messages)."""

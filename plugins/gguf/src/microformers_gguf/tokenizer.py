@@ -170,8 +170,10 @@ def build_tokenizer_files(gguf: GGUFFile) -> dict[str, Any]:
 
     if model_kind == "gpt2":
         model, pre_tokenizer, decoder, alphabet = _byte_level_parts(gguf, tokens)
+        normalizer = None
     else:
-        model, pre_tokenizer, decoder, alphabet = _sentencepiece_parts(gguf, tokens)
+        model, normalizer, pre_tokenizer, decoder = _sentencepiece_parts(gguf, tokens, _sentencepiece_flavour(gguf))
+        alphabet = None
     vocab: dict[str, int] = model["vocab"]
 
     added: dict[int, dict[str, Any]] = {}
@@ -192,7 +194,7 @@ def build_tokenizer_files(gguf: GGUFFile) -> dict[str, Any]:
         "truncation": None,
         "padding": None,
         "added_tokens": [added[i] for i in sorted(added)],
-        "normalizer": None,
+        "normalizer": normalizer,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": _template(
             bos if add_bos and bos in post_ids else None, eos if add_eos and eos in post_ids else None, post_ids
@@ -275,30 +277,63 @@ def _byte_level_parts(
     return _bpe_model(vocab, merges, sentencepiece=False), pre_tokenizer, decoder, alphabet
 
 
+def _sentencepiece_flavour(gguf: GGUFFile) -> str:
+    """How the architecture's SentencePiece vocabulary adds the prefix space (its GGUF mapping says; default Llama's)."""
+    from microformers import registry
+
+    name = gguf.architecture
+    reg = registry.get("gguf_architectures", name) if name else None
+    if reg is None:
+        return "metaspace"
+    return str(getattr(reg.load(), "tokenizer", "metaspace"))
+
+
 def _sentencepiece_parts(
-    gguf: GGUFFile, tokens: list[str]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], None]:
+    gguf: GGUFFile, tokens: list[str], flavour: str = "metaspace"
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None, dict[str, Any]]:
+    """The BPE model, normalizer, pre-tokenizer and decoder of a SentencePiece vocabulary.
+
+    ``flavour`` (from the architecture's GGUF mapping): ``"metaspace"`` (Llama: a ``Metaspace``
+    pre-tokenizer prepends the prefix space), ``"normalizer"`` (Phi-3: a normalizer prepends ``▁`` and
+    replaces spaces, so leading spaces are kept as they are) or ``"gemma"`` (no prefix space; pieces made
+    only of spaces are respelled with ``▁``; merges follow the vocabulary order, not the scores).
+    """
+    if flavour == "gemma":
+        tokens = [SPIECE_SPACE * len(t) if t and not t.strip(" ") else t for t in tokens]
     vocab = {token: index for index, token in enumerate(tokens)}
     file_merges = _merges(gguf)
     # Pairs, not "left right" strings: SentencePiece pieces may contain spaces.
     merges: list[Any] | None = None if file_merges is None else [list(m.partition(" ")[::2]) for m in file_merges]
     if merges is None:
         scores = gguf.metadata.get("tokenizer.ggml.scores")
-        if not isinstance(scores, list) or len(scores) != len(tokens):
+        if flavour == "gemma":
+            scores = [-float(index) for index in range(len(tokens))]
+        elif not isinstance(scores, list) or len(scores) != len(tokens):
             scores = [0.0] * len(tokens)
         elif not all(isinstance(s, (int, float)) for s in scores):
             raise CheckpointError(
                 f"GGUF file {gguf.path}: tokenizer.ggml.scores holds non-numbers; the file is corrupt"
             )
         merges = [list(pair) for pair in derive_merges(tokens, scores)]
-    pre_tokenizer = {"type": "Metaspace", "replacement": SPIECE_SPACE, "prepend_scheme": "first", "split": False}
-    decoder = {
-        "type": "Sequence",
-        "decoders": [
-            {"type": "Replace", "pattern": {"String": SPIECE_SPACE}, "content": " "},
-            {"type": "ByteFallback"},
-            {"type": "Fuse"},
-            {"type": "Strip", "content": " ", "start": 1, "stop": 0},
-        ],
-    }
-    return _bpe_model(vocab, merges, sentencepiece=True), pre_tokenizer, decoder, None
+    replace = {"type": "Replace", "pattern": {"String": SPIECE_SPACE}, "content": " "}
+    pieces = [replace, {"type": "ByteFallback"}, {"type": "Fuse"}]
+    strip = {"type": "Strip", "content": " ", "start": 1, "stop": 0}
+    model = _bpe_model(vocab, merges, sentencepiece=True)
+    if flavour == "gemma":
+        unk_id = gguf.metadata.get("tokenizer.ggml.unknown_token_id")
+        if isinstance(unk_id, int) and 0 <= unk_id < len(tokens):
+            model["unk_token"] = tokens[unk_id]
+        split = {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False}
+        to_spiece = {"type": "Replace", "pattern": {"String": " "}, "content": SPIECE_SPACE}
+        return model, to_spiece, split, {"type": "Sequence", "decoders": pieces}
+    if flavour == "normalizer":
+        prepend = {
+            "type": "Sequence",
+            "normalizers": [
+                {"type": "Prepend", "prepend": SPIECE_SPACE},
+                {"type": "Replace", "pattern": {"String": " "}, "content": SPIECE_SPACE},
+            ],
+        }
+        return model, prepend, None, {"type": "Sequence", "decoders": [*pieces, strip]}
+    metaspace = {"type": "Metaspace", "replacement": SPIECE_SPACE, "prepend_scheme": "first", "split": False}
+    return model, None, metaspace, {"type": "Sequence", "decoders": [*pieces, strip]}

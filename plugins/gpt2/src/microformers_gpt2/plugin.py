@@ -27,3 +27,8 @@ def register_models(register: Any) -> None:
         "microformers_gpt2.configuration_gpt2:GPT2Config",
         {auto: f"{_MODELING}:{name}" for auto, name in HEADS.items()},
     )
+
+
+@hookimpl
+def register_gguf_architectures(register: Any) -> None:
+    register("gpt2", "microformers_gpt2.gguf_mapping:GPT2")

@@ -36,3 +36,9 @@ def register_models(register: Any) -> None:
             f"{_PACKAGE}.configuration_{module}:{prefix}Config",
             {auto: f"{_PACKAGE}.modeling_{module}:{prefix}{suffix}" for auto, suffix in HEADS.items()},
         )
+
+
+@hookimpl
+def register_gguf_architectures(register: Any) -> None:
+    for name in ("llama", "mistral", "qwen2", "qwen3"):
+        register(name, f"{_PACKAGE}.gguf_mapping:{name.upper()}")

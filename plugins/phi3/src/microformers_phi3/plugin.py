@@ -26,3 +26,8 @@ def register_models(register: Any) -> None:
             "AutoModelForTokenClassification": f"{_MODELING}:Phi3ForTokenClassification",
         },
     )
+
+
+@hookimpl
+def register_gguf_architectures(register: Any) -> None:
+    register("phi3", "microformers_phi3.gguf_mapping:PHI3")

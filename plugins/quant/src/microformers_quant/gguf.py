@@ -33,39 +33,34 @@ class GgufBlockSource(Mapping[str, torch.Tensor]):
     def __init__(self, gguf: Any, dtype: torch.dtype) -> None:
         from gguf.constants import GGMLQuantizationType
 
-        from microformers_gguf.architectures import (
-            architecture_of,
-            build_config,
-            hf_tensor_name,
-            is_derived_tensor,
-        )
+        from microformers_gguf.architectures import TensorPlan
         from microformers_gguf.dequant import PLAIN, SUPPORTED_TYPES, is_supported
 
         self.gguf, self.dtype = gguf, dtype
-        arch = architecture_of(gguf)
-        self.config = build_config(gguf) if arch.permutes_qk else {}
-        self.permutes = arch.permutes_qk
-        self.entries: dict[str, tuple[Any, str, str]] = {}  # key -> (tensor info, layout, part)
-        for info in gguf.tensors.values():
-            hf = hf_tensor_name(info.name)
-            if hf is None:
-                if not is_derived_tensor(info.name):
-                    continue
-                continue
-            if not is_supported(info.type_id):
-                raise CheckpointError(
-                    f"GGUF file {gguf.path}: tensor '{info.name}' uses block type {info.type_name}, which neither "
-                    f"microformers-quant nor microformers-gguf can read (readable: {', '.join(SUPPORTED_TYPES)})"
-                )
+        self.plan = TensorPlan(gguf)
+        # key -> (tensor info, layout, part, HF name); layout "float" loads through the plan's transforms
+        self.entries: dict[str, tuple[Any, str, str, str]] = {}
+        self.row_order: dict[str, Any] = {}  # HF name -> row permutation for kept blocks
+        for hf in self.plan.entries:
+            for info in self.plan.infos(hf):
+                if not is_supported(info.type_id):
+                    raise CheckpointError(
+                        f"GGUF file {gguf.path}: tensor '{info.name}' uses block type {info.type_name}, which "
+                        "neither microformers-quant nor microformers-gguf can read (readable: "
+                        f"{', '.join(SUPPORTED_TYPES)})"
+                    )
+            simple = self.plan.row_permutation(hf)
+            info = self.plan.infos(hf)[0]
             kind = GGMLQuantizationType(info.type_id)
             stem, _, leaf = hf.rpartition(".")
-            if kind in PLAIN or len(info.shape) != 2 or leaf != "weight" or info.shape[1] % 32:
-                self.entries[hf] = (info, "float", "")
+            if simple is None or kind in PLAIN or len(info.shape) != 2 or leaf != "weight" or info.shape[1] % 32:
+                self.entries[hf] = (info, "float", "", hf)
                 continue
+            self.row_order[hf] = simple[1]
             layout = {Q4_0: "q4_0", Q4_1: "q4_1", Q8_0: "q8_0"}.get(kind.name, "requant")
             parts = ("qweight", "scales", "mins") if layout.startswith("q4") else ("qweight", "scales")
             for part in parts:
-                self.entries[f"{stem}.{part}"] = (info, layout, part)
+                self.entries[f"{stem}.{part}"] = (info, layout, part, hf)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.entries)
@@ -80,39 +75,29 @@ class GgufBlockSource(Mapping[str, torch.Tensor]):
         return self.gguf.path
 
     def shape_of(self, key: str) -> tuple[int, ...]:
-        info, layout, part = self.entries[key]
+        info, layout, part, hf = self.entries[key]
         rows, cols = (*info.shape, 1)[:2]
         if layout == "float":
-            return tuple(info.shape)
+            return self.plan.shape(hf)
         if part == "qweight":
             return (rows, cols // 2) if layout.startswith("q4") else (rows, cols)
         return (rows, cols // 32)
 
-    def _raw_rows(self, info: Any) -> torch.Tensor:
-        raw = self.gguf.tensor_bytes(info)
-        rows = info.shape[0]
-        kind = info.name.split(".")[-2] if info.name.startswith("blk.") else ""
-        heads = {"attn_q": "num_attention_heads", "attn_k": "num_key_value_heads"}
-        if self.permutes and kind in heads:
-            from microformers_gguf.architectures import qk_row_permutation
-
-            perm = qk_row_permutation(rows, self.config[heads[kind]])
-            return raw.view(rows, -1).index_select(0, perm)
-        return raw.view(rows, -1)
+    def _raw_rows(self, info: Any, hf: str) -> torch.Tensor:
+        raw = self.gguf.tensor_bytes(info).view(info.shape[0], -1)
+        perm = self.row_order.get(hf)
+        return raw if perm is None else raw.index_select(0, perm)
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        info, layout, part = self.entries[key]
+        info, layout, part, hf = self.entries[key]
         if layout == "float":
-            from microformers_gguf.dequant import dequantize
-
-            raw = self._raw_rows(info).reshape(-1) if len(info.shape) == 2 else self.gguf.tensor_bytes(info)
-            return dequantize(raw, info.type_id, tuple(info.shape), self.dtype)
+            return self.plan.load(hf, self.dtype)
         rows, cols = info.shape
         groups = cols // 32
         if layout == "requant":
-            return _requantize_q8(self, info, rows, cols)[part]
+            return _requantize_q8(self, info, hf, rows, cols)[part]
         size = {"q4_0": 18, "q4_1": 20, "q8_0": 34}[layout]
-        blocks = self._raw_rows(info).view(rows, groups, size)
+        blocks = self._raw_rows(info, hf).view(rows, groups, size)
         d = blocks[:, :, 0:2].contiguous().view(torch.float16).view(rows, groups)
         if layout == "q8_0":
             if part == "scales":
@@ -131,10 +116,10 @@ class GgufBlockSource(Mapping[str, torch.Tensor]):
         return mins.half()
 
 
-def _requantize_q8(source: GgufBlockSource, info: Any, rows: int, cols: int) -> dict[str, torch.Tensor]:
+def _requantize_q8(source: GgufBlockSource, info: Any, hf: str, rows: int, cols: int) -> dict[str, torch.Tensor]:
     from microformers_gguf.dequant import dequantize
 
-    weight = dequantize(source._raw_rows(info).reshape(-1), info.type_id, (rows, cols), torch.float32)
+    weight = dequantize(source._raw_rows(info, hf).reshape(-1), info.type_id, (rows, cols), torch.float32)
     w = weight.view(rows, cols // 32, 32)
     scales = w.abs().amax(-1) / 127.0
     q = torch.round(w / scales.clamp_min(1e-12).unsqueeze(-1)).clamp_(-127, 127).to(torch.int8)

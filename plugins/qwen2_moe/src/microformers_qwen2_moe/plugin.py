@@ -25,3 +25,8 @@ def register_models(register: Any) -> None:
             "AutoModelForSequenceClassification": f"{_MODELING}:Qwen2MoeForSequenceClassification",
         },
     )
+
+
+@hookimpl
+def register_gguf_architectures(register: Any) -> None:
+    register("qwen2moe", "microformers_qwen2_moe.gguf_mapping:QWEN2MOE")

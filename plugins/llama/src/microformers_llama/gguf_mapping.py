@@ -1,0 +1,79 @@
+"""How llama.cpp GGUF files of the Llama family map onto this plugin's models (read by microformers-gguf).
+
+All four share the llama tensor layout (``blk.N.attn_q`` ... ``blk.N.ffn_down``). Differences:
+
+- ``llama``/``mistral``: llama.cpp interleaves the two rotary halves of every Q and K head
+  (:class:`Rotary` undoes it) and writes ``rope.dimension_count`` = head size.
+- ``qwen2``: no interleave; ``rope.dimension_count`` is not the head size. Attention biases.
+- ``qwen3``: no interleave; per-head ``attn_q_norm``/``attn_k_norm``; ``attention.key_length`` is the head size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from microformers_sdk.gguf import (
+    DECODER_CHECKS,
+    DECODER_CONFIG,
+    OPTIONAL,
+    ROTARY_TABLES,
+    GGUFArchitecture,
+    Meta,
+    Quotient,
+    Rotary,
+    decoder_tensors,
+)
+
+_LLAMA_TENSORS = decoder_tensors(q=(Rotary("num_attention_heads"),), k=(Rotary("num_key_value_heads"),))
+_LLAMA_CONFIG: dict[str, Any] = {
+    **DECODER_CONFIG,
+    "head_dim": Meta(("attention.key_length", "rope.dimension_count"), default=OPTIONAL),
+}
+_FLAGS = {"attention_bias": "blk.0.attn_q.bias"}
+
+
+def _llama_like(name: str, class_prefix: str) -> GGUFArchitecture:
+    return GGUFArchitecture(
+        gguf_name=name,
+        model_type=name,
+        architectures=(f"{class_prefix}ForCausalLM",),
+        config=_LLAMA_CONFIG,
+        tensors=_LLAMA_TENSORS,
+        flags=_FLAGS,
+        derived=ROTARY_TABLES,
+        checks=DECODER_CHECKS,
+    )
+
+
+LLAMA = _llama_like("llama", "Llama")
+MISTRAL = _llama_like("mistral", "Mistral")
+
+QWEN2 = GGUFArchitecture(
+    gguf_name="qwen2",
+    model_type="qwen2",
+    architectures=("Qwen2ForCausalLM",),
+    config={**DECODER_CONFIG, "head_dim": Meta("attention.key_length", default=OPTIONAL)},
+    tensors=decoder_tensors(),
+    flags=_FLAGS,
+    derived=ROTARY_TABLES,
+    checks=DECODER_CHECKS,
+)
+
+QWEN3 = GGUFArchitecture(
+    gguf_name="qwen3",
+    model_type="qwen3",
+    architectures=("Qwen3ForCausalLM",),
+    # llama.cpp's head size without the key is hidden / heads (the config class default, 128, is one checkpoint's)
+    config={
+        **DECODER_CONFIG,
+        "head_dim": Meta("attention.key_length", default=Quotient("hidden_size", "num_attention_heads")),
+    },
+    tensors={
+        **decoder_tensors(),
+        "blk.{bid}.attn_q_norm.weight": "model.layers.{bid}.self_attn.q_norm.weight",
+        "blk.{bid}.attn_k_norm.weight": "model.layers.{bid}.self_attn.k_norm.weight",
+    },
+    flags=_FLAGS,
+    derived=ROTARY_TABLES,
+    checks=DECODER_CHECKS,
+)

@@ -1,0 +1,1 @@
+"""Test-only plugin: a GGUF mapping for the toy architecture."""
