@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -520,3 +521,19 @@ def test_same_file_matches_the_reference_gguf_loader(tmp_path: Path, name: str) 
         assert our_tok(text)["input_ids"] == ref_tok(text)["input_ids"], text
         ids = ref_tok(text)["input_ids"]
         assert our_tok.decode(ids) == ref_tok.decode(ids), text
+
+
+def test_inconsistent_moe_file_is_refused_naming_the_field_and_file(tmp_path: Path) -> None:
+    """A Qwen2-MoE file routing each token to more experts than it has is refused before any weight is read."""
+
+    def too_many_experts(writer: Any, config: Any) -> None:
+        fields = {name: getattr(config, name, None) for name in dir(config) if not name.startswith("_")}
+        qwen2moe_metadata(writer, SimpleNamespace(**{**fields, "num_experts_per_tok": config.num_experts + 1}))
+
+    small = {**CASES["qwen2moe"].config, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64}
+    case = attrs.evolve(CASES["qwen2moe"], config=small, metadata=too_many_experts)
+    require_plugin(case)
+    path = write_gguf(case, reference_model(case), tmp_path / "bad.gguf")
+    with pytest.raises(microformers.ConfigError, match="num_experts_per_tok") as info:
+        microformers.AutoConfig.from_pretrained(tmp_path, gguf_file="bad.gguf")
+    assert str(path) in str(info.value)

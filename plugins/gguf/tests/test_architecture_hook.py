@@ -155,3 +155,14 @@ def test_fused_parts_stacked_experts_and_reshapes(tmp_path: Path, fused_arch: st
     )
     with pytest.raises(CheckpointError, match=r"'layer\.0\.qkv\.weight' is built from 3 tensors.*blk\.0\.q\.weight"):
         GGUF_FORMAT.load([broken])
+
+
+def test_an_unmapped_architecture_names_the_distribution_that_maps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Provider hints are data (providers.json / MICROFORMERS_PROVIDES), as for model types."""
+    assert registry.provider_of("gguf_architectures", "gemma3") == "microformers-gemma"
+    monkeypatch.setitem(registry.providers, ("gguf_architectures", "mamba"), "microformers-mamba")
+    path = _write(tmp_path / "m.gguf", "mamba", {}, {"token_embd.weight": np.zeros((4, 4))})
+    with pytest.raises(microformers.UnknownModelTypeError, match=r"'mamba' model.*pip install microformers-mamba"):
+        GGUF_FORMAT.load_config([path])
