@@ -17,6 +17,4 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 def test_bad_flags_are_refused():
     proc = subprocess.run([*CLI, "--max-batch-size", "0"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--max-batch-size" in proc.stderr
-    proc = subprocess.run([*CLI, "--quantize", "int3"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "int3" in proc.stderr
+    assert proc.returncode == 2 and "--max-batch-size" in proc.stderr and "must be >= 1" in proc.stderr
