@@ -182,3 +182,27 @@ def test_model_outputs_behave_like_the_reference():
     assert list(both.keys()) == ["loss", "logits"] and both[0] is both.loss  # field order when given at once
     both.logits = torch.zeros(2)  # setting an attribute updates the dict view and the tuple view
     assert both["logits"].shape == (2,) and both.to_tuple()[1].shape == (2,)
+
+
+def test_save_pretrained_refuses_arguments_it_does_not_use(toy_model, tmp_path):
+    for typo in ({"variant": "fp16"}, {"max_shard_sizes": "1KB"}, {"safe_serialisation": False}):
+        with pytest.raises(microformers.ConfigError, match=next(iter(typo))):
+            toy_model.save_pretrained(tmp_path / "out", **typo)
+    assert not (tmp_path / "out").exists()
+    toy_model.save_pretrained(tmp_path / "out", token="unused-without-push_to_hub")
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_safe_serialization_false_writes_legacy_bin_sharded_and_loads_back(toy_model, tmp_path):
+    toy_model.save_pretrained(tmp_path, safe_serialization=False, max_shard_size="2KB")
+    index = json.loads((tmp_path / "pytorch_model.bin.index.json").read_text())
+    shards = set(index["weight_map"].values())
+    assert len(shards) > 2 and all(name.startswith("pytorch_model-000") for name in shards)
+    assert "lm_head.weight" not in index["weight_map"]  # tied, saved once
+    assert index["metadata"]["total_size"] == sum(
+        t.numel() * t.element_size() for k, t in toy_model.state_dict().items() if k != "lm_head.weight"
+    )
+    for shard in shards:  # plain tensors, readable without running pickled code
+        assert all(isinstance(t, torch.Tensor) for t in torch.load(tmp_path / shard, weights_only=True).values())
+    loaded = microformers.AutoModelForCausalLM.from_pretrained(tmp_path, use_safetensors=False)
+    assert_same_state(toy_model, loaded)

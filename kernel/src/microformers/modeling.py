@@ -579,6 +579,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             return
         if self.__dict__.get("_adapter_manager") is not None:  # adapter files only, as the reference does
             return self._adapters().save_pretrained(save_directory, state_dict=state_dict, **kwargs)
+        unused = sorted(set(kwargs) - {"push_to_hub", "token"})  # token only uploads, as in the reference
+        if unused:
+            raise ConfigError(f"save_pretrained() does not take {', '.join(unused)}; drop it or check the spelling")
         target = Path(save_directory)
         if target.is_file():
             raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")

@@ -65,6 +65,10 @@ def test_public_forward_and_save_pretrained(make_bert, tmp_path: Path) -> None:
     assert again(TEXTS[0]) == pipe(TEXTS[0])
     with pytest.raises(MicroformersError, match="push_to_hub"):
         pipe.save_pretrained(tmp_path / "other", push_to_hub=True)
+    pipe.save_pretrained(tmp_path / "legacy", safe_serialization=False)  # passed to the model's save
+    assert (tmp_path / "legacy" / "pytorch_model.bin").is_file()
+    legacy = microformers.pipeline("fill-mask", model=str(tmp_path / "legacy"), use_safetensors=False)
+    assert legacy(TEXTS[0]) == pipe(TEXTS[0])
 
 
 # -- the add_new_pipeline guide's example, verbatim but for the import lines ------------------------

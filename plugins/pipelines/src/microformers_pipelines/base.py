@@ -104,7 +104,8 @@ class Pipeline:
             return self._forward(_to_device(dict(model_inputs), self.device), **forward_params)
 
     def save_pretrained(self, save_directory: str | Any, **kwargs: Any) -> None:
-        """Save the model and the tokenizer into one folder (``pipeline(task, model=folder)`` loads both).
+        """Save the model and the tokenizer into one folder (``pipeline(task, model=folder)`` loads both);
+        ``safe_serialization`` and ``max_shard_size`` go to the model's ``save_pretrained``.
 
         A custom pipeline class (registered in-process with ``PIPELINE_REGISTRY.register_pipeline``, or loaded
         from such a folder) is saved as the reference saves it: its module and the modules it imports
@@ -115,6 +116,7 @@ class Pipeline:
         from microformers.configuration import refuse_push_to_hub
 
         refuse_push_to_hub(kwargs.pop("push_to_hub", False))
+        model_kwargs = {k: kwargs.pop(k) for k in ("safe_serialization", "max_shard_size") if k in kwargs}
         if kwargs:
             raise ConfigError(f"Pipeline.save_pretrained does not take {', '.join(sorted(kwargs))}")
         if not hasattr(self.model, "save_pretrained"):
@@ -123,7 +125,7 @@ class Pipeline:
         if custom:
             save_pipeline_code(type(self), save_directory)
             self.model.config.custom_pipelines = custom
-        self.model.save_pretrained(save_directory)
+        self.model.save_pretrained(save_directory, **model_kwargs)
         if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
             self.tokenizer.save_pretrained(save_directory)
 
