@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import microformers
 
 SOURCE = Path(microformers.__file__).parent
@@ -56,3 +58,19 @@ def test_kernel_within_line_budget() -> None:
         f"kernel/src has {lines} lines of Python, over the budget of {KERNEL_LINE_BUDGET}: move logic that is not "
         "dispatch or contract to the SDK or the plugin that owns it"
     )
+
+
+def test_declared_methods_dispatch_to_the_registered_implementation(toy_model, monkeypatch) -> None:
+    from microformers.plugins import registry
+
+    calls = []
+    registry.add("implementations", "PreTrainedModel.resize_token_embeddings", lambda *args: calls.append(args) or 7)
+    try:
+        assert toy_model.resize_token_embeddings(48, pad_to_multiple_of=16) == 7  # the in-process one wins
+        assert calls == [(toy_model, 48, 16, True)]
+    finally:
+        registry._entries[("implementations", "PreTrainedModel.resize_token_embeddings")].pop()
+    # without any implementation: the usual error naming what to install
+    monkeypatch.delitem(registry._entries, ("implementations", "PreTrainedModel.resize_token_embeddings"))
+    with pytest.raises(microformers.PluginError, match=r"resize_token_embeddings.*pip install microformers-sdk"):
+        toy_model.resize_token_embeddings(48)
