@@ -596,9 +596,10 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             write_custom_code(self, self.config, staging)
             self.config.save_pretrained(staging)
             self._save_generation_config(staging)
-            extra = getattr(self, "_save_extra_files", None)
-            if extra is not None:
-                extra(staging)
+            self._save_extra_files(staging)
+
+    def _save_extra_files(self, folder: Path) -> None:
+        """Extension point: write model-specific files into a save's staging folder (nothing by default)."""
 
 
 def check_attention(name: str) -> str:
