@@ -142,6 +142,16 @@ def test_client_disconnect_frees_the_slot(server: ServerProcess, client: Any) ->
         time.sleep(0.05)
     assert health(server)["running"] == 0
     assert health(server)["steps"] - steps_before < CONTEXT - 100  # it stopped long before its max_tokens
+    # The same for a non-streamed request whose client gives up.
+    steps_before = health(server)["steps"]
+    plain = {"model": body["model"], "prompt": "go", "max_tokens": CONTEXT - 20, "temperature": 0}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{server.base_url}/v1/completions", json=plain, timeout=1.0)
+    deadline = time.monotonic() + 10
+    while health(server)["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert health(server)["running"] == 0
+    assert health(server)["steps"] - steps_before < CONTEXT - 100
     assert chat(client, "still there?", max_tokens=3, temperature=0).choices[0].finish_reason in ("length", "stop")
 
 

@@ -30,6 +30,7 @@ from .engine import Engine, Event, GenerationRequest, QueueFullError, ShuttingDo
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_STOP_STRINGS = 4
+DISCONNECT_POLL_S = 0.25  # how often a non-streamed request checks that its client is still there
 CHAT_FIELDS = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n",
     "stream", "stream_options", "frequency_penalty", "presence_penalty", "user", "metadata", "store",
@@ -337,13 +338,19 @@ class Server:
         """Wait for a non-streamed result; a client that goes away cancels its request."""
         parts: list[str] = []
         finished = False
+        loop = asyncio.get_running_loop()
+        check_at = loop.time() + DISCONNECT_POLL_S
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(queue.get(), timeout=0.5)
+                    event = await asyncio.wait_for(queue.get(), timeout=max(0.0, check_at - loop.time()))
                 except TimeoutError:
+                    event = None
+                if loop.time() >= check_at:  # deltas keep coming while it runs: check on a clock, not on silence
                     if await http.is_disconnected():
-                        raise APIError(499, "client disconnected", code="client_closed") from None
+                        raise APIError(499, "client disconnected", code="client_closed")
+                    check_at = loop.time() + DISCONNECT_POLL_S
+                if event is None:
                     continue
                 if event.kind == "delta":
                     parts.append(event.text)
