@@ -190,8 +190,7 @@ def test_push_to_hub_refused_for_tokenizer(tmp_path: Path) -> None:
         tokenizer.push_to_hub("me/tok")
 
 
-@pytest.mark.parametrize("tied", [False, True])
-@pytest.mark.parametrize("max_shard_size", ["50GB", "4KB"])
+@pytest.mark.parametrize(("tied", "max_shard_size"), [(False, "50GB"), (True, "4KB")])
 def test_safe_serialization_false_writes_legacy_bin_the_reference_loads(
     llama: tuple[Path, object], llama_tied: tuple[Path, object], tied: bool, max_shard_size: str, tmp_path: Path
 ) -> None:
