@@ -6,18 +6,26 @@ All four share the llama tensor layout (``blk.N.attn_q`` ... ``blk.N.ffn_down``)
   (:class:`Rotary` undoes it) and writes ``rope.dimension_count`` = head size.
 - ``qwen2``: no interleave; ``rope.dimension_count`` is not the head size. Attention biases.
 - ``qwen3``: no interleave; per-head ``attn_q_norm``/``attn_k_norm``; ``attention.key_length`` is the head size.
+
+llama.cpp also writes Mixtral as ``llama``: such a file states ``llama.expert_count`` and stores each
+layer's experts stacked (``ffn_gate_exps``/``ffn_up_exps``/``ffn_down_exps``) with the router
+``ffn_gate_inp``; it becomes a ``mixtral`` config (served by microformers-mixtral, whose tensor names
+are used here as data) with the experts split back into ``block_sparse_moe.experts.{e}.w1/w3/w2``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from microformers.errors import ConfigError
 from microformers_sdk.gguf import (
     DECODER_CHECKS,
     DECODER_CONFIG,
     OPTIONAL,
     ROTARY_TABLES,
+    Experts,
     GGUFArchitecture,
+    GGUFView,
     Meta,
     Quotient,
     Rotary,
@@ -30,22 +38,53 @@ _LLAMA_CONFIG: dict[str, Any] = {
     "head_dim": Meta(("attention.key_length", "rope.dimension_count"), default=OPTIONAL),
 }
 _FLAGS = {"attention_bias": "blk.0.attn_q.bias"}
+_MOE = "model.layers.{bid}.block_sparse_moe"
 
 
-def _llama_like(name: str, class_prefix: str) -> GGUFArchitecture:
+def _llama_like(name: str, class_prefix: str, **extra: Any) -> GGUFArchitecture:
     return GGUFArchitecture(
         gguf_name=name,
         model_type=name,
         architectures=(f"{class_prefix}ForCausalLM",),
-        config=_LLAMA_CONFIG,
-        tensors=_LLAMA_TENSORS,
+        config={**_LLAMA_CONFIG, **extra.pop("config", {})},
+        tensors={**_LLAMA_TENSORS, **extra.pop("tensors", {})},
         flags=_FLAGS,
         derived=ROTARY_TABLES,
         checks=DECODER_CHECKS,
+        **extra,
     )
 
 
-LLAMA = _llama_like("llama", "Llama")
+def mixtral_when_experts(config: dict[str, Any], gguf: GGUFView) -> None:
+    """A ``llama`` file with experts is a Mixtral."""
+    if not config.get("num_local_experts"):
+        config.pop("num_local_experts", None)
+        config.pop("num_experts_per_tok", None)
+        return
+    config["model_type"] = "mixtral"
+    config["architectures"] = ["MixtralForCausalLM"]
+    if config.pop("attention_bias"):
+        raise ConfigError(
+            f"GGUF file {gguf.path} has experts (a Mixtral) and attention biases, which Mixtral has not; "
+            "microformers-mixtral cannot load it."
+        )
+
+
+LLAMA = _llama_like(
+    "llama",
+    "Llama",
+    config={
+        "num_local_experts": Meta("expert_count", default=OPTIONAL),
+        "num_experts_per_tok": Meta("expert_used_count", default=OPTIONAL),
+    },
+    tensors={
+        "blk.{bid}.ffn_gate_inp.weight": f"{_MOE}.gate.weight",
+        "blk.{bid}.ffn_gate_exps.weight": Experts(f"{_MOE}.experts.{{expert}}.w1.weight"),
+        "blk.{bid}.ffn_down_exps.weight": Experts(f"{_MOE}.experts.{{expert}}.w2.weight"),
+        "blk.{bid}.ffn_up_exps.weight": Experts(f"{_MOE}.experts.{{expert}}.w3.weight"),
+    },
+    adjust_config=mixtral_when_experts,
+)
 MISTRAL = _llama_like("mistral", "Mistral")
 
 QWEN2 = GGUFArchitecture(
