@@ -156,13 +156,19 @@ def test_interrupted_save_leaves_no_partial_checkpoint(toy_model, tmp_path, monk
     assert list(fresh.iterdir()) == []
 
 
-def test_legacy_bin_needs_opt_in(toy_model, tmp_path):
+def test_legacy_bin_loads_unless_safetensors_required(toy_model, tmp_path):
     toy_model.config.save_pretrained(tmp_path)
     torch.save(toy_model.state_dict(), tmp_path / "pytorch_model.bin")
-    with pytest.raises(FileMissingError, match="use_safetensors=False"):
-        microformers.AutoModelForCausalLM.from_pretrained(tmp_path)
-    loaded = microformers.AutoModelForCausalLM.from_pretrained(tmp_path, use_safetensors=False)
-    assert_same_state(toy_model, loaded)
+    with pytest.raises(FileMissingError, match="use_safetensors=True"):
+        microformers.AutoModelForCausalLM.from_pretrained(tmp_path, use_safetensors=True)
+    assert_same_state(toy_model, microformers.AutoModelForCausalLM.from_pretrained(tmp_path))
+    assert_same_state(toy_model, microformers.AutoModelForCausalLM.from_pretrained(tmp_path, use_safetensors=False))
+
+
+def test_safetensors_wins_over_legacy_bin(toy_model, tmp_path):
+    toy_model.save_pretrained(tmp_path)
+    torch.save({k: torch.zeros_like(v) for k, v in toy_model.state_dict().items()}, tmp_path / "pytorch_model.bin")
+    assert_same_state(toy_model, microformers.AutoModelForCausalLM.from_pretrained(tmp_path))
 
 
 def test_model_outputs_behave_like_the_reference():

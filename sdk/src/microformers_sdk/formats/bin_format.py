@@ -1,6 +1,7 @@
-"""Legacy PyTorch pickle weights (``pytorch_model.bin``): read only with ``use_safetensors=False``.
+"""Legacy PyTorch pickle weights (``pytorch_model.bin``), read when a folder has no safetensors weights.
 
-Loaded with ``torch.load(weights_only=True)``, so a pickle cannot run code. Written by
+As in the reference: loaded when nothing safer is there (or with ``use_safetensors=False``), refused with
+``use_safetensors=True``. Read with ``torch.load(weights_only=True)``, so a pickle cannot run code. Written by
 ``save_pretrained(safe_serialization=False)``: ``torch.save`` of the state dict (tied copies left out,
 as in every save), sharded by ``max_shard_size`` into ``pytorch_model-00001-of-0000N.bin`` with
 ``pytorch_model.bin.index.json``, the names and index layout of transformers 4.x.
@@ -26,11 +27,12 @@ INDEX_NAME = "pytorch_model.bin.index.json"
 class PytorchBinFormat:
     name = "pytorch_bin"
     arguments = ("use_safetensors", "variant")
-    expected = f"{WEIGHTS_NAME} with use_safetensors=False"
+    expected = WEIGHTS_NAME
     safe = False  # the format save_pretrained(safe_serialization=False) writes
     replaces = (WEIGHTS_NAME, "pytorch_model-?????-of-?????.bin", INDEX_NAME)
 
     def patterns(self, use_safetensors: bool | None = None, **_: Any) -> list[str]:
+        # fetched from a hub only when asked for: most repositories hold both formats
         return ["*.bin"] if use_safetensors is False else []
 
     def find(
@@ -40,10 +42,10 @@ class PytorchBinFormat:
         single = folder / variant_name(WEIGHTS_NAME, variant)
         if not (index.is_file() or single.is_file()):
             return None
-        if use_safetensors is not False:
+        if use_safetensors is True:
             raise FormatRefused(
-                f"{folder} only has legacy pickle weights ({INDEX_NAME if index.is_file() else WEIGHTS_NAME}); "
-                "pass use_safetensors=False to load them (read with torch.load(weights_only=True))."
+                f"{folder} only has legacy pickle weights ({INDEX_NAME if index.is_file() else WEIGHTS_NAME}) and "
+                "use_safetensors=True was passed; drop it to load them (read with torch.load(weights_only=True))."
             )
         if index.is_file():
             weight_map = read_json(index, what="pytorch shard index").get("weight_map", {})
