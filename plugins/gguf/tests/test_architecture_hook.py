@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import gguf
 import numpy as np
 import pytest
@@ -166,3 +167,22 @@ def test_an_unmapped_architecture_names_the_distribution_that_maps_it(
     path = _write(tmp_path / "m.gguf", "mamba", {}, {"token_embd.weight": np.zeros((4, 4))})
     with pytest.raises(microformers.UnknownModelTypeError, match=r"'mamba' model.*pip install microformers-mamba"):
         GGUF_FORMAT.load_config([path])
+
+
+def test_a_tensor_that_does_not_fit_its_transform_names_the_file(tmp_path: Path, fused_arch: str) -> None:
+    """A reshape (or rotary split) that the tensor's size cannot satisfy is a ConfigError, not a torch error."""
+    tensors = {"blk.0.gate.weight": np.zeros((3, 5))}  # 15 values cannot be reshaped to (2, -1)
+    arch = registry.get("gguf_architectures", fused_arch).load()
+    odd = attrs.evolve(
+        arch, gguf_name="oddtest", tensors={"blk.{bid}.gate.weight": Target("g.weight", (Reshape((2, -1)),))}
+    )
+    registry.add("gguf_architectures", "oddtest", odd)
+    try:
+        path = _write(
+            tmp_path / "odd.gguf", "oddtest", {"oddtest.embedding_length": 4, "oddtest.block_count": 1}, tensors
+        )
+        with pytest.raises(ConfigError, match=r"tensor 'blk\.0\.gate\.weight' \(shape \(3, 5\)\) does not fit") as info:
+            GGUF_FORMAT.load([path])
+        assert str(path) in str(info.value)
+    finally:
+        registry._entries.pop(("gguf_architectures", "oddtest"), None)

@@ -254,7 +254,9 @@ def _check_against_tensors(
                 raise refuse(sources.get(field, field), layers, f"its tensors cover {len(blocks)} blocks")
     embedding = gguf.tensors.get(arch.token_embedding)
     if embedding is not None and config.get("vocab_size") != embedding.shape[0]:
-        raise refuse("the vocabulary size", config.get("vocab_size"), f"{arch.token_embedding} has shape {embedding.shape}")
+        raise refuse(
+            "the vocabulary size", config.get("vocab_size"), f"{arch.token_embedding} has shape {embedding.shape}"
+        )
     for check in arch.checks:
         info = gguf.tensors.get(check.tensor)
         values = [_field_value(config, field) for field in check.fields]
@@ -365,9 +367,19 @@ class TensorPlan:
         info = sources[0].info
         perm = None
         for t in transforms:
-            step = t.rows(info.shape[0], self.config)
+            step = self._transformed(info, lambda t=t: t.rows(info.shape[0], self.config))
             perm = step if perm is None else perm[step]
         return info, perm
+
+    def _transformed(self, info: TensorInfo, step: Any) -> Any:
+        """Run one layout transform; its ValueError (sizes that do not fit) becomes an error naming the file."""
+        try:
+            return step()
+        except (ValueError, RuntimeError) as exc:
+            raise ConfigError(
+                f"GGUF file {self.gguf.path}: tensor '{info.name}' (shape {info.shape}) does not fit the layout its "
+                f"architecture's mapping expects: {exc}. The file is corrupt or its metadata was edited."
+            ) from exc
 
     def _dequantized(self, info: TensorInfo, dtype: Any) -> Any:
         from .dequant import dequantize
@@ -407,7 +419,7 @@ class TensorPlan:
             if source.expert is not None:
                 tensor = tensor[source.expert]
             for transform in source.target.transforms:
-                tensor = transform.apply(tensor, self.config)
+                tensor = self._transformed(source.info, lambda t=transform, x=tensor: t.apply(x, self.config))
             pieces.append(tensor)
         first = self.entries[hf_name][0].target
         if isinstance(first, Part):
