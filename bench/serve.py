@@ -3,15 +3,20 @@
     .venv/bin/python bench/serve.py [--clients 1 4 16] [--new-tokens 128] [--servers microformers transformers]
     .venv/bin/python bench/serve.py --quick          # 1 and 4 clients, 32 new tokens, microformers only
 
-Each server runs in its own process on a free local port (``microformers serve FOLDER`` and
-``transformers serve FOLDER --device cpu --continuous-batching``), one after the other. For each
-client count N, N clients each send one streamed greedy chat request at the same moment (distinct
-prompts asking for long answers, ``max_tokens`` = new tokens) and read the SSE stream:
+Each server runs in its own process on a local port (``microformers serve FOLDER`` and
+``transformers serve FOLDER --device cpu --continuous-batching``); both stay up and the client
+counts are interleaved between them (ours N, reference N, ours next N, ...), so drifting machine
+load hits both alike. For each client count N, N clients each send one streamed greedy chat request
+at the same moment (distinct prompts asking for long answers, ``max_tokens`` = new tokens) and read
+the SSE stream:
 
 * aggregate tokens/s = completion tokens of all N requests / wall time from the first send to the
   last ``[DONE]`` (tokens counted from ``usage`` where the server sends it, else content chunks);
 * TTFT = time from a request's send to its first content chunk (median over the N requests);
-* latency p50 / p95 = per-request time to ``[DONE]``.
+* latency p50 / p95 = per-request time to ``[DONE]``;
+* tokens per CPU-second = the same tokens / the server process's user+system CPU time over the
+  level: on a machine shared with other work this, with ``--threads 1``, is the stable measure of
+  how much work each token costs (wall time then depends on what else runs).
 
 The answers to the same prompt are compared across client counts (a batched answer should equal
 the single-client one) and between the two servers. Both servers get the same thread setting
@@ -120,6 +125,12 @@ class Server:
         self.log.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``), the measure that survives a busy machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one_request(server: Server, index: int, new_tokens: int, start: float) -> dict[str, Any]:
     import httpx
 
@@ -155,14 +166,17 @@ def one_request(server: Server, index: int, new_tokens: int, start: float) -> di
 
 
 def run_level(server: Server, clients: int, new_tokens: int) -> dict[str, Any]:
+    cpu = cpu_seconds(server.process.pid)
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         results = list(pool.map(lambda i: one_request(server, i, new_tokens, start), range(clients)))
     wall = time.perf_counter() - start
+    cpu = cpu_seconds(server.process.pid) - cpu
     tokens = sum(r["tokens"] for r in results)
     latencies = sorted(r["latency"] for r in results)
     return {
-        "clients": clients, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
+        "clients": clients, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall, "cpu_s": cpu,
+        "tok_cpu_s": tokens / max(cpu, 1e-9), "load": common.load_average(),
         "ttft_s": statistics.median(r["ttft"] for r in results),
         "p50_s": statistics.median(latencies), "p95_s": latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))],
         "texts": [r["text"] for r in results], "counted": results[0]["counted"],
@@ -185,43 +199,50 @@ def main() -> None:
     print(f"model: {folder} (float32); clients {clients}; {new_tokens} new tokens; threads {args.threads or 'default'}")
     print(f"load before: {common.load_average()}")
     report: dict[str, Any] = {}
-    for kind in servers:
-        port = 18000 + os.getpid() % 1000 + len(report)
+    running: dict[str, Server] = {}
+    for offset, kind in enumerate(servers):
         try:
-            server = Server(kind, folder, port, args.threads, args.max_batch_size)
+            running[kind] = Server(kind, folder, 18000 + os.getpid() % 1000 + offset, args.threads, args.max_batch_size)
+            run_level(running[kind], 1, 8)  # warm-up
         except Exception as exc:  # report and go on: the reference may not run here
             print(f"{kind}: could not start: {exc}")
             report[kind] = {"error": str(exc)}
-            continue
-        try:
-            run_level(server, 1, 8)  # warm-up
-            levels = [run_level(server, n, new_tokens) for n in clients]
-        except Exception as exc:
-            print(f"{kind}: failed: {exc}")
-            report[kind] = {"error": str(exc)}
-            continue
-        finally:
+            if kind in running:
+                running.pop(kind).stop()
+    # Levels interleaved between the servers (both stay up), so load drift hits both alike.
+    levels: dict[str, list[dict[str, Any]]] = {kind: [] for kind in running}
+    try:
+        for n in clients:
+            for kind, server in running.items():
+                levels[kind].append(run_level(server, n, new_tokens))
+                level = levels[kind][-1]
+                print(f"  {kind} {n} clients: {level['tok_s']:.1f} tok/s, {level['tok_cpu_s']:.1f} tok/CPU-s (load {level['load']})", flush=True)
+    finally:
+        for server in running.values():
             server.stop()
-        report[kind] = {"startup_s": server.startup_s, "levels": levels, "load": common.load_average()}
-        print(f"\n== {kind} serve (startup {server.startup_s:.1f} s; load after {common.load_average()})")
-        print(f"{'clients':>7} {'tokens':>7} {'wall s':>7} {'tok/s':>7} {'x 1-client':>10} {'TTFT s':>7} {'p50 s':>7} {'p95 s':>7}")
-        base = levels[0]["tok_s"]
-        for level in levels:
+    for kind, server in running.items():
+        report[kind] = {"startup_s": server.startup_s, "levels": levels[kind]}
+        print(f"\n== {kind} serve (startup {server.startup_s:.1f} s)")
+        print(f"{'clients':>7} {'tokens':>7} {'wall s':>7} {'tok/s':>7} {'x 1':>6} {'tok/CPU-s':>9} {'x 1':>6} {'TTFT s':>7} {'p50 s':>7} {'p95 s':>7}")
+        base, base_cpu = levels[kind][0]["tok_s"], levels[kind][0]["tok_cpu_s"]
+        for level in levels[kind]:
             print(f"{level['clients']:>7} {level['tokens']:>7} {level['wall_s']:>7.1f} {level['tok_s']:>7.1f} "
-                  f"{level['tok_s'] / base:>10.2f} {level['ttft_s']:>7.2f} {level['p50_s']:>7.1f} {level['p95_s']:>7.1f}")  # fmt: skip
+                  f"{level['tok_s'] / base:>6.2f} {level['tok_cpu_s']:>9.1f} {level['tok_cpu_s'] / base_cpu:>6.2f} "
+                  f"{level['ttft_s']:>7.2f} {level['p50_s']:>7.1f} {level['p95_s']:>7.1f}")  # fmt: skip
         same = all(
             level["texts"][i] == other["texts"][i]
-            for level in levels for other in levels for i in range(min(len(level["texts"]), len(other["texts"])))
+            for level in levels[kind] for other in levels[kind]
+            for i in range(min(len(level["texts"]), len(other["texts"])))
         )  # fmt: skip
-        print(f"answers to the same prompt identical at every client count: {same} (tokens counted from {levels[0]['counted']})")
+        print(f"answers to the same prompt identical at every client count: {same} (tokens counted from {levels[kind][0]['counted']})")
     ok = [k for k in servers if "levels" in report.get(k, {})]
     if len(ok) == 2:
         ours, ref = (report[k]["levels"] for k in ok)
         print("\n== microformers / transformers")
         for a, b in zip(ours, ref, strict=True):
             agree = sum(x == y for x, y in zip(a["texts"], b["texts"], strict=True))
-            print(f"{a['clients']:>3} clients: tok/s {a['tok_s'] / b['tok_s']:.2f}x, TTFT {b['ttft_s'] / max(a['ttft_s'], 1e-9):.2f}x "
-                  f"faster, identical answers {agree}/{a['clients']}")  # fmt: skip
+            print(f"{a['clients']:>3} clients: tok/s {a['tok_s'] / b['tok_s']:.2f}x, tok/CPU-s {a['tok_cpu_s'] / b['tok_cpu_s']:.2f}x, "
+                  f"TTFT {b['ttft_s'] / max(a['ttft_s'], 1e-9):.2f}x faster, identical answers {agree}/{a['clients']}")  # fmt: skip
     print(f"load after: {common.load_average()}")
     for entry in report.values():
         for level in entry.get("levels", []):
