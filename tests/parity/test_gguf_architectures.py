@@ -337,6 +337,18 @@ def mixtral_convert(hf_name: str, tensor: torch.Tensor, config: Any) -> list[tup
     return [] if name is None else [(name, array)]
 
 
+def mixtral_per_expert_convert(hf_name: str, tensor: torch.Tensor, config: Any) -> list[tuple[str, np.ndarray]]:
+    """Older llama.cpp files: one tensor per expert (``blk.N.ffn_gate.E.weight``) instead of stacked ones."""
+    out = []
+    for name, array in mixtral_convert(hf_name, tensor, config):
+        stem, _, stacked = name.rpartition("_exps.weight")
+        if stacked == "" and stem:
+            out.extend((f"{stem}.{e}.weight", array[e]) for e in range(array.shape[0]))
+        else:
+            out.append((name, array))
+    return out
+
+
 _GEMMA = {
     "hidden_size": 32,
     "intermediate_size": 64,
@@ -482,6 +494,28 @@ CASES: dict[str, Case] = {
         tokenizer="spm",
         convert=mixtral_convert,
         reference_reads_it=False,  # the reference reads a llama file with experts as a Llama without them
+        plugin="microformers_mixtral",
+    ),
+    "mixtral-per-expert": Case(
+        "llama",
+        MODEL_ARCH.LLAMA,
+        "MixtralConfig",
+        "MixtralForCausalLM",
+        {
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_local_experts": 3,
+            "num_experts_per_tok": 2,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 300,
+            "max_position_embeddings": 64,
+        },
+        mixtral_metadata,
+        tokenizer="spm",
+        convert=mixtral_per_expert_convert,
+        reference_reads_it=False,
         plugin="microformers_mixtral",
     ),
     "qwen2moe": Case(

@@ -270,7 +270,8 @@ class GGUFArchitecture:
     (per-layer patterns, factors stored as tensors). ``checks`` compare declared sizes with tensors.
 
     Tensors: ``tensors`` maps GGUF names, with ``{bid}`` standing for the block number, to a Hugging Face
-    name (same ``{bid}``), a :class:`Target`, :class:`Experts` or :class:`Part`. Tensors matching a
+    name (same ``{bid}``), a :class:`Target`, :class:`Experts` or :class:`Part`; ``{expert}`` in a GGUF name
+    (``blk.{bid}.ffn_gate.{expert}.weight``) matches one-tensor-per-expert files. Tensors matching a
     regular expression in ``derived`` are ones the model rebuilds itself (rotary tables) and are skipped
     silently; any other unmapped tensor is skipped with a warning.
 

@@ -283,19 +283,30 @@ class Source:
     expert: int | None = None
 
 
-def _target_of(arch: GGUFArchitecture, name: str) -> tuple[Target | Experts | Part, str] | None:
-    """The registered target of a GGUF tensor name, and the block number (``""`` for global tensors)."""
+_EXPERT_NAME = re.compile(r"^(.+)\.(\d+)\.(weight|bias)$")
+
+
+def _target_of(arch: GGUFArchitecture, name: str) -> tuple[Target | Experts | Part, str, int | None] | None:
+    """The registered target of a GGUF tensor name, its block number (``""`` for global tensors) and expert.
+
+    A name with an expert number before the parameter (``blk.3.ffn_gate.5.weight``, how older converters
+    wrote one tensor per expert) matches the pattern ``blk.{bid}.ffn_gate.{expert}.weight``.
+    """
     match = _BLOCK_NAME.match(name)
-    bid = ""
+    bid, expert = "", None
     target = arch.tensors.get(name)
     if target is None and match:
-        bid = match.group(1)
-        target = arch.tensors.get(f"blk.{{bid}}.{match.group(2)}")
+        bid, rest = match.group(1), match.group(2)
+        target = arch.tensors.get(f"blk.{{bid}}.{rest}")
+        per_expert = _EXPERT_NAME.match(rest) if target is None else None
+        if per_expert:
+            target = arch.tensors.get(f"blk.{{bid}}.{per_expert.group(1)}.{{expert}}.{per_expert.group(3)}")
+            expert = int(per_expert.group(2))
     if target is None:
         return None
     if isinstance(target, str):
         target = Target(target)
-    return target, bid
+    return target, bid, expert
 
 
 def _named(template: str, bid: str, expert: int | None = None) -> str:
@@ -326,12 +337,12 @@ class TensorPlan:
                 if derived is None or not derived.match(name):
                     self.skipped.append(name)
                 continue
-            target, bid = found
+            target, bid, expert = found
             if isinstance(target, Experts):
-                for expert in range(info.shape[0]):
-                    self.entries.setdefault(_named(target.name, bid, expert), []).append(Source(info, target, expert))
+                for index in range(info.shape[0]):
+                    self.entries.setdefault(_named(target.name, bid, index), []).append(Source(info, target, index))
             else:
-                self.entries.setdefault(_named(target.name, bid), []).append(Source(info, target))
+                self.entries.setdefault(_named(target.name, bid, expert), []).append(Source(info, target))
         for hf_name, sources in self.entries.items():
             parts = [s.target for s in sources if isinstance(s.target, Part)]
             if parts and (len(parts) != len(sources) or sorted(p.index for p in parts) != list(range(parts[0].count))):

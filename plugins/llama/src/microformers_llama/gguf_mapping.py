@@ -8,7 +8,8 @@ All four share the llama tensor layout (``blk.N.attn_q`` ... ``blk.N.ffn_down``)
 - ``qwen3``: no interleave; per-head ``attn_q_norm``/``attn_k_norm``; ``attention.key_length`` is the head size.
 
 llama.cpp also writes Mixtral as ``llama``: such a file states ``llama.expert_count`` and stores each
-layer's experts stacked (``ffn_gate_exps``/``ffn_up_exps``/``ffn_down_exps``) with the router
+layer's experts stacked (``ffn_gate_exps``/``ffn_up_exps``/``ffn_down_exps``; older files one tensor per
+expert, ``ffn_gate.{e}``) with the router
 ``ffn_gate_inp``; it becomes a ``mixtral`` config (served by microformers-mixtral, whose tensor names
 are used here as data) with the experts split back into ``block_sparse_moe.experts.{e}.w1/w3/w2``.
 """
@@ -82,6 +83,10 @@ LLAMA = _llama_like(
         "blk.{bid}.ffn_gate_exps.weight": Experts(f"{_MOE}.experts.{{expert}}.w1.weight"),
         "blk.{bid}.ffn_down_exps.weight": Experts(f"{_MOE}.experts.{{expert}}.w2.weight"),
         "blk.{bid}.ffn_up_exps.weight": Experts(f"{_MOE}.experts.{{expert}}.w3.weight"),
+        # older files: one tensor per expert
+        "blk.{bid}.ffn_gate.{expert}.weight": f"{_MOE}.experts.{{expert}}.w1.weight",
+        "blk.{bid}.ffn_down.{expert}.weight": f"{_MOE}.experts.{{expert}}.w2.weight",
+        "blk.{bid}.ffn_up.{expert}.weight": f"{_MOE}.experts.{{expert}}.w3.weight",
     },
     adjust_config=mixtral_when_experts,
 )
