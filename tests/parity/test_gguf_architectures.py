@@ -627,3 +627,63 @@ def test_inconsistent_moe_file_is_refused_naming_the_field_and_file(tmp_path: Pa
     with pytest.raises(microformers.ConfigError, match="num_experts_per_tok") as info:
         microformers.AutoConfig.from_pretrained(tmp_path, gguf_file="bad.gguf")
     assert str(path) in str(info.value)
+
+
+def _metadata_only(path: Path, arch: str, values: dict[str, Any]) -> Path:
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in values.items():
+        if isinstance(value, str):
+            writer.add_string(f"{arch}.{key}", value)
+        elif isinstance(value, float):
+            writer.add_float32(f"{arch}.{key}", value)
+        else:
+            writer.add_uint32(f"{arch}.{key}", value)
+    add_tokenizer(writer, "gemma" if arch.startswith("gemma") else "spm", 300)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+_SIZES = {"embedding_length": 64, "feed_forward_length": 128, "attention.head_count": 4, "context_length": 128}
+
+
+@pytest.mark.parametrize(
+    ("arch", "values", "expected"),
+    [
+        # what llama.cpp assumes without stating it: the 27B query scale, Gemma 3's layer pattern and local base
+        ("gemma2", {"block_count": 46, "attention.key_length": 128}, {"query_pre_attn_scalar": 16}),
+        ("gemma2", {"block_count": 2, "attention.key_length": 128}, {"query_pre_attn_scalar": 128}),
+        (
+            "gemma3",
+            {
+                "block_count": 7,
+                "attention.key_length": 16,
+                "attention.sliding_window": 8,
+                "rope.freq_base": 5e5,
+                "rope.scaling.type": "linear",
+                "rope.scaling.factor": 8.0,
+            },
+            {
+                "layer_types": ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"],
+                "sliding_window": 8,
+                "rope_parameters": {
+                    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 5e5},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                },
+            },
+        ),
+        ("gemma3", {"block_count": 3, "attention.key_length": 16}, {"layer_types": ["full_attention"] * 3}),
+        (
+            "phi3",
+            {"block_count": 2, "rope.dimension_count": 8, "attention.sliding_window": 0},
+            {"partial_rotary_factor": 0.5, "sliding_window": None, "original_max_position_embeddings": 128},
+        ),
+    ],
+)
+def test_configs_of_what_the_files_leave_implicit(tmp_path: Path, arch: str, values: dict, expected: dict) -> None:
+    _metadata_only(tmp_path / "c.gguf", arch, {**_SIZES, **values})
+    config = microformers.AutoConfig.from_pretrained(tmp_path, gguf_file="c.gguf")
+    for key, value in expected.items():
+        assert getattr(config, key) == value, key
