@@ -10,6 +10,8 @@
 #       (tests' clean duration + constant) * multiplier seconds of wall clock; every mutant's worker also
 #       imports the package and collects its tests, which the clean duration does not count, so on a
 #       loaded machine the default constant (1 s) turns slow-but-passing runs into false "timeouts".
+#   MUTATION_NICE=0                          # scheduling niceness of the run (default 10); at 10 on a machine
+#                                            # busy with other work at 0 each mutant waits minutes for CPU
 #   MUTATION_COVERED_ONLY=false              # also mutate lines the judging tests never run (they show as
 #                                            # "no tests"); default true (mutmut's mutate_only_covered_lines)
 #
@@ -70,7 +72,7 @@ ln -s "$ROOT/tests/plugins" "$WORK/tests/plugins"
 
 # Tests that already fail (or fail to import) on the unmutated code would make every mutant look killed;
 # find them once and deselect them (listed in .mutation/deselected.txt).
-(cd "$WORK" && PYTHONPATH=src PYTHONDONTWRITEBYTECODE=1 nice -n 10 "$VENV/bin/python" -m pytest -q -p no:randomly \
+(cd "$WORK" && PYTHONPATH=src PYTHONDONTWRITEBYTECODE=1 nice -n "${MUTATION_NICE:-10}" "$VENV/bin/python" -m pytest -q -p no:randomly \
     -o addopts="--import-mode=importlib -p no:cacheprovider" -p no:warnings -rfE \
     --continue-on-collection-errors $TESTS > "$STATE/$NAME-baseline.txt" 2>&1 || true)
 grep -E '^(FAILED|ERROR) ' "$STATE/$NAME-baseline.txt" | awk '{print $2}' | sed 's/ - .*//' | sort -u > "$STATE/$NAME-deselected.txt" || true
@@ -114,7 +116,7 @@ cd "$WORK"
 printf '%s\n' torch numpy safetensors safetensors.torch jinja2 pluggy attrs packaging huggingface_hub tokenizers \
     transformers pytest > preload.txt
 export PYTHONDONTWRITEBYTECODE=1
-nice -n 10 "$VENV/bin/mutmut" run --max-children "${MUTATION_CHILDREN:-1}" || true
+nice -n "${MUTATION_NICE:-10}" "$VENV/bin/mutmut" run --max-children "${MUTATION_CHILDREN:-1}" || true
 "$VENV/bin/mutmut" results --all true > "$STATE/$NAME-results.txt" 2>&1 || true
 "$VENV/bin/python" - "$STATE" "$NAME" <<'EOF'
 import collections, pathlib, re, sys

@@ -468,3 +468,14 @@ def test_config_from_dict_errors_name_the_source() -> None:
     for bad, error in (([1], "TypeError"), (float("inf"), "OverflowError")):
         with pytest.raises(ConfigError, match=f"holds a value Strict cannot use \\({error}: "):
             config_from_dict(Strict, {"size": bad}, "/x/config.json")
+
+
+def test_register_for_auto_class_defaults_to_auto_config() -> None:
+    class Registered(PretrainedConfig):
+        model_type = "registered_toy"
+
+    Registered.register_for_auto_class()
+    assert Registered._auto_class == "AutoConfig"
+    Registered.register_for_auto_class("AutoOther")
+    assert Registered._auto_class == "AutoOther"
+    assert PretrainedConfig._auto_class is None

@@ -127,6 +127,9 @@ def test_crop_bounds_and_reset_keeps_storage() -> None:
     assert [cache.get_seq_length(i) for i in range(2)] == [4, 2]
     cache.crop(-3)  # more than layer 1 holds: it empties, never negative
     assert [cache.get_seq_length(i) for i in range(2)] == [1, 0]
+    cache.crop(0)  # zero keeps nothing (it is not "drop none from the end")
+    assert [cache.get_seq_length(i) for i in range(2)] == [0, 0]
+    cache.update(_states(1, 5), _states(1, 5), 0)
     storage = cache.layer_storage(0)[0]
     cache.reset()
     assert [cache.get_seq_length(i) for i in range(2)] == [0, 0] and len(cache) == 2
