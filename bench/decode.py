@@ -1,6 +1,7 @@
 """Greedy decode speed: microformers vs the reference, same weights, same prompts, in one process.
 
     .venv/bin/python bench/decode.py [--model smollm2|random] [--batch 1 8] [--new-tokens 128] [--repeats 3]
+                                     [--prefill 512] [--cpu-time] [--no-compile]
 
 Each measurement is ``model.generate(ids, attention_mask=mask, max_new_tokens=N, min_new_tokens=N,
 do_sample=False)`` (eos ignored: exactly N new tokens per row), float32, ``torch.set_num_threads(2)``.
@@ -15,6 +16,13 @@ repeated; medians are printed. Rows:
   tells how much time the generation loop itself adds.
 
 The new tokens of every microformers variant are compared with the reference's.
+
+``--prefill N`` first adds a prefill row in the same process: one forward pass over an N-token
+prompt at batch 1, ``model(ids, use_cache=True, logits_to_keep=1)`` under ``torch.inference_mode()``
+(what generate runs for the prompt), interleaved the same way, last-position logits compared.
+``--cpu-time`` times with the CPU time of the process instead of the wall clock: on a machine whose
+cores other work shares, wall time mostly measures the scheduler; with
+``MICROFORMERS_BENCH_THREADS=1`` the CPU time is the work done.
 """
 
 from __future__ import annotations
@@ -85,6 +93,35 @@ def forward_loop(model: Any, ids: Any, mask: Any, new_tokens: int) -> Any:
         return torch.cat([ids, *tokens], dim=1)
 
 
+def prefill_row(
+    reference: Any, ours: Any, folder: Path, length: int, repeats: int, clock: Any
+) -> tuple[tuple[str, str, str, str], dict[str, Any]]:
+    """Prefill of a ``length``-token prompt at batch 1, both implementations interleaved."""
+    import torch
+
+    ids, _ = common.prompts(folder, 1, length=length)
+    models = {"reference": reference, "microformers": ours}
+    times: dict[str, list[float]] = {name: [] for name in models}
+    logits: dict[str, Any] = {}
+    with torch.inference_mode():
+        for name, model in models.items():  # warm-up
+            logits[name] = model(ids, use_cache=True, logits_to_keep=1).logits[:, -1]
+        for _ in range(repeats):
+            for name, model in models.items():
+                seconds, _out = common.timed(lambda model=model: model(ids, use_cache=True, logits_to_keep=1), clock)
+                times[name].append(seconds)
+    speed = {name: length / common.median(t) for name, t in times.items()}
+    difference = (logits["microformers"] - logits["reference"]).abs().max().item()
+    same_top = bool(torch.equal(logits["microformers"].argmax(-1), logits["reference"].argmax(-1)))
+    row = (
+        f"prefill tokens/s, {length} tokens, batch 1",
+        f"{speed['microformers']:.0f}",
+        f"{speed['reference']:.0f}",
+        f"{speed['microformers'] / speed['reference']:.2f}x" + ("" if same_top else " TOP-1 DIFFERS"),
+    )
+    return row, {"tokens_per_s": speed, "times": times, "max_logit_difference": difference}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["smollm2", "random"], default="smollm2")
@@ -93,10 +130,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled variant")
     parser.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
+    parser.add_argument("--prefill", type=int, default=0, metavar="N", help="also time prefill of an N-token prompt")
+    parser.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
+    parser.add_argument(
+        "--no-loop", action="store_true", help="skip the forward-loop variant (eager generate and reference only)"
+    )
     args = parser.parse_args()
+
+    import time
 
     import torch
 
+    clock = time.process_time if args.cpu_time else time.perf_counter
     common.set_threads()
     folder = common.model_folder(args.model)
     reference = common.load_reference(folder)
@@ -107,24 +152,28 @@ def main() -> None:
     variants: dict[str, Any] = {
         "reference": lambda ids, mask: reference_generate(reference, ids, mask, n),
         "eager": lambda ids, mask: our_generate(ours, ids, mask, n),
-        "forward loop": lambda ids, mask: forward_loop(ours, ids, mask, n),
     }
+    if not args.no_loop:
+        variants["forward loop"] = lambda ids, mask: forward_loop(ours, ids, mask, n)
     if not args.no_compile:
         variants["compiled"] = lambda ids, mask: our_generate(ours, ids, mask, n, static=True)
 
     payload: dict[str, Any] = {"model": args.model, "new_tokens": n, "threads": torch.get_num_threads()}
     rows: list[tuple[str, str, str, str]] = []
     notes: list[str] = [f"load average at start: {common.load_average()}"]
+    if args.prefill:
+        row, payload["prefill"] = prefill_row(reference, ours, folder, args.prefill, args.repeats, clock)
+        rows.append(row)
     for batch in args.batch:
         ids, mask = common.prompts(folder, batch)
         outputs: dict[str, Any] = {}
         first: dict[str, float] = {}
         for name, run in variants.items():  # warm-up (and, for the compiled variant, compilation)
-            first[name], outputs[name] = common.timed(lambda run=run, ids=ids, mask=mask: run(ids, mask))
+            first[name], outputs[name] = common.timed(lambda run=run, ids=ids, mask=mask: run(ids, mask), clock)
         times: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.repeats):
             for name, run in variants.items():
-                seconds, outputs[name] = common.timed(lambda run=run, ids=ids, mask=mask: run(ids, mask))
+                seconds, outputs[name] = common.timed(lambda run=run, ids=ids, mask=mask: run(ids, mask), clock)
                 times[name].append(seconds)
         speed = {name: batch * n / common.median(t) for name, t in times.items()}
         reference_new = outputs["reference"][:, ids.shape[1] :]
@@ -151,7 +200,11 @@ def main() -> None:
             "first_call_s": first,
             "tokens_identical": {k: bool(torch.equal(v[:, ids.shape[1] :], reference_new)) for k, v in outputs.items()},
         }
-    notes.append(f"load average at end: {common.load_average()}; medians of {args.repeats} interleaved runs")
+    timing = "process CPU time" if args.cpu_time else "wall time"
+    notes.append(
+        f"load average at end: {common.load_average()}; medians of {args.repeats} interleaved runs "
+        f"({timing}, {torch.get_num_threads()} threads)"
+    )
     common.print_table(f"greedy decode, {args.model}, float32, {n} new tokens", rows, "\n".join(notes))
     common.write_json("decode", payload)
 

@@ -4,7 +4,7 @@
 
 Rows: ``from_pretrained`` of the float32 safetensors folder, and of the Q4_1 GGUF file
 (de-quantised to float32), each timed after the imports, alone and with the first forward pass
-(which faults in memory-mapped weights); peak RSS of the process (``ru_maxrss``)
+(which faults in memory-mapped weights); peak RSS of the process (``VmHWM``)
 after loading and after one greedy batch-1 generate of 128 tokens, and the growth of that last peak
 over the RSS measured just before loading, against the size of the float32 weights (safetensors are
 memory-mapped, so pages only count once the first forward pass touches them: the peak after

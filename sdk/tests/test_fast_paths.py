@@ -29,8 +29,8 @@ def test_row_linear_keeps_f_linear_where_it_does_not_apply() -> None:
     torch.manual_seed(0)
     weight = torch.randn(96, 40)
     with torch.no_grad():
-        rows = torch.randn(3, 40)
-        assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))  # several rows
+        rows = torch.randn(8, 40)
+        assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))  # more rows than SMALL_ROWS
         odd = torch.randn(95, 40)
         row = torch.randn(1, 40)
         assert torch.equal(row_linear(row, odd), F.linear(row, odd))  # not splittable
@@ -41,6 +41,28 @@ def test_row_linear_keeps_f_linear_where_it_does_not_apply() -> None:
     assert torch.equal(out, F.linear(row, weight))
     out.sum().backward()
     assert row.grad is not None
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(2, 40), (3, 1, 40), (1, 4, 40), (2, 2, 40)])
+def test_few_rows_linear_matches_f_linear(shape: tuple[int, ...], bias: bool) -> None:
+    torch.manual_seed(0)
+    weight, x = torch.randn(96, 40), torch.randn(*shape)
+    b = torch.randn(96) if bias else None
+    with torch.no_grad():
+        out = row_linear(x, weight, b)
+        transposed = row_linear(x.transpose(0, -2).contiguous().transpose(0, -2), weight, b)  # strided input
+    expected = F.linear(x, weight, b)
+    assert out.shape == expected.shape and out.is_contiguous()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(transposed, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_few_rows_product_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layers, "SMALL_ROWS", 1)
+    weight, rows = torch.randn(96, 40), torch.randn(3, 40)
+    with torch.no_grad():
+        assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))
 
 
 def test_row_split_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,22 +169,42 @@ class FusedGatedMLP(nn.Module):
 # turns it off (environment variable ``MICROFORMERS_ROW_SPLIT``, read at import).
 ROW_SPLIT = int(os.environ.get("MICROFORMERS_ROW_SPLIT", "2"))
 
+# Two to four input rows (batch 2-4 decoding, a few beams, a short prompt): MKL's small-M ``sgemm``
+# is slow for ``x @ W.T``, while ``W @ x.T`` (the weight as the left operand) streams the weight
+# 1.2-1.4x faster for 2-4 rows, and is no faster from 6 rows on (bench numbers in
+# docs/performance.md). ``MICROFORMERS_SMALL_ROWS=1`` turns it off (read at import).
+SMALL_ROWS = int(os.environ.get("MICROFORMERS_SMALL_ROWS", "4"))
 
-def _splits_rows(x: torch.Tensor, weight: torch.Tensor) -> bool:
+
+def _plain_cpu_float32(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
-        ROW_SPLIT > 1
-        and x.numel() == weight.shape[1]
-        and weight.device.type == "cpu"
+        weight.device.type == "cpu"
         and weight.dtype == torch.float32
         and x.dtype == torch.float32
-        and weight.shape[0] % ROW_SPLIT == 0
         and weight.is_contiguous()
         and not torch.is_grad_enabled()
     )
 
 
+def _splits_rows(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        ROW_SPLIT > 1
+        and x.numel() == weight.shape[1]
+        and weight.shape[0] % ROW_SPLIT == 0
+        and _plain_cpu_float32(x, weight)
+    )
+
+
+def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
+    """How many rows ``x`` has when the few-rows product applies to it, else 0."""
+    in_features = weight.shape[1]
+    rows = x.numel() // in_features if x.shape[-1] == in_features else 0
+    return rows if 2 <= rows <= SMALL_ROWS and _plain_cpu_float32(x, weight) else 0
+
+
 def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``; for a single input row, a batched product over weight slices.
+    """``F.linear(x, weight, bias)``; for a single input row, a batched product over weight slices, and
+    for two to four rows ``(weight @ x.T).T``.
 
     The result equals ``F.linear``'s up to float rounding (the sums run in a different order).
     Inside ``torch.compile`` a single row becomes a multiply-and-sum over the weight, which compiles to
@@ -192,6 +212,11 @@ def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     """
     if x.numel() == weight.shape[1] and torch.compiler.is_compiling():
         out = (x.unsqueeze(-2) * weight).sum(-1)
+        return out if bias is None else out + bias
+    rows = _few_rows(x, weight)
+    if rows:
+        column = x.reshape(rows, weight.shape[1]).contiguous().t()  # a transposed block, as for one row
+        out = torch.mm(weight, column).t().contiguous().view(*x.shape[:-1], weight.shape[0])
         return out if bias is None else out + bias
     if not _splits_rows(x, weight):
         return F.linear(x, weight, bias)
