@@ -164,3 +164,29 @@ def test_a_peft_lora_config_object_is_accepted(built: dict[str, dict[str, Any]])
     ours.add_adapter(peft.LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
     adapted = {n.rpartition(".lora_A")[0] for n, _ in ours.named_parameters() if ".lora_A." in n}
     assert adapted == {"model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj"}
+
+
+def test_safe_serialization_false_writes_peft_bin_both_ways(built: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    """``save_pretrained(safe_serialization=False)``: ``adapter_model.bin`` here as in peft, readable both ways."""
+    from microformers import LoraConfig
+
+    transformers = pytest.importorskip("transformers")
+    case = "llama-all-linear-lora-bias"
+    _config_cls, model_cls, auto, _config, lora = CASES[case]
+    entry = built[case]
+    entry["peft"].save_pretrained(str(tmp_path / "peft-bin"), safe_serialization=False)
+    assert "adapter_model.bin" in {p.name for p in (tmp_path / "peft-bin").iterdir()}  # and peft's README.md
+    assert not (tmp_path / "peft-bin" / "adapter_model.safetensors").exists()
+    inputs = _inputs(case)
+    with torch.no_grad():
+        assert_close(load_ours(tmp_path / "peft-bin", auto)(**inputs).logits, entry["peft"](**inputs).logits, atol=ATOL)
+    ours = load_ours(entry["base"], auto)
+    ours.add_adapter(LoraConfig(**lora))
+    _perturb(ours, 2, _saved_parts(lora))
+    ours.eval()
+    ours.save_pretrained(tmp_path / "ours-bin", safe_serialization=False)
+    assert sorted(p.name for p in (tmp_path / "ours-bin").iterdir()) == ["adapter_config.json", "adapter_model.bin"]
+    base = getattr(transformers, model_cls).from_pretrained(str(entry["base"]), dtype=torch.float32)
+    theirs = peft.PeftModel.from_pretrained(base, str(tmp_path / "ours-bin")).eval()
+    with torch.no_grad():
+        assert_close(ours(**inputs).logits, theirs(**inputs).logits, atol=ATOL)

@@ -578,7 +578,10 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if not is_main_process:
             return
         if self.__dict__.get("_adapter_manager") is not None:  # adapter files only, as the reference does
-            return self._adapters().save_pretrained(save_directory, state_dict=state_dict, **kwargs)
+            return self._adapters().save_pretrained(
+                save_directory, state_dict=state_dict, safe_serialization=safe_serialization, max_shard_size=max_shard_size,
+                **kwargs,
+            )
         unused = sorted(set(kwargs) - {"push_to_hub", "token"})  # token only uploads, as in the reference
         if unused:
             raise ConfigError(f"save_pretrained() does not take {', '.join(unused)}; drop it or check the spelling")

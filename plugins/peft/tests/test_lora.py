@@ -216,3 +216,36 @@ def test_gpt2_conv1d_sets_fan_in_fan_out_and_merges(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "g" / "adapter_config.json").read_text())["fan_in_fan_out"] is True
     model.merge_and_unload()
     torch.testing.assert_close(_logits(model), expected, atol=1e-5, rtol=0)
+
+
+def test_save_keywords_work_or_are_refused(base_folder: Path, tmp_path: Path) -> None:
+    """Every keyword save_pretrained accepts on a model with an adapter does something, or raises naming it."""
+    from microformers import PeftConfig
+
+    model = AutoModelForCausalLM.from_pretrained(base_folder)
+    model.add_adapter(LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    _randomise_adapter(model, "default", 5)
+    expected = _logits(model)
+    out = tmp_path / "adapter"
+    model.save_pretrained(out)
+    model.save_pretrained(out, safe_serialization=False)  # peft's legacy file, replacing the safetensors one
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.bin"]
+    assert all(k.startswith("base_model.model.") for k in torch.load(out / "adapter_model.bin", weights_only=True))
+    torch.testing.assert_close(_logits(AutoModelForCausalLM.from_pretrained(out)), expected, atol=1e-6, rtol=0)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
+    for bad, named in (({"max_shard_size": 100}, "max_shard_size"), ({"variant": "fp16"}, "variant"),
+                       ({"safe_serialisation": False}, "safe_serialisation"), ({"push_to_hub": True}, "push_to_hub")):  # fmt: skip
+        with pytest.raises(MicroformersError, match=named):
+            model.save_pretrained(out, **bad)
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir()) == before  # a refused save writes nothing
+    model.save_pretrained(out, max_shard_size="1MB", save_peft_format=False, token="unused-without-upload")
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    from safetensors.torch import load_file
+
+    assert sorted(load_file(str(out / "adapter_model.safetensors")))[0] == "model.layers.0.self_attn.q_proj.lora_A.weight"
+    config = PeftConfig.from_pretrained(tmp_path, subfolder="adapter")
+    assert config.r == 4
+    with pytest.raises(MicroformersError, match="revison"):
+        PeftConfig.from_pretrained(out, revison="main")
+    with pytest.raises(MicroformersError, match="indent"):
+        config.save_pretrained(tmp_path / "c", indent=2)

@@ -14,11 +14,13 @@ from typing import Any, ClassVar
 
 import attrs
 
+from microformers.configuration import refuse_push_to_hub
 from microformers.errors import ConfigError, MicroformersError
-from microformers.hub import atomic_write_text
+from microformers.hub import atomic_write_text, resolve_folder, split_hub_kwargs
 
 ADAPTER_CONFIG_NAME = "adapter_config.json"
 ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
+ADAPTER_BIN_NAME = "adapter_model.bin"  # peft's save_pretrained(safe_serialization=False)
 BIAS_CHOICES = ("none", "all", "lora_only")
 INIT_CHOICES = (True, False, "gaussian")
 
@@ -74,8 +76,17 @@ class PeftConfig:
             raise ConfigError(f"{where}: {exc}") from exc
 
     @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike[str], **_: Any) -> PeftConfig:
-        """Read ``adapter_config.json`` from a local folder."""
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike[str], subfolder: str | None = None, **kwargs: Any
+    ) -> PeftConfig:
+        """Read ``adapter_config.json`` from a folder or Hub repo (``revision``, ``token`` ... as in peft)."""
+        hub_kwargs, rest = split_hub_kwargs(kwargs)
+        if rest:
+            raise ConfigError(
+                f"PeftConfig.from_pretrained() does not take {', '.join(sorted(rest))}; drop it or check the spelling"
+            )
+        folder = resolve_folder(pretrained_model_name_or_path, [ADAPTER_CONFIG_NAME], subfolder=subfolder or "",
+                                **hub_kwargs)  # fmt: skip
         path = Path(folder) / ADAPTER_CONFIG_NAME
         if not path.is_file():
             raise ConfigError(f"{path} not found: an adapter folder holds {ADAPTER_CONFIG_NAME} and its weights")
@@ -95,8 +106,13 @@ class PeftConfig:
                 data[key] = sorted(value) if isinstance(value, (set, frozenset)) else list(value)
         return dict(sorted(data.items()))
 
-    def save_pretrained(self, folder: str | os.PathLike[str], **_: Any) -> None:
+    def save_pretrained(self, folder: str | os.PathLike[str], push_to_hub: bool = False, **kwargs: Any) -> None:
         """Write ``adapter_config.json`` into ``folder`` (atomically)."""
+        refuse_push_to_hub(push_to_hub)
+        if kwargs:
+            raise ConfigError(
+                f"PeftConfig.save_pretrained() does not take {', '.join(sorted(kwargs))}; drop it or check the spelling"
+            )
         Path(folder).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(folder) / ADAPTER_CONFIG_NAME, json.dumps(self.to_dict(), indent=2) + "\n")
 

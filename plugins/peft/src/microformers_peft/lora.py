@@ -5,7 +5,8 @@ forwards ``model.add_adapter``, ``load_adapter``, ``set_adapter``, ``disable_ada
 ``enable_adapters``, ``active_adapters``, ``delete_adapter``, ``get_adapter_state_dict``,
 ``save_pretrained``, ``merge_adapter``, ``unmerge_adapter``, ``merge_and_unload``, ``unload`` and
 ``print_trainable_parameters`` to it. Files and tensor names are ``peft``'s: ``adapter_config.json``
-and ``adapter_model.safetensors`` with keys ``base_model.model.<module>.lora_A.weight``.
+and ``adapter_model.safetensors`` (``adapter_model.bin`` with ``safe_serialization=False``) with keys
+``base_model.model.<module>.lora_A.weight``.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import attrs
 import torch
 from torch import nn
 
+from microformers.configuration import refuse_push_to_hub
 from microformers.errors import ConfigError
 from microformers.hub import resolve_folder, split_hub_kwargs, staged_folder
 
-from .config import ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, AdapterError, LoraConfig, PeftConfig
+from .config import ADAPTER_BIN_NAME, ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, AdapterError, LoraConfig, PeftConfig
 from .layers import LoraLayer, ModulesToSave, is_linear_like, is_transposed
 
 logger = logging.getLogger("microformers.peft")
@@ -245,7 +247,9 @@ class LoraAdapters:
         if peft_config is None or adapter_state_dict is None:
             if peft_model_id is None:
                 raise ConfigError("load_adapter needs a folder (peft_model_id) or peft_config and adapter_state_dict")
-            folder = resolve_folder(peft_model_id, [ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME], **hub_kwargs)
+            folder = resolve_folder(
+                peft_model_id, [ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, ADAPTER_BIN_NAME], **hub_kwargs
+            )
         where = str(folder / ADAPTER_CONFIG_NAME) if folder is not None else "peft_config"
         if peft_config is None:
             config = PeftConfig.from_pretrained(folder)
@@ -413,25 +417,54 @@ class LoraAdapters:
         save_directory: str | os.PathLike[str],
         state_dict: Mapping[str, torch.Tensor] | None = None,
         is_main_process: bool = True,
+        safe_serialization: bool = True,
+        max_shard_size: int | str = "50GB",
+        save_peft_format: bool = True,
+        push_to_hub: bool = False,
+        token: str | bool | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write the active adapter as ``adapter_config.json`` + ``adapter_model.safetensors`` (nothing else)."""
+        """Write the active adapter as ``adapter_config.json`` + its weights, nothing else.
+
+        ``safe_serialization=False`` writes ``adapter_model.bin`` (as ``peft`` does); ``save_peft_format=False``
+        drops the ``base_model.model.`` key prefix. Adapter weights are one file: one larger than
+        ``max_shard_size`` is refused rather than split (``token`` only matters for uploads, which are refused).
+        """
+        refuse_push_to_hub(push_to_hub)
+        if kwargs:
+            raise ConfigError(
+                f"save_pretrained() of a model with adapters does not take {', '.join(sorted(kwargs))}; "
+                "drop it or check the spelling"
+            )
         if not is_main_process:
             return
         if len(self._active) != 1:
             raise AdapterError(
                 f"save_pretrained saves one adapter; active: {self._active}. Call set_adapter(name) first."
             )
-        from safetensors.torch import save_file
+        from microformers_sdk.formats import parse_size
 
         name = self._active[0]
+        prefix = PEFT_PREFIX if save_peft_format else ""
         tensors = {
-            PEFT_PREFIX + k: v.detach().to("cpu").contiguous().clone()
+            prefix + k: v.detach().to("cpu").contiguous().clone()
             for k, v in self.get_adapter_state_dict(name, state_dict).items()
         }
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        if size > parse_size(max_shard_size):
+            raise ConfigError(
+                f"save_pretrained(max_shard_size={max_shard_size!r}): adapter '{name}' holds {size:,d} bytes of "
+                "weights and adapter weights are written as one file (peft reads no sharded adapter); "
+                "pass a larger max_shard_size"
+            )
         config = attrs.evolve(self.configs[name], inference_mode=True)
-        with staged_folder(save_directory) as staging:
-            save_file(tensors, str(staging / ADAPTER_WEIGHTS_NAME), metadata={"format": "pt"})
+        with staged_folder(save_directory, replace=[ADAPTER_WEIGHTS_NAME, ADAPTER_BIN_NAME]) as staging:
+            if safe_serialization:
+                from safetensors.torch import save_file
+
+                save_file(tensors, str(staging / ADAPTER_WEIGHTS_NAME), metadata={"format": "pt"})
+            else:
+                torch.save(tensors, staging / ADAPTER_BIN_NAME)
             config.save_pretrained(staging)
 
     # -- merging -------------------------------------------------------------------------------
@@ -485,17 +518,19 @@ class LoraAdapters:
 
 
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """``adapter_model.safetensors``, else peft's pickled ``adapter_model.bin`` (tensors only: weights_only)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = folder / ADAPTER_WEIGHTS_NAME
+    legacy = folder / ADAPTER_BIN_NAME
+    if not path.is_file() and legacy.is_file():
+        try:
+            return dict(torch.load(legacy, map_location="cpu", weights_only=True))
+        except Exception as exc:  # unpickling errors have no common base class
+            raise AdapterError(f"{legacy} is not a readable adapter weights file: {exc}") from exc
     if not path.is_file():
-        legacy = (
-            " (adapter_model.bin is not read: re-save it as safetensors)"
-            if (folder / "adapter_model.bin").is_file()
-            else ""
-        )
-        raise AdapterError(f"{path} not found{legacy}; an adapter folder holds {ADAPTER_WEIGHTS_NAME}")
+        raise AdapterError(f"{path} not found; an adapter folder holds {ADAPTER_WEIGHTS_NAME} (or {ADAPTER_BIN_NAME})")
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
