@@ -17,9 +17,11 @@ staggered requests.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -268,9 +270,11 @@ class Engine:
         self._condition = threading.Condition()
         self._draining = False
         self._stopped = False
+        self._closed = False
         self.steps = 0
         self._thread = threading.Thread(target=self._loop, name="microformers-serve-engine", daemon=True)
         self._thread.start()
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # -- the public side (any thread) -------------------------------------------------------------
     def submit(self, request: GenerationRequest) -> None:
@@ -296,6 +300,13 @@ class Engine:
         for request in refused:
             _safe_emit(request, Event("error", text="the server is shutting down", finish_reason="shutting_down"))
 
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the loop after the current step, abandoning running requests (interpreter exit)."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify()
+        self._thread.join(timeout)
+
     def join(self, timeout: float | None = None) -> bool:
         self._thread.join(timeout)
         return not self._thread.is_alive()
@@ -310,9 +321,9 @@ class Engine:
         with torch.inference_mode():
             while True:
                 with self._condition:
-                    while not self._waiting and not self._running and not self._draining:
+                    while not self._waiting and not self._running and not self._draining and not self._closed:
                         self._condition.wait()
-                    if self._draining and not self._running and not self._waiting:
+                    if self._closed or (self._draining and not self._running and not self._waiting):
                         self._stopped = True
                         return
                     admit = []
@@ -455,6 +466,12 @@ class Engine:
         last = self._running.pop()
         if last is not request:
             self._running[row] = last
+
+
+def _close_at_exit(engine_ref: weakref.ref[Engine]) -> None:
+    engine = engine_ref()
+    if engine is not None:
+        engine.close()
 
 
 def _safe_emit(request: GenerationRequest, event: Event) -> None:
