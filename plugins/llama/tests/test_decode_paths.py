@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from microformers import AutoModelForCausalLM, GenerationError
+from microformers.errors import InputError
 from microformers_llama.configuration_llama import LlamaConfig
 from microformers_llama.configuration_mistral import MistralConfig
 from microformers_llama.configuration_qwen2 import Qwen2Config
@@ -186,3 +187,49 @@ def test_static_steps_of_a_row_still_all_padding_stay_finite(compiled_function: 
     valid = mask.bool()
     assert torch.isfinite(fast[valid]).all()
     torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=1e-5)
+
+
+def test_regional_step_function_matches_eager_steps() -> None:
+    """The layer function regional compilation compiles, run uncompiled: the eager steps' logits."""
+    from microformers_llama.modeling_llama import _RegionalDecodeStep, _static_layer_step
+
+    model = tiny_model(Qwen2ForCausalLM, Qwen2Config)  # biases on q/k/v
+    ids = torch.randint(2, 64, (2, 10), generator=torch.Generator().manual_seed(7))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    with torch.no_grad():
+        eager = stepwise_logits(model, ids, mask, DynamicCache(), prefill=4)
+        step = _RegionalDecodeStep.__new__(_RegionalDecodeStep)
+        step.model, step.layer_step = model, _static_layer_step
+        object.__setattr__(model, "_compiled_decode_step", step)
+        regional = stepwise_logits(model, ids, mask, StaticCache(max_cache_len=12), prefill=4)
+    valid = mask.bool()
+    torch.testing.assert_close(regional[valid], eager[valid], rtol=1e-5, atol=1e-5)
+
+
+def test_regional_compilation_refuses_overridden_layers() -> None:
+    model = tiny_model()
+    model.compile_decode_step(regional=True)  # Llama's own layers: accepted (compiles on the first step)
+    assert model.__dict__["_compiled_decode_options"]["regional"] is True
+
+    class OtherLayer(type(model.model.layers[0])):
+        def forward(self, *args: Any) -> Any:
+            return super().forward(*args)
+
+    model.model.layers[0].__class__ = OtherLayer
+    with pytest.raises(InputError, match="regional"):
+        model.compile_decode_step(regional=True)
+    model.uncompile_decode_step()
+
+
+@pytest.mark.slow
+def test_regional_compiled_decode_step_generates_the_eager_tokens() -> None:
+    model = tiny_model()
+    ids = torch.randint(2, 64, (2, 5), generator=torch.Generator().manual_seed(8))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    settings = {"attention_mask": mask, "max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
+    eager = model.generate(ids, **settings)
+    model.compile_decode_step(regional=True)
+    compiled = model.generate(ids, past_key_values=StaticCache(max_cache_len=13), **settings)
+    assert torch.equal(compiled, eager)

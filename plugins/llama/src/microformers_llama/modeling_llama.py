@@ -334,6 +334,61 @@ def _one_query_attention(
     return torch.matmul(weights, values).reshape(batch, heads, 1, head_dim)
 
 
+def _static_layer_step(
+    layer: LlamaDecoderLayer,
+    hidden_states: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    visible: torch.Tensor,
+    key_storage: torch.Tensor,
+    value_storage: torch.Tensor,
+    cache_position: torch.Tensor,
+) -> torch.Tensor:
+    """What one decoder layer computes on a static step, its cache storage passed in.
+
+    Every layer has the same shapes and reads nothing layer-specific but its parameters, so regional
+    compilation (``compile_decode_step(regional=True)``) compiles this function once for all layers.
+    """
+    attention = layer.self_attn
+    batch = hidden_states.shape[0]
+    query, key, value = attention.project(layer.input_layernorm(hidden_states))
+    query, key = apply_rotary_pos_emb(query, key, cos, sin)
+    key_storage.index_copy_(2, cache_position, key)
+    value_storage.index_copy_(2, cache_position, value)
+    attended = _one_query_attention(query, key_storage, value_storage, visible, attention.scaling)
+    attended = attended.transpose(1, 2).reshape(batch, 1, -1)
+    hidden_states = hidden_states + apply_linear(attention.o_proj, attended)
+    return hidden_states + layer.mlp(layer.post_attention_layernorm(hidden_states))
+
+
+class _RegionalDecodeStep:
+    """The static step with one compiled layer function shared by every layer (eager head)."""
+
+    def __init__(self, model: LlamaForCausalLM, options: dict[str, Any]) -> None:
+        self.model = model
+        self.layer_step = torch.compile(_static_layer_step, **options)
+
+    def __call__(
+        self,
+        inputs_embeds: torch.Tensor,
+        layer_inputs: LayerInputs,
+        past_key_values: Cache,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        logits_to_keep: int | torch.Tensor = 0,
+    ) -> tuple[torch.Tensor, None, None]:
+        cos, sin = layer_inputs.rotary
+        hidden_states = inputs_embeds
+        for index, layer in enumerate(self.model.model.layers):
+            visible = layer_inputs.masks[layer.self_attn.sliding_window][0]
+            key_storage, value_storage = past_key_values.layer_storage(index)
+            hidden_states = self.layer_step(
+                layer, hidden_states, cos, sin, visible, key_storage, value_storage, layer_inputs.cache_position
+            )
+        hidden_states = self.model.model.norm(hidden_states)  # one position: logits_to_keep changes nothing
+        return apply_linear(self.model.lm_head, hidden_states), None, None
+
+
 class LlamaForCausalLM(LlamaPreTrainedModel):
     """Decoder plus a language-modelling head (``lm_head``, tied to the embeddings when configured)."""
 
@@ -425,7 +480,7 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
         return apply_linear(self.lm_head, hidden_states), all_hidden_states, attentions
 
     # -- opt-in compiled decoding ------------------------------------------------------------------
-    def compile_decode_step(self, **compile_options: Any) -> None:
+    def compile_decode_step(self, regional: bool = False, **compile_options: Any) -> None:
         """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``.
 
         The compiled function is :meth:`logits`, the decoder and head every forward runs; the inputs
@@ -434,12 +489,28 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
         pays the compilation. Options go to ``torch.compile`` (default ``dynamic=False, fullgraph=True``;
         ``mode="max-autotune-no-cudagraphs"`` on CPU, never ``"reduce-overhead"``, which needs CUDA
         graphs). Call :meth:`uncompile_decode_step` to go back.
+
+        ``regional=True`` compiles one decoder layer's static step instead, shared by every layer
+        (the head stays eager): compilation takes about a tenth of the whole graph's, each step runs
+        slower than the whole graph's but faster than eager (numbers in docs/performance.md).
         """
         options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
-        if self.__dict__.get("_compiled_decode_options") == options:
+        for layer in self.model.layers if regional else ():
+            if type(layer).forward is not LlamaDecoderLayer.forward or (
+                type(layer.self_attn).forward is not LlamaAttention.forward
+            ):
+                raise InputError(
+                    f"compile_decode_step(regional=True) runs the Llama layer's static step, but "
+                    f"{type(layer).__name__} overrides forward; call compile_decode_step() without regional"
+                )
+        if self.__dict__.get("_compiled_decode_options") == {**options, "regional": regional}:
             return  # already compiled with these options: keep the cached graphs
-        object.__setattr__(self, "_compiled_decode_step", torch.compile(self.logits, **options))
-        object.__setattr__(self, "_compiled_decode_options", options)
+        if regional:
+            step: Any = _RegionalDecodeStep(self, options)
+        else:
+            step = torch.compile(self.logits, **options)
+        object.__setattr__(self, "_compiled_decode_step", step)
+        object.__setattr__(self, "_compiled_decode_options", {**options, "regional": regional})
 
     def make_static_cache(self, max_cache_len: int) -> StaticCache:
         """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (prompt + new tokens)."""
