@@ -49,6 +49,16 @@ class EntryPoint:
         return self._module
 
 
+class BareEntryPoint:
+    """An entry point object without a ``dist`` attribute (older importlib.metadata backports)."""
+
+    name = "bare"
+    value = "bare_module"
+
+    def load(self) -> Any:
+        return plugin_module("bare")
+
+
 def plugin_module(name: str, version: Any = KERNEL_API_VERSION, **hooks: Any) -> types.ModuleType:
     module = types.ModuleType(name)
     if version is not None:
@@ -169,7 +179,10 @@ def test_discovery_registers_hooks_records_providers_and_broken_plugins(monkeypa
         EntryPoint("old", plugin_module("old", version=0)),
         EntryPoint("crash", ImportError("no torch")),
         EntryPoint("zz_good", good, Dist("microformers-other", "2.0")),
+        BareEntryPoint(),
     )
+    bare = registry.plugins["bare"]
+    assert bare.distribution is None and bare.version is None and bare.error is None
     info = registry.plugins["zz_good"]
     assert (info.name, info.module, info.distribution, info.version, info.error) == (
         "zz_good",
@@ -204,7 +217,7 @@ def test_discovery_registers_hooks_records_providers_and_broken_plugins(monkeypa
     assert registry.plugins["crash"].error == "ImportError: no torch"
     duplicate = registry.plugins["zz_good (microformers-other)"]
     assert duplicate.error == "another installed distribution already uses the plugin name 'zz_good'"
-    assert list(registry.plugins) == ["aa_half", "crash", "old", "zz_good", "zz_good (microformers-other)"]
+    assert list(registry.plugins) == ["aa_half", "bare", "crash", "old", "zz_good", "zz_good (microformers-other)"]
 
 
 def test_environment_preferences(monkeypatch: pytest.MonkeyPatch) -> None:
