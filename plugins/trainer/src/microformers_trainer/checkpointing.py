@@ -1,7 +1,8 @@
 """Checkpoint folders ``checkpoint-<step>/``: writing them atomically, finding the latest, and reading them back.
 
 A checkpoint holds the model (safetensors, through ``save_pretrained``), ``optimizer.pt``, ``scheduler.pt``,
-``rng_state.pth`` (python, numpy and torch generators as plain values) and ``trainer_state.json``. Every
+``rng_state.pth`` (python, numpy and torch generators as plain values; one ``rng_state_<rank>.pth`` per process
+in a distributed run, all written by rank 0 into the one staged folder) and ``trainer_state.json``. Every
 ``.pt``/``.pth`` file loads with ``torch.load(..., weights_only=True)``.
 """
 
@@ -50,6 +51,11 @@ def get_last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
         if is_complete(folder):
             return str(folder)
     return None
+
+
+def rng_file_name(rank: int, world_size: int) -> str:
+    """The reference's names: ``rng_state.pth`` for one process, ``rng_state_<rank>.pth`` for each of several."""
+    return f"rng_state_{rank}.pth" if world_size > 1 else RNG_NAME
 
 
 def rng_state() -> dict[str, Any]:

@@ -584,8 +584,16 @@ class Trainer:
             if (resume / ckpt.OPTIMIZER_NAME).is_file():
                 self.optimizer.load_state_dict(ckpt.load_torch_file(resume / ckpt.OPTIMIZER_NAME))
                 self.lr_scheduler.load_state_dict(ckpt.load_torch_file(resume / ckpt.SCHEDULER_NAME))
-            if (resume / ckpt.RNG_NAME).is_file():
-                restore_rng = ckpt.load_torch_file(resume / ckpt.RNG_NAME)
+            rng_file = resume / ckpt.rng_file_name(args.process_index, args.world_size)
+            if rng_file.is_file():  # each process its own generators, as saved
+                restore_rng = ckpt.load_torch_file(rng_file)
+            elif any(resume.glob("rng_state*.pth")):
+                logger.warning(
+                    "%s has no %s (saved with another number of processes): the generators are not restored, "
+                    "so dropout and sampling will not repeat the interrupted run",
+                    resume,
+                    rng_file.name,
+                )
         for name in ("model", "optimizer", "lr_scheduler"):
             setattr(self.callback_handler, name, getattr(self, name))
         self.callback_handler.train_dataloader = loader
@@ -768,13 +776,18 @@ class Trainer:
             best = Path(args.output_dir) / f"{ckpt.PREFIX}-{self.state.best_global_step}"
             if best == folder or best.is_dir():
                 self.state.best_model_checkpoint = str(best)
+        rng_states = [] if args.save_only_model else [ckpt.rng_state()]
+        if rng_states and self.is_distributed:  # every rank's generators, written by rank 0 in the same folder
+            rng_states = [None] * args.world_size
+            torch.distributed.all_gather_object(rng_states, ckpt.rng_state())
         if args.should_save:
             with staged_folder(folder) as staging:
                 self._save(staging)
                 if not args.save_only_model:
                     torch.save(self.optimizer.state_dict(), staging / ckpt.OPTIMIZER_NAME)
                     torch.save(self.lr_scheduler.state_dict(), staging / ckpt.SCHEDULER_NAME)
-                    torch.save(ckpt.rng_state(), staging / ckpt.RNG_NAME)
+                for rank, state in enumerate(rng_states):
+                    torch.save(state, staging / ckpt.rng_file_name(rank, len(rng_states)))
                 self.state.save_to_json(staging / ckpt.STATE_NAME)
             ckpt.rotate(args.output_dir, args.save_total_limit, self.state.best_model_checkpoint)
         if self.is_distributed:
