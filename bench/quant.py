@@ -1,27 +1,40 @@
-"""Quantized decoding of SmolLM2-135M: speed, memory and accuracy, side by side in one run.
+"""Quantized SmolLM2-135M: speed, memory and accuracy, side by side in one run.
 
-    .venv/bin/python bench/quant.py [--new-tokens 64] [--rounds 2] [--compiled] [--only gguf int4 ...]
+    .venv/bin/python bench/quant.py [--scenario decode|prefill|batch8] [--new-tokens 64] [--rounds 3]
+                                    [--repeats 2] [--compiled] [--only gguf int4 ...]
+    .venv/bin/python bench/quant.py --layers [--rows 1 8 16 512]     # per-layer kernel timings
     .venv/bin/python bench/quant.py --accuracy [--tokens 512]
 
 Speed: every variant runs in its own subprocess (so peak RSS after load is its own), the list is
-run ``--rounds`` times in turn and medians are printed. Each measurement is greedy batch-1
-``generate(ids, max_new_tokens=N, min_new_tokens=N, do_sample=False)`` on a 24-token corpus
-prompt, ``torch.set_num_threads(2)``; tok/s = N / wall time (prompt included). Variants:
+run ``--rounds`` times in turn and medians are printed, with ``MICROFORMERS_BENCH_THREADS``
+threads (default 2) for torch and llama.cpp alike. Scenarios: ``decode``, greedy batch-1
+``generate(ids, max_new_tokens=N, min_new_tokens=N, do_sample=False)`` on a 24-token corpus prompt
+(tok/s = N / wall time, prompt included); ``prefill``, a 512-token prompt and one new token (tok/s =
+512 / time); ``batch8``, greedy decoding of 8 left-padded prompts of 24-59 tokens (tok/s = 8 N /
+time). Besides wall time each row reports tokens per CPU-second of its process, which a machine
+loaded by other processes distorts less. Generated tokens are compared with the reference's.
+Variants:
 
 * ``fp32``: microformers, the float32 folder (``bench/_common.model_folder``; the reference
   de-quantised the GGUF once); ``int8``/``int4``: that folder loaded with ``Int8Config()`` /
   ``Int4Config(group_size=32)``; ``gguf``: the Q4_1 file with ``GgufQuantConfig()`` (blocks kept);
   ``*-a8``: the same with ``activations="int8"`` (activations quantized per 32 values, llama.cpp's way);
 * ``reference``: ``transformers`` on the float32 folder;
-* ``llama.cpp``: ``llama_cpp.Llama`` on the same Q4_1 file, 2 threads, when llama-cpp-python is importable;
+* ``llama.cpp``: ``llama_cpp.Llama`` on the same Q4_1 file, same thread count, when llama-cpp-python
+  is importable (a bench-only dependency, not in requirements-test.txt; no batch8 row);
 * ``--compiled`` adds ``<variant>+compiled`` rows (``compile_decode_step()`` + a static cache; the
   first call's compile time is printed separately).
+
+``--layers``: CPU time per call of float32 ``F.linear``, the register-blocked row kernels, the
+de-quantised-tile GEMM path and the old torch de-quantise + ``F.linear``, at SmolLM2's MLP shapes, by
+input rows: where ``kernels.GEMM_MIN_ROWS`` should sit.
 
 Accuracy (``--accuracy``): for the first ``--tokens`` tokens of each corpus file, next-token top-1
 agreement with the float32 model over every position and the perplexity of each variant;
 ``gguf`` is compared with the de-quantised float32 model (the same weights), including the max
 abs difference of the last-position logits. Quantized layers run their row kernels for every
-position here (``KERNEL_MAX_ROWS`` raised), so ``-a8`` variants are measured as they decode.
+position here (``KERNEL_MAX_ROWS`` and ``GEMM_MIN_ROWS`` raised), so ``-a8`` variants are measured
+as they decode.
 """
 
 from __future__ import annotations
@@ -66,19 +79,45 @@ def load(variant: str) -> Any:
     return microformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
 
 
-def run_one(variant: str, new_tokens: int, repeats: int, compiled: bool) -> dict[str, Any]:
-    """In a subprocess: load one variant, time its decoding, report JSON."""
+SCENARIOS = {
+    "decode": "greedy batch-1 decode of a 24-token prompt; tok/s = new tokens / time",
+    "prefill": "one forward over a 512-token prompt (generate with 1 new token); tok/s = prompt tokens / time",
+    "batch8": "greedy batch-8 decode, left-padded prompts of 24-59 tokens; tok/s = 8 x new tokens / time",
+}
+
+
+def run_one(variant: str, new_tokens: int, repeats: int, scenario: str) -> dict[str, Any]:
+    """In a subprocess: load one variant, time one scenario, report JSON."""
+    import time
+
     common.set_threads()
     import torch
 
-    ids, _ = common.prompts(common.model_folder("smollm2"), 1)
+    folder = common.model_folder("smollm2")
+    if scenario == "prefill":
+        ids, mask = common.prompts(folder, 1, length=512)
+        new_tokens, counted = 1, 512
+    elif scenario == "batch8":
+        ids, mask = common.prompts(folder, 8)
+        counted = 8 * new_tokens
+    else:
+        ids, mask = common.prompts(folder, 1)
+        counted = new_tokens
     baseline = common.peak_rss_mb()
+    tokens: Any = None
     if variant == "llama.cpp":
         import llama_cpp
 
+        if scenario == "batch8":
+            raise SystemExit("llama.cpp: no batched generate in llama-cpp-python's high-level API")
         seconds, llm = common.timed(
             lambda: llama_cpp.Llama(
-                str(common.gguf_folder() / common.GGUF_NAME), n_threads=common.THREADS, n_ctx=512, verbose=False
+                str(common.gguf_folder() / common.GGUF_NAME),
+                n_threads=common.THREADS,
+                n_threads_batch=common.THREADS,
+                n_ctx=1024,
+                n_batch=512,
+                verbose=False,
             )
         )
         rss = common.peak_rss_mb()
@@ -86,8 +125,11 @@ def run_one(variant: str, new_tokens: int, repeats: int, compiled: bool) -> dict
 
         def decode() -> Any:
             llm.reset()
+            if scenario == "prefill":
+                llm.eval(prompt)
+                return None
             out = []
-            for token in llm.generate(prompt, top_k=1, temp=0.0):
+            for token in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
                 out.append(token)
                 if len(out) == new_tokens:
                     break
@@ -103,20 +145,28 @@ def run_one(variant: str, new_tokens: int, repeats: int, compiled: bool) -> dict
 
         def decode() -> Any:
             with torch.no_grad():
-                return model.generate(ids, **settings)
+                return model.generate(ids, attention_mask=mask, **settings)[:, ids.shape[1] :].tolist()
 
     rss_now = common.current_rss_mb()
-    first, _ = common.timed(decode)
-    times = [common.timed(decode)[0] for _ in range(repeats)]
+    first, tokens = common.timed(decode)
+    walls, cpus = [], []
+    for _ in range(repeats):
+        cpu_start = time.process_time()
+        wall, _ = common.timed(decode)
+        cpus.append(time.process_time() - cpu_start)
+        walls.append(wall)
     return {
         "rss_now_after_load_mb": rss_now,
         "peak_rss_after_decode_mb": common.peak_rss_mb(),
         "variant": variant,
+        "scenario": scenario,
         "load_s": seconds,
         "rss_after_load_mb": rss,
         "rss_before_load_mb": baseline,
         "first_call_s": first,
-        "tok_s": new_tokens / common.median(times),
+        "tok_s": counted / common.median(walls),
+        "cpu_tok_s": counted / common.median(cpus),  # tokens per CPU-second of this process (all its threads)
+        "tokens": tokens,
         "load_average": common.load_average(),
     }
 
@@ -128,15 +178,21 @@ def speed(args: argparse.Namespace) -> None:
             import llama_cpp  # noqa: F401
         except ImportError:
             variants.remove("llama.cpp")
-            print("llama.cpp: llama-cpp-python is not importable here; that row is skipped")
+            print("llama.cpp: llama-cpp-python is not importable here (pip install llama-cpp-python); row skipped")
+        else:
+            if args.scenario == "batch8":
+                variants.remove("llama.cpp")
+                print("llama.cpp: no batch-8 row (llama-cpp-python's high-level API decodes one sequence)")
     if args.compiled:
         variants += [f"{v}+compiled" for v in ("fp32", "gguf", "int4") if v in variants]
     common.model_folder("smollm2")  # build the shared float32 folder once, outside the timings
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    print(f"{args.scenario}: {SCENARIOS[args.scenario]}; {common.THREADS} threads")
     print(f"load average at start: {common.load_average()}")
     for round_index in range(args.rounds):
         for variant in variants:
             command = [sys.executable, __file__, "--one", variant, "--new-tokens", str(args.new_tokens)]
+            command += ["--repeats", str(args.repeats), "--scenario", args.scenario]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             if done.returncode or not lines:
@@ -144,34 +200,98 @@ def speed(args: argparse.Namespace) -> None:
                 continue
             result = json.loads(lines[-1])
             results[variant].append(result)
-            print(f"round {round_index + 1} {variant}: {result['tok_s']:.1f} tok/s (load avg {result['load_average']})")
-    fp32 = common.median([r["tok_s"] for r in results.get("fp32", [])])
-    ref = common.median([r["tok_s"] for r in results.get("reference", [])])
-    fp32_rss = common.median([r["rss_after_load_mb"] for r in results.get("fp32", [])])
-    fp32_end = common.median([r["peak_rss_after_decode_mb"] for r in results.get("fp32", [])])
-    print(f"\n== greedy batch-1 decode, {args.new_tokens} new tokens, {common.THREADS} threads (medians)")
+            print(
+                f"round {round_index + 1} {variant}: {result['tok_s']:.1f} tok/s, {result['cpu_tok_s']:.1f} per CPU-s "
+                f"(load avg {result['load_average']})"
+            )
+    fp32_runs, ref_runs = results.get("fp32", []), results.get("reference", [])
+    fp32 = common.median([r["tok_s"] for r in fp32_runs])
+    fp32_cpu = common.median([r["cpu_tok_s"] for r in fp32_runs])
+    ref = common.median([r["tok_s"] for r in ref_runs])
+    ref_cpu = common.median([r["cpu_tok_s"] for r in ref_runs])
+    fp32_rss = common.median([r["rss_after_load_mb"] for r in fp32_runs])
+    fp32_end = common.median([r["peak_rss_after_decode_mb"] for r in fp32_runs])
+    expected = ref_runs[0]["tokens"] if ref_runs and args.scenario != "prefill" else None
     print(
-        f"{'variant':<18}{'tok/s':>8}{'x fp32':>8}{'x ref':>8}{'load s':>8}{'peak MB':>8}{'x fp32':>8}"
-        f"{'now MB':>8}{'end MB':>8}{'x fp32':>8}{'1st call s':>11}"
+        f"\n== {args.scenario}, {args.new_tokens} new tokens, {common.THREADS} threads (medians of {args.rounds} rounds)"
+    )
+    print(
+        f"{'variant':<16}{'tok/s':>8}{'x fp32':>8}{'x ref':>7}{'cpu tok/s':>10}{'x fp32':>8}{'x ref':>7}{'load s':>8}"
+        f"{'peak MB':>8}{'x fp32':>7}{'end MB':>8}{'x fp32':>7}  tokens"
     )
     for variant, runs in results.items():
         if not runs:
             continue
         tok = common.median([r["tok_s"] for r in runs])
+        cpu = common.median([r["cpu_tok_s"] for r in runs])
         rss = common.median([r["rss_after_load_mb"] for r in runs])
         end = common.median([r["peak_rss_after_decode_mb"] for r in runs])
-        print(
-            f"{variant:<18}{tok:>8.1f}{tok / fp32:>8.2f}{tok / ref:>8.2f}{common.median([r['load_s'] for r in runs]):>8.2f}"
-            f"{rss:>8.0f}{rss / fp32_rss:>8.2f}{common.median([r['rss_now_after_load_mb'] for r in runs]):>8.0f}"
-            f"{end:>8.0f}{end / fp32_end:>8.2f}{common.median([r['first_call_s'] for r in runs]):>11.1f}"
+        same = (
+            "-"
+            if expected is None or variant == "llama.cpp"
+            else ("= ref" if runs[0]["tokens"] == expected else "differ")
         )
-    print("peak MB: ru_maxrss right after load (memory-mapped pages read so far count); now MB: resident then;")
-    print("end MB: ru_maxrss after decoding (a float32 load faults its mapped weights in on the first forward)")
+        print(
+            f"{variant:<16}{tok:>8.1f}{tok / fp32:>8.2f}{tok / ref:>7.2f}{cpu:>10.1f}{cpu / fp32_cpu:>8.2f}"
+            f"{cpu / ref_cpu:>7.2f}{common.median([r['load_s'] for r in runs]):>8.2f}{rss:>8.0f}{rss / fp32_rss:>7.2f}"
+            f"{end:>8.0f}{end / fp32_end:>7.2f}  {same}"
+        )
+    print("cpu tok/s: tokens per CPU-second of the process (less distorted by a loaded machine than wall time)")
+    print("peak MB: VmHWM right after load; end MB: VmHWM after the timed calls")
+    before = common.median([r["rss_before_load_mb"] for runs in results.values() for r in runs])
+    print(f"RSS before loading (python + torch + imports): {before:.0f} MB")
+    print(f"load average at end: {common.load_average()}")
+    common.write_json(f"quant-{args.scenario}", {"new_tokens": args.new_tokens, "results": results})
+
+
+def layers(args: argparse.Namespace) -> None:
+    """Per-layer time of each kernel path by input rows, SmolLM2's shapes: where the GEMM path pays off."""
+    common.set_threads()
+    import time
+
+    import torch
+
+    from microformers_quant import kernels
+    from microformers_quant.modules import QuantLinear
+
+    assert kernels.native_available(), "the C++ kernels did not build"
+    torch.manual_seed(0)
     print(
-        f"RSS before loading (python + torch + imports): {common.median([r['rss_before_load_mb'] for runs in results.values() for r in runs]):.0f} MB"
+        f"load average at start: {common.load_average()}; {common.THREADS} threads; min CPU time of {args.repeats} calls"
+    )
+    print(f"{'shape':<11}{'bits':>5}{'rows':>6}{'fp32 us':>10}{'rows us':>10}{'gemm us':>10}{'old us':>10}")
+    for out_features, in_features in ((1536, 576), (576, 1536)):
+        weights = [torch.randn(out_features, in_features) for _ in range(4)]
+        for bits in (4, 8):
+            quantized = []
+            for weight in weights:
+                layer = QuantLinear(in_features, out_features, bias=False, bits=bits, group=32)
+                for name, tensor in layer.quantize_weight(weight).items():
+                    setattr(layer, name, tensor)
+                quantized.append(layer)
+            for rows in args.rows:
+                x = torch.randn(rows, in_features)
+
+                def best(fn: Any) -> float:
+                    times = []  # CPU time of this process: less distorted by other processes than wall time
+                    for i in range(args.repeats):
+                        start = time.process_time()
+                        fn(i % 4)
+                        times.append(time.process_time() - start)
+                    return min(times) * 1e6
+
+                fp32 = best(lambda i, x=x, w=weights: torch.nn.functional.linear(x, w[i]))
+                cells = []
+                for gemm_rows in (1 << 30, 1):
+                    kernels.GEMM_MIN_ROWS = gemm_rows
+                    cells.append(best(lambda i, x=x, q=quantized: q[i].matmul(x)))
+                old = best(lambda i, x=x, q=quantized: torch.nn.functional.linear(x, q[i].dequantize()))
+                shape = f"{out_features}x{in_features}"
+                print(f"{shape:<11}{bits:>5}{rows:>6}{fp32:>10.0f}{cells[0]:>10.0f}{cells[1]:>10.0f}{old:>10.0f}")
+    print(
+        "rows: register-blocked row kernels; gemm: de-quantised tiles + float GEMM; old: torch de-quantise + F.linear"
     )
     print(f"load average at end: {common.load_average()}")
-    common.write_json("quant", {"new_tokens": args.new_tokens, "results": results})
 
 
 def accuracy(args: argparse.Namespace) -> None:
@@ -179,9 +299,10 @@ def accuracy(args: argparse.Namespace) -> None:
     import torch
 
     import microformers
-    from microformers_quant import modules
+    from microformers_quant import kernels, modules
 
     modules.KERNEL_MAX_ROWS = 1 << 30  # every position through the row kernels, as in decoding
+    kernels.GEMM_MIN_ROWS = 1 << 30
     folder = common.model_folder("smollm2")
     corpus = Path(__file__).resolve().parent.parent / "tests" / "corpus"
     tokenizer = microformers.AutoTokenizer.from_pretrained(folder)
@@ -220,10 +341,15 @@ def main() -> None:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--accuracy", action="store_true")
     parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--layers", action="store_true", help="per-layer kernel timings by input rows")
+    parser.add_argument("--rows", type=int, nargs="*", default=[1, 2, 4, 8, 12, 16, 32, 64, 512])
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="decode")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(run_one(args.one, args.new_tokens, args.repeats, False)))
+    if args.layers:
+        layers(args)
+    elif args.one:
+        print(json.dumps(run_one(args.one, args.new_tokens, args.repeats, args.scenario)))
     elif args.accuracy:
         accuracy(args)
     else:

@@ -46,6 +46,53 @@ def test_kernel_matches_dequantised_matmul(bits: int, group: int, rows: int) -> 
     assert ((layer.dequantize() - weight).abs() <= step / 2 + 1e-3 * step + 1e-6).all()
 
 
+@pytest.mark.parametrize("bits,group", [(4, 32), (4, 64), (8, 32), (8, 96)])
+def test_native_dequantize_is_bitwise_the_torch_definition(bits: int, group: int) -> None:
+    assert kernels.native_available()
+    torch.manual_seed(bits + group)
+    layer = QuantLinear(192, 37, bias=False, bits=bits, group=group)
+    for name, tensor in layer.quantize_weight(torch.randn(37, 192) * 3).items():
+        setattr(layer, name, tensor)
+    if bits == 4:
+        native = torch.ops.mfquant.q4_dequantize(layer.qweight, layer.scales, layer.mins, group)
+    else:
+        native = torch.ops.mfquant.q8_dequantize(layer.qweight, layer.scales, group)
+    assert torch.equal(native, layer.dequantize())
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (8, 64)])
+@pytest.mark.parametrize("gemm_rows", [1, 1 << 30])  # de-quantised tiles + GEMM / register-blocked row kernels
+def test_multi_row_kernels_match_dequantised_matmul(
+    bits: int, group: int, gemm_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert kernels.native_available()
+    monkeypatch.setattr(kernels, "GEMM_MIN_ROWS", gemm_rows)
+    torch.manual_seed(bits * group)
+    layer = QuantLinear(128, 300, bias=True, bits=bits, group=group)  # 300 outputs: several uneven tiles
+    for name, tensor in layer.quantize_weight(torch.randn(300, 128)).items():
+        setattr(layer, name, tensor)
+    layer.bias = torch.nn.Parameter(torch.randn(300))
+    weight = layer.dequantize()
+    for rows in (1, 2, 3, 7, 8, 13, 40):  # every chunk of the row kernels (8, 4, 2, 1) and remainders
+        x = torch.randn(rows, 128)
+        expected = torch.nn.functional.linear(x, weight, layer.bias)
+        got = layer(x)
+        assert torch.allclose(got, expected, atol=2e-5, rtol=1e-5), (rows, (got - expected).abs().max())
+    x = torch.randn(2, 9, 128)  # a batch of sequences, as prefill passes it
+    assert torch.allclose(layer(x), torch.nn.functional.linear(x, weight, layer.bias), atol=2e-5, rtol=1e-5)
+
+
+def test_int8_activations_use_float_kernels_for_prefill() -> None:
+    torch.manual_seed(3)
+    layer = QuantLinear(64, 40, bias=False, bits=4, group=32)
+    for name, tensor in layer.quantize_weight(torch.randn(40, 64)).items():
+        setattr(layer, name, tensor)
+    layer.int8_activations = True
+    x = torch.randn(24, 64)  # more rows than KERNEL_MAX_ROWS: float activations
+    assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.dequantize()), atol=2e-5, rtol=1e-5)
+    assert not torch.allclose(layer(x[:2]), torch.nn.functional.linear(x[:2], layer.dequantize()), atol=1e-4)
+
+
 def test_int4_packing_is_ggml_order() -> None:
     layer = QuantLinear(32, 1, bias=False, bits=4, group=32)
     weight = torch.arange(32, dtype=torch.float32).view(1, 32) / 31.0

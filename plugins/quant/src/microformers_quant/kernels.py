@@ -1,4 +1,4 @@
-"""The CPU kernels: ``mfquant::q4_linear`` and ``mfquant::q8_linear`` (csrc/qlinear.cpp), built on first use.
+"""The CPU kernels: ``mfquant::q4_linear``, ``mfquant::q8_linear`` and friends (csrc/qlinear.cpp), built on first use.
 
 The C++ source is compiled once per machine with ``torch.utils.cpp_extension.load`` (gcc, ``-O3
 -march=native``: AVX2/FMA/F16C where the CPU has them) into torch's extension cache
@@ -24,6 +24,11 @@ import torch
 
 logger = logging.getLogger("microformers")
 
+# Inputs with at least this many rows (prefill) de-quantise tiles of the weight and use a float
+# matrix product; fewer rows go through the register-blocked row kernels. Chosen by measurement
+# (``bench/quant.py --layers``).
+GEMM_MIN_ROWS = 16
+
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
 
@@ -48,7 +53,7 @@ def _build() -> bool:
         load(
             name="microformers_quant_kernels",
             sources=[str(source)],
-            extra_cflags=["-O3", "-march=native"],
+            extra_cflags=["-O3", "-march=native", "-ffp-contract=off"],
             is_python_module=False,
             verbose=False,
         )
@@ -65,15 +70,20 @@ def _build() -> bool:
 
 
 def _register_fakes() -> None:
-    def q4_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int):
+    def q4_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, *_: int):
         return x.new_empty((*x.shape[:-1], qweight.shape[0]))
 
-    def q8_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int):
+    def q8_fake(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int, *_: int):
         return x.new_empty((*x.shape[:-1], qweight.shape[0]))
+
+    def dequantize_fake(qweight: torch.Tensor, scales: torch.Tensor, *rest: object):
+        return scales.new_empty((qweight.shape[0], scales.shape[1] * int(rest[-1])), dtype=torch.float32)
 
     for suffix in ("", "_i8"):
         torch.library.register_fake(f"mfquant::q4_linear{suffix}")(q4_fake)
         torch.library.register_fake(f"mfquant::q8_linear{suffix}")(q8_fake)
+    for bits in (4, 8):
+        torch.library.register_fake(f"mfquant::q{bits}_dequantize")(dequantize_fake)
 
 
 def dequantize_q4(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int) -> torch.Tensor:
@@ -105,7 +115,7 @@ def q4_linear(
     if _state.get("ok", None) or ("ok" not in _state and native_available()):
         if int8_act:
             return torch.ops.mfquant.q4_linear_i8(x, qweight, scales, mins, group)
-        return torch.ops.mfquant.q4_linear(x, qweight, scales, mins, group)
+        return torch.ops.mfquant.q4_linear(x, qweight, scales, mins, group, GEMM_MIN_ROWS)
     if int8_act:  # the minimum term uses the float sums of x, as the kernel does
         w = dequantize_q4(qweight, scales, mins, group)
         low = mins.float().repeat_interleave(group, dim=1)
@@ -120,5 +130,5 @@ def q8_linear(
     if _state.get("ok", None) or ("ok" not in _state and native_available()):
         if int8_act:
             return torch.ops.mfquant.q8_linear_i8(x, qweight, scales, group)
-        return torch.ops.mfquant.q8_linear(x, qweight, scales, group)
+        return torch.ops.mfquant.q8_linear(x, qweight, scales, group, GEMM_MIN_ROWS)
     return torch.nn.functional.linear(quantize_activations(x) if int8_act else x, dequantize_q8(qweight, scales, group))

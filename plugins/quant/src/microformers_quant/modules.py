@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from microformers.errors import ConfigError, MicroformersError
 
 from . import kernels
 
-# Inputs with at most this many rows go through the row-streaming kernels; larger ones (prefill)
-# de-quantise the weight once and use a float matrix product.
+# With ``activations="int8"``, inputs of at most this many rows (decoding) quantize their
+# activations; larger ones (prefill) use float activations, as every input does otherwise (the C++
+# kernels pick row kernels or de-quantised tiles + a float GEMM by ``kernels.GEMM_MIN_ROWS``).
 KERNEL_MAX_ROWS = 8
 
 
@@ -84,11 +84,10 @@ class _QuantWeight(nn.Module):
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ W.T`` for float32 2-D ``x``."""
-        if x.shape[0] > KERNEL_MAX_ROWS:
-            return F.linear(x, self.dequantize())
+        int8_act = self.int8_activations and x.shape[0] <= KERNEL_MAX_ROWS
         if self.bits == 4:
-            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group, self.int8_activations)
-        return kernels.q8_linear(x, self.qweight, self.scales, self.group, self.int8_activations)
+            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group, int8_act)
+        return kernels.q8_linear(x, self.qweight, self.scales, self.group, int8_act)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         probe = fn(torch.zeros(1))

@@ -1,15 +1,28 @@
 // Quantized linear kernels for microformers-quant (CPU; AVX2+FMA+F16C when compiled for it).
 //
-// Weight formats (row-major, one output feature per row, K = in_features):
+// Weight formats (row-major, one output feature per row, K = in_features), one traits struct each
+// (Q4, Q8 below); every kernel is written once against those traits:
 //   q4: uint8 [N, K/2]; each 32-value block is 16 bytes, byte j holding value j (low nibble) and
 //       value j+16 (high nibble) -- ggml's layout. Value = scale[n, g] * q + min[n, g], q in 0..15,
 //       scale/min float16 [N, K/group], group a multiple of 32.
 //   q8: int8 [N, K]; value = scale[n, g] * q, scale float32 [N, K/group], group a multiple of 32
 //       (group = K: one scale per output channel).
-// Activations stay float32. Rows of the output are split over ATen's intra-op threads.
+//
+// Float activations, by the number of input rows M:
+//   * M < gemm_rows: register-blocked row kernels. Each 32-value weight block is converted to float
+//     once per chunk of up to 8 input rows and multiplied into all of them (M = 1: four independent
+//     FMA chains on one row).
+//   * M >= gemm_rows (prefill): a tile of weight rows is de-quantised to float once into a small
+//     per-thread buffer (exactly the values dequantize() gives: q * scale, then + min, no FMA), and
+//     one float matrix product (ATen's BLAS) multiplies it with all M rows.
+// Int8 activations (the *_i8 ops, llama.cpp's approach): x is quantized per 32 values with one float
+// scale; each weight block's dot product runs in integers, then one FMA per block.
+// Output features are split over ATen's intra-op threads in every kernel.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/mm.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
@@ -25,8 +38,6 @@
 
 namespace {
 
-inline float half_to_float(const at::Half h) { return static_cast<float>(h); }
-
 #ifdef MFQ_AVX2
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
@@ -38,159 +49,229 @@ inline float hsum(__m256 v) {
 }
 #endif
 
-// One output value of a q4 row: sum over groups of scale * dot(q, x) + min * sum(x).
-// Four independent accumulators (the scale folded into the converted weights) keep the FMA units
-// busy instead of waiting on one dependency chain per group.
-inline void q4_row_dot(const uint8_t* q, const float* x, const at::Half* sc, const at::Half* mn,
-                       const float* xsum, int64_t K, int64_t group, float* out) {
-  const int64_t G = K / group;
-  float mins = 0.f;
-  for (int64_t g = 0; g < G; ++g) mins += half_to_float(mn[g]) * xsum[g];
+// ---- the two weight formats -------------------------------------------------------------------
+
+struct Q4 {
+  using q_t = uint8_t;
+  using s_t = at::Half;
+  static constexpr bool kHasMin = true;
+  static constexpr int64_t kBlockBytes = 16;  // bytes holding 32 values
+  static constexpr at::ScalarType kQType = at::kByte;
+  static constexpr at::ScalarType kSType = at::kHalf;
+  static constexpr int64_t kValuesPerByte = 2;
+  static float scale(s_t s) { return static_cast<float>(s); }
+  static int value(const q_t* block, int j) { return j < 16 ? block[j] & 0x0F : block[j - 16] >> 4; }
 #ifdef MFQ_AVX2
-  const __m128i m0f = _mm_set1_epi8(0x0F);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-  const int64_t blocks_per_group = group / 32;
+  // The block's 32 integers as floats: values 0-7, 8-15, 16-23, 24-31.
+  static inline void load(const q_t* block, __m256 f[4]) {
+    const __m128i m0f = _mm_set1_epi8(0x0F);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
+    const __m128i lo = _mm_and_si128(raw, m0f);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m0f);
+    f[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+    f[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+    f[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+    f[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+  }
+  // Integer dot product of the block with 32 int8 inputs, as 8 float partial sums.
+  static inline __m256 dot_i8(const q_t* block, const int8_t* x) {
+    const __m128i m0f = _mm_set1_epi8(0x0F);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
+    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f), _mm_and_si128(raw, m0f));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1)));
+  }
+#endif
+};
+
+struct Q8 {
+  using q_t = int8_t;
+  using s_t = float;
+  static constexpr bool kHasMin = false;
+  static constexpr int64_t kBlockBytes = 32;
+  static constexpr at::ScalarType kQType = at::kChar;
+  static constexpr at::ScalarType kSType = at::kFloat;
+  static constexpr int64_t kValuesPerByte = 1;
+  static float scale(s_t s) { return s; }
+  static int value(const q_t* block, int j) { return block[j]; }
+#ifdef MFQ_AVX2
+  static inline void load(const q_t* block, __m256 f[4]) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16));
+    f[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a));
+    f[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8)));
+    f[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    f[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+  }
+  static inline __m256 dot_i8(const q_t* block, const int8_t* x) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+#endif
+};
+
+// A weight of format F viewed as raw pointers; mins is null for Q8.
+template <class F>
+struct Weight {
+  const typename F::q_t* q;
+  const typename F::s_t* scales;
+  const typename F::s_t* mins;
+  int64_t N, K, group;
+  int64_t groups() const { return K / group; }
+  const typename F::q_t* row(int64_t n) const { return q + n * (K / F::kValuesPerByte); }
+};
+
+// sum over groups of min[g] * xsum[g]: the 4-bit minimum's contribution to one output.
+template <class F>
+inline float min_term(const Weight<F>& w, int64_t n, const float* xsum) {
+  float total = 0.f;
+  if constexpr (F::kHasMin) {
+    const int64_t G = w.groups();
+    for (int64_t g = 0; g < G; ++g) total += F::scale(w.mins[n * G + g]) * xsum[g];
+  }
+  return total;
+}
+
+// ---- float activations: R input rows against weight row n, converting each block once -----------
+
+template <class F, int R>
+inline void rows_dot(const Weight<F>& w, int64_t n, const float* x, const float* xsum, float* out, int64_t N) {
+  const int64_t K = w.K, G = w.groups();
+  const typename F::q_t* q = w.row(n);
+  const typename F::s_t* sc = w.scales + n * G;
+#ifdef MFQ_AVX2
+  // Independent FMA chains per row, so 8 are in flight (FMA latency x throughput on this class of CPU).
+  constexpr int A = R == 1 ? 4 : (R == 2 ? 4 : (R == 4 ? 2 : 1));
+  __m256 acc[R][A];
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < A; ++a) acc[r][a] = _mm256_setzero_ps();
+  const int64_t per = w.group / 32;
   for (int64_t g = 0; g < G; ++g) {
-    const __m256 s = _mm256_set1_ps(half_to_float(sc[g]));
-    for (int64_t b = 0; b < blocks_per_group; ++b) {
-      const int64_t k = (g * blocks_per_group + b) * 32;
-      __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k / 2));
-      __m128i lo = _mm_and_si128(raw, m0f);
-      __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m0f);
-      __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), s);
-      __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), s);
-      __m256 f2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), s);
-      __m256 f3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), s);
-      acc0 = _mm256_fmadd_ps(f0, _mm256_loadu_ps(x + k), acc0);
-      acc1 = _mm256_fmadd_ps(f1, _mm256_loadu_ps(x + k + 8), acc1);
-      acc2 = _mm256_fmadd_ps(f2, _mm256_loadu_ps(x + k + 16), acc2);
-      acc3 = _mm256_fmadd_ps(f3, _mm256_loadu_ps(x + k + 24), acc3);
+    const __m256 s = _mm256_set1_ps(F::scale(sc[g]));
+    for (int64_t b = 0; b < per; ++b) {
+      const int64_t k = (g * per + b) * 32;
+      __m256 f[4];
+      F::load(q + (k / 32) * F::kBlockBytes, f);
+      for (int i = 0; i < 4; ++i) f[i] = _mm256_mul_ps(f[i], s);
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 4; ++i)
+          acc[r][i % A] = _mm256_fmadd_ps(f[i], _mm256_loadu_ps(x + r * K + k + 8 * i), acc[r][i % A]);
     }
   }
-  *out = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))) + mins;
+  for (int r = 0; r < R; ++r) {
+    __m256 total = acc[r][0];
+    for (int a = 1; a < A; ++a) total = _mm256_add_ps(total, acc[r][a]);
+    out[r * N + n] = hsum(total) + min_term(w, n, xsum + r * G);
+  }
 #else
-  float total = 0.f;
-  for (int64_t g = 0; g < G; ++g) {
-    float dot = 0.f;
-    for (int64_t k = g * group; k < (g + 1) * group; k += 32) {
-      for (int j = 0; j < 16; ++j) {
-        const uint8_t byte = q[k / 2 + j];
-        dot += static_cast<float>(byte & 0x0F) * x[k + j] + static_cast<float>(byte >> 4) * x[k + j + 16];
+  for (int r = 0; r < R; ++r) {
+    float total = 0.f;
+    for (int64_t g = 0; g < G; ++g) {
+      float dot = 0.f;
+      for (int64_t k = g * w.group; k < (g + 1) * w.group; k += 32)
+        for (int j = 0; j < 32; ++j)
+          dot += static_cast<float>(F::value(q + (k / 32) * F::kBlockBytes, j)) * x[r * K + k + j];
+      total += F::scale(sc[g]) * dot;
+    }
+    out[r * N + n] = total + min_term(w, n, xsum + r * G);
+  }
+#endif
+}
+
+// Per-group sums of each input row (only the 4-bit minimum needs them).
+template <class F>
+std::vector<float> group_sums(const float* x, int64_t M, const Weight<F>& w) {
+  std::vector<float> xsum;
+  if constexpr (F::kHasMin) {
+    const int64_t G = w.groups();
+    xsum.assign(M * G, 0.f);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t g = 0; g < G; ++g) {
+        float s = 0.f;
+        for (int64_t k = g * w.group; k < (g + 1) * w.group; ++k) s += x[m * w.K + k];
+        xsum[m * G + g] = s;
+      }
+  }
+  return xsum;
+}
+
+template <class F>
+void linear_rows(const float* x, int64_t M, const Weight<F>& w, float* out) {
+  const std::vector<float> xsum = group_sums(x, M, w);
+  const int64_t G = w.groups();
+  at::parallel_for(0, w.N, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      int64_t m = 0;
+      const float* xs = xsum.data();
+      for (; m + 8 <= M; m += 8) rows_dot<F, 8>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N);
+      if (m + 4 <= M) rows_dot<F, 4>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N), m += 4;
+      if (m + 2 <= M) rows_dot<F, 2>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N), m += 2;
+      if (m < M) rows_dot<F, 1>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N);
+    }
+  });
+}
+
+// ---- float activations, many rows: de-quantise a tile of weight rows, then one float GEMM ---------
+
+// Rows [n0, n0 + rows) of the weight as float32 into dst [rows, K]: q * scale (+ min), rounded after
+// each operation exactly as the torch definition (dequantize_q4/q8 in kernels.py) rounds.
+template <class F>
+void dequantize_rows(const Weight<F>& w, int64_t n0, int64_t rows, float* dst) {
+  const int64_t K = w.K, G = w.groups(), per = w.group / 32;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t n = n0 + i;
+    const typename F::q_t* q = w.row(n);
+    float* d = dst + i * K;
+    for (int64_t g = 0; g < G; ++g) {
+      const float s = F::scale(w.scales[n * G + g]);
+      const float mn = F::kHasMin ? F::scale(w.mins[n * G + g]) : 0.f;
+      for (int64_t b = 0; b < per; ++b) {
+        const int64_t k = (g * per + b) * 32;
+        const typename F::q_t* block = q + (k / 32) * F::kBlockBytes;
+#ifdef MFQ_AVX2
+        __m256 f[4];
+        F::load(block, f);
+        for (int j = 0; j < 4; ++j) {
+          __m256 v = _mm256_mul_ps(f[j], _mm256_set1_ps(s));
+          if constexpr (F::kHasMin) v = _mm256_add_ps(v, _mm256_set1_ps(mn));
+          _mm256_storeu_ps(d + k + 8 * j, v);
+        }
+#else
+        for (int j = 0; j < 32; ++j) {
+          const float v = static_cast<float>(F::value(block, j)) * s;  // -ffp-contract=off: no FMA here
+          d[k + j] = F::kHasMin ? v + mn : v;
+        }
+#endif
       }
     }
-    total += half_to_float(sc[g]) * dot;
   }
-  *out = total + mins;
-#endif
 }
 
-inline void q8_row_dot(const int8_t* q, const float* x, const float* sc, int64_t K, int64_t group, float* out) {
-#ifdef MFQ_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-  const int64_t G = K / group;
-  for (int64_t g = 0; g < G; ++g) {
-    const __m256 s = _mm256_set1_ps(sc[g]);
-    for (int64_t k = g * group; k < (g + 1) * group; k += 32) {
-      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
-      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16));
-      __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a)), s);
-      __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a, 8))), s);
-      __m256 f2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s);
-      __m256 f3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), s);
-      acc0 = _mm256_fmadd_ps(f0, _mm256_loadu_ps(x + k), acc0);
-      acc1 = _mm256_fmadd_ps(f1, _mm256_loadu_ps(x + k + 8), acc1);
-      acc2 = _mm256_fmadd_ps(f2, _mm256_loadu_ps(x + k + 16), acc2);
-      acc3 = _mm256_fmadd_ps(f3, _mm256_loadu_ps(x + k + 24), acc3);
+template <class F>
+void linear_gemm(const at::Tensor& x2d, const Weight<F>& w, at::Tensor& out2d) {
+  // Few rows: a tile of ~256 KB of float weights stays in a core's L2 while the GEMM streams the
+  // inputs past it. Many rows: each GEMM call re-packs all of x, so tiles grow to 512 weight rows
+  // (measured with bench/quant.py --layers: 112-row tiles cost 1.3x float32 F.linear at 512 rows,
+  // 512-row tiles 1.0x). Every thread still gets at least one tile.
+  const int64_t M = x2d.size(0), threads = at::get_num_threads();
+  int64_t tile = std::max<int64_t>(std::max<int64_t>(16, (65536 / w.K) / 16 * 16), std::min<int64_t>(512, 4 * M));
+  tile = std::max<int64_t>(16, std::min<int64_t>(tile, ((w.N + threads - 1) / threads + 15) / 16 * 16));
+  const int64_t tiles = (w.N + tile - 1) / tile;
+  const at::Tensor xt = x2d.t();
+  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    at::Tensor buffer = at::empty({tile, w.K}, x2d.options());
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t n0 = t * tile, rows = std::min(tile, w.N - n0);
+      dequantize_rows(w, n0, rows, buffer.data_ptr<float>());
+      at::Tensor dst = out2d.narrow(0, n0, rows);  // out2d is [N, M]: a tile's rows are contiguous
+      at::mm_out(dst, buffer.narrow(0, 0, rows), xt);
     }
-  }
-  *out = hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-#else
-  float total = 0.f;
-  const int64_t G = K / group;
-  for (int64_t g = 0; g < G; ++g) {
-    float dot = 0.f;
-    for (int64_t k = g * group; k < (g + 1) * group; ++k) dot += static_cast<float>(q[k]) * x[k];
-    total += sc[g] * dot;
-  }
-  *out = total;
-#endif
-}
-
-void check_common(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale, int64_t group, int64_t K,
-                  const char* name) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous(), name, ": input must be contiguous float32");
-  TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), name, ": weight must be a contiguous 2-D tensor");
-  TORCH_CHECK(group % 32 == 0 && K % group == 0, name, ": group size must be a multiple of 32 dividing in_features");
-  TORCH_CHECK(scale.dim() == 2 && scale.size(0) == w.size(0) && scale.size(1) == K / group && scale.is_contiguous(),
-              name, ": scales must be contiguous [out_features, in_features / group]");
-  TORCH_CHECK(x.size(-1) == K, name, ": input has ", x.size(-1), " features, the weight expects ", K);
-}
-
-at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
-                     const at::Tensor& mins, int64_t group) {
-  const int64_t N = qweight.size(0);
-  const int64_t K = qweight.size(1) * 2;
-  check_common(x, qweight, scales, group, K, "q4_linear");
-  TORCH_CHECK(qweight.scalar_type() == at::kByte, "q4_linear: qweight must be uint8");
-  TORCH_CHECK(scales.scalar_type() == at::kHalf && mins.scalar_type() == at::kHalf && mins.sizes() == scales.sizes(),
-              "q4_linear: scales and mins must be float16 of the same shape");
-  const int64_t M = x.numel() / K;
-  const int64_t G = K / group;
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = N;
-  at::Tensor out = at::empty(out_sizes, x.options());
-  const float* xp = x.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  const uint8_t* wp = qweight.data_ptr<uint8_t>();
-  const at::Half* sp = scales.data_ptr<at::Half>();
-  const at::Half* mp = mins.data_ptr<at::Half>();
-  std::vector<float> xsum(M * G, 0.f);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t g = 0; g < G; ++g) {
-      float s = 0.f;
-      for (int64_t k = g * group; k < (g + 1) * group; ++k) s += xp[m * K + k];
-      xsum[m * G + g] = s;
-    }
-  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n)
-      for (int64_t m = 0; m < M; ++m)
-        q4_row_dot(wp + n * (K / 2), xp + m * K, sp + n * G, mp + n * G, xsum.data() + m * G, K, group,
-                   op + m * N + n);
   });
-  return out;
 }
 
-at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, int64_t group) {
-  const int64_t N = qweight.size(0);
-  const int64_t K = qweight.size(1);
-  check_common(x, qweight, scales, group, K, "q8_linear");
-  TORCH_CHECK(qweight.scalar_type() == at::kChar, "q8_linear: qweight must be int8");
-  TORCH_CHECK(scales.scalar_type() == at::kFloat, "q8_linear: scales must be float32");
-  const int64_t M = x.numel() / K;
-  const int64_t G = K / group;
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = N;
-  at::Tensor out = at::empty(out_sizes, x.options());
-  const float* xp = x.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  const int8_t* wp = qweight.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
-  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n)
-      for (int64_t m = 0; m < M; ++m) q8_row_dot(wp + n * K, xp + m * K, sp + n * G, K, group, op + m * N + n);
-  });
-  return out;
-}
-
-
-// ---- int8 activations (llama.cpp's approach): x is quantized per 32 values to int8 with one float
-// scale, and each weight block's dot product runs in integers (maddubs/madd), 4x fewer instructions.
-struct QuantizedRow {
-  std::vector<int8_t> q;   // [K]
-  std::vector<float> d;    // [K/32] scale per 32 inputs
-};
+// ---- int8 activations ----------------------------------------------------------------------------
 
 void quantize_row(const float* x, int64_t K, int8_t* q, float* d) {
   for (int64_t b = 0; b < K / 32; ++b) {
@@ -203,149 +284,136 @@ void quantize_row(const float* x, int64_t K, int8_t* q, float* d) {
   }
 }
 
-#ifdef MFQ_AVX2
-inline __m256 block_dot_u4(const uint8_t* w, const int8_t* x) {
-  const __m128i m0f = _mm_set1_epi8(0x0F);
-  __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
-  __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f), _mm_and_si128(raw, m0f));
-  __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), _mm256_set1_epi16(1));
-  return _mm256_cvtepi32_ps(p);
-}
-
-inline __m256 block_dot_s8(const int8_t* w, const int8_t* x) {
-  __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)),
-                                _mm256_set1_epi16(1));
-  return _mm256_cvtepi32_ps(p);
-}
-#endif
-
-inline float q4_row_dot_i8(const uint8_t* q, const int8_t* xq, const float* xd, const at::Half* sc, const at::Half* mn,
-                           const float* xsum, int64_t K, int64_t group) {
-  const int64_t G = K / group, per = group / 32;
-  float mins = 0.f;
-  for (int64_t g = 0; g < G; ++g) mins += half_to_float(mn[g]) * xsum[g];
+template <class F>
+inline float row_dot_i8(const Weight<F>& w, int64_t n, const int8_t* xq, const float* xd, const float* xsum) {
+  const int64_t G = w.groups(), per = w.group / 32;
+  const typename F::q_t* q = w.row(n);
+  const typename F::s_t* sc = w.scales + n * G;
 #ifdef MFQ_AVX2
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t b = 0;
   for (int64_t g = 0; g < G; ++g) {
-    const float s = half_to_float(sc[g]);
+    const float s = F::scale(sc[g]);
     for (int64_t i = 0; i < per; ++i, ++b) {
-      const __m256 f = block_dot_u4(q + b * 16, xq + b * 32);
+      const __m256 f = F::dot_i8(q + b * F::kBlockBytes, xq + b * 32);
       if (b & 1) acc1 = _mm256_fmadd_ps(f, _mm256_set1_ps(s * xd[b]), acc1);
       else acc0 = _mm256_fmadd_ps(f, _mm256_set1_ps(s * xd[b]), acc0);
     }
   }
-  return hsum(_mm256_add_ps(acc0, acc1)) + mins;
+  return hsum(_mm256_add_ps(acc0, acc1)) + min_term(w, n, xsum);
 #else
   float total = 0.f;
   int64_t b = 0;
   for (int64_t g = 0; g < G; ++g)
     for (int64_t i = 0; i < per; ++i, ++b) {
       int32_t dot = 0;
-      for (int j = 0; j < 16; ++j) {
-        const uint8_t byte = q[b * 16 + j];
-        dot += (byte & 0x0F) * xq[b * 32 + j] + (byte >> 4) * xq[b * 32 + j + 16];
-      }
-      total += half_to_float(sc[g]) * xd[b] * static_cast<float>(dot);
+      for (int j = 0; j < 32; ++j) dot += F::value(q + b * F::kBlockBytes, j) * xq[b * 32 + j];
+      total += F::scale(sc[g]) * xd[b] * static_cast<float>(dot);
     }
-  return total + mins;
+  return total + min_term(w, n, xsum);
 #endif
 }
 
-inline float q8_row_dot_i8(const int8_t* q, const int8_t* xq, const float* xd, const float* sc, int64_t K,
-                           int64_t group) {
-  const int64_t G = K / group, per = group / 32;
-#ifdef MFQ_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t i = 0; i < per; ++i, ++b) {
-      const __m256 f = block_dot_s8(q + b * 32, xq + b * 32);
-      if (b & 1) acc1 = _mm256_fmadd_ps(f, _mm256_set1_ps(sc[g] * xd[b]), acc1);
-      else acc0 = _mm256_fmadd_ps(f, _mm256_set1_ps(sc[g] * xd[b]), acc0);
-    }
+template <class F>
+void linear_i8(const float* x, int64_t M, const Weight<F>& w, float* out) {
+  const int64_t K = w.K, G = w.groups();
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> xd(M * K / 32);
+  for (int64_t m = 0; m < M; ++m) quantize_row(x + m * K, K, xq.data() + m * K, xd.data() + m * K / 32);
+  const std::vector<float> xsum = group_sums(x, M, w);
+  at::parallel_for(0, w.N, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n)
+      for (int64_t m = 0; m < M; ++m)
+        out[m * w.N + n] = row_dot_i8(w, n, xq.data() + m * K, xd.data() + m * K / 32,
+                                      F::kHasMin ? xsum.data() + m * G : nullptr);
+  });
+}
+
+// ---- the ops ---------------------------------------------------------------------------------------
+
+template <class F>
+Weight<F> checked_weight(const char* name, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor* mins,
+                         int64_t group) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.is_contiguous() && qweight.scalar_type() == F::kQType, name,
+              ": qweight must be a contiguous 2-D ", F::kQType, " tensor");
+  const int64_t N = qweight.size(0), K = qweight.size(1) * F::kValuesPerByte;
+  TORCH_CHECK(group > 0 && group % 32 == 0 && K % group == 0, name,
+              ": group size must be a multiple of 32 dividing in_features");
+  TORCH_CHECK(scales.dim() == 2 && scales.size(0) == N && scales.size(1) == K / group && scales.is_contiguous() &&
+                  scales.scalar_type() == F::kSType,
+              name, ": scales must be contiguous ", F::kSType, " [out_features, in_features / group]");
+  if (mins != nullptr)
+    TORCH_CHECK(mins->sizes() == scales.sizes() && mins->is_contiguous() && mins->scalar_type() == F::kSType, name,
+                ": mins must be contiguous and of the scales' dtype and shape");
+  return {qweight.data_ptr<typename F::q_t>(), scales.data_ptr<typename F::s_t>(),
+          mins != nullptr ? mins->data_ptr<typename F::s_t>() : nullptr, N, K, group};
+}
+
+template <class F>
+at::Tensor linear(const char* name, const at::Tensor& x, const Weight<F>& w, bool int8_act, int64_t gemm_rows) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous(), name, ": input must be contiguous float32");
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == w.K, name, ": input has ", x.size(-1), " features, the weight expects ",
+              w.K);
+  const int64_t M = x.numel() / w.K;
+  auto out_sizes = x.sizes().vec();
+  out_sizes.back() = w.N;
+  if (!int8_act && M >= gemm_rows && M > 0) {
+    at::Tensor out_t = at::empty({w.N, M}, x.options());
+    linear_gemm(x.view({M, w.K}), w, out_t);
+    return out_t.t().contiguous().view(out_sizes);
   }
-  return hsum(_mm256_add_ps(acc0, acc1));
-#else
-  float total = 0.f;
-  int64_t b = 0;
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t i = 0; i < per; ++i, ++b) {
-      int32_t dot = 0;
-      for (int j = 0; j < 32; ++j) dot += q[b * 32 + j] * xq[b * 32 + j];
-      total += sc[g] * xd[b] * static_cast<float>(dot);
-    }
-  return total;
-#endif
+  at::Tensor out = at::empty(out_sizes, x.options());
+  if (int8_act) linear_i8(x.data_ptr<float>(), M, w, out.data_ptr<float>());
+  else linear_rows(x.data_ptr<float>(), M, w, out.data_ptr<float>());
+  return out;
+}
+
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
+                     int64_t group, int64_t gemm_rows) {
+  return linear("q4_linear", x, checked_weight<Q4>("q4_linear", qweight, scales, &mins, group), false, gemm_rows);
+}
+
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, int64_t group,
+                     int64_t gemm_rows) {
+  return linear("q8_linear", x, checked_weight<Q8>("q8_linear", qweight, scales, nullptr, group), false, gemm_rows);
 }
 
 at::Tensor q4_linear_i8(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
                         const at::Tensor& mins, int64_t group) {
-  const int64_t N = qweight.size(0);
-  const int64_t K = qweight.size(1) * 2;
-  check_common(x, qweight, scales, group, K, "q4_linear_i8");
-  TORCH_CHECK(qweight.scalar_type() == at::kByte && scales.scalar_type() == at::kHalf &&
-                  mins.scalar_type() == at::kHalf && mins.sizes() == scales.sizes(),
-              "q4_linear_i8: uint8 qweight and float16 scales/mins of one shape expected");
-  const int64_t M = x.numel() / K, G = K / group;
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = N;
-  at::Tensor out = at::empty(out_sizes, x.options());
-  const float* xp = x.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  std::vector<int8_t> xq(M * K);
-  std::vector<float> xd(M * K / 32), xsum(M * G, 0.f);
-  for (int64_t m = 0; m < M; ++m) {
-    quantize_row(xp + m * K, K, xq.data() + m * K, xd.data() + m * K / 32);
-    for (int64_t k = 0; k < K; ++k) xsum[m * G + k / group] += xp[m * K + k];
-  }
-  const uint8_t* wp = qweight.data_ptr<uint8_t>();
-  const at::Half* sp = scales.data_ptr<at::Half>();
-  const at::Half* mp = mins.data_ptr<at::Half>();
-  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n)
-      for (int64_t m = 0; m < M; ++m)
-        op[m * N + n] = q4_row_dot_i8(wp + n * (K / 2), xq.data() + m * K, xd.data() + m * K / 32, sp + n * G,
-                                      mp + n * G, xsum.data() + m * G, K, group);
+  return linear("q4_linear_i8", x, checked_weight<Q4>("q4_linear_i8", qweight, scales, &mins, group), true, 0);
+}
+
+at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, int64_t group) {
+  return linear("q8_linear_i8", x, checked_weight<Q8>("q8_linear_i8", qweight, scales, nullptr, group), true, 0);
+}
+
+template <class F>
+at::Tensor dequantize(const Weight<F>& w) {
+  at::Tensor out = at::empty({w.N, w.K}, at::TensorOptions().dtype(at::kFloat));
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, w.N, 16, [&](int64_t begin, int64_t end) {
+    dequantize_rows(w, begin, end - begin, dst + begin * w.K);
   });
   return out;
 }
 
-at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, int64_t group) {
-  const int64_t N = qweight.size(0);
-  const int64_t K = qweight.size(1);
-  check_common(x, qweight, scales, group, K, "q8_linear_i8");
-  TORCH_CHECK(qweight.scalar_type() == at::kChar && scales.scalar_type() == at::kFloat,
-              "q8_linear_i8: int8 qweight and float32 scales expected");
-  const int64_t M = x.numel() / K, G = K / group;
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = N;
-  at::Tensor out = at::empty(out_sizes, x.options());
-  const float* xp = x.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  std::vector<int8_t> xq(M * K);
-  std::vector<float> xd(M * K / 32);
-  for (int64_t m = 0; m < M; ++m) quantize_row(xp + m * K, K, xq.data() + m * K, xd.data() + m * K / 32);
-  const int8_t* wp = qweight.data_ptr<int8_t>();
-  const float* sp = scales.data_ptr<float>();
-  at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n)
-      for (int64_t m = 0; m < M; ++m)
-        op[m * N + n] = q8_row_dot_i8(wp + n * K, xq.data() + m * K, xd.data() + m * K / 32, sp + n * G, K, group);
-  });
-  return out;
+at::Tensor q4_dequantize(const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins, int64_t group) {
+  return dequantize(checked_weight<Q4>("q4_dequantize", qweight, scales, &mins, group));
+}
+
+at::Tensor q8_dequantize(const at::Tensor& qweight, const at::Tensor& scales, int64_t group) {
+  return dequantize(checked_weight<Q8>("q8_dequantize", qweight, scales, nullptr, group));
 }
 
 }  // namespace
 
 TORCH_LIBRARY(mfquant, m) {
-  m.def("q4_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group) -> Tensor");
-  m.def("q8_linear(Tensor x, Tensor qweight, Tensor scales, int group) -> Tensor");
+  m.def("q4_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group, int gemm_rows) -> Tensor");
+  m.def("q8_linear(Tensor x, Tensor qweight, Tensor scales, int group, int gemm_rows) -> Tensor");
   m.def("q4_linear_i8(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group) -> Tensor");
   m.def("q8_linear_i8(Tensor x, Tensor qweight, Tensor scales, int group) -> Tensor");
+  m.def("q4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group) -> Tensor");
+  m.def("q8_dequantize(Tensor qweight, Tensor scales, int group) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mfquant, CPU, m) {
@@ -353,4 +421,6 @@ TORCH_LIBRARY_IMPL(mfquant, CPU, m) {
   m.impl("q8_linear", &q8_linear);
   m.impl("q4_linear_i8", &q4_linear_i8);
   m.impl("q8_linear_i8", &q8_linear_i8);
+  m.impl("q4_dequantize", &q4_dequantize);
+  m.impl("q8_dequantize", &q8_dequantize);
 }
