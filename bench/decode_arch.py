@@ -12,7 +12,9 @@ the time), ``torch.set_num_threads(2)``; all variants are interleaved and repeat
 The ratio column is ours / reference for each architecture; the question it answers is whether
 the new architecture stays as far ahead of the reference as Llama does. New tokens of ours are
 compared with the reference's. ``--compile`` adds ours with ``compile_decode_step()`` and a
-``StaticCache`` (its compile time is excluded: the first call is a warm-up).
+``StaticCache`` (its compile time is excluded: the first call is a warm-up). ``--cpu-time`` divides by
+the process's CPU time instead of wall time (with ``MICROFORMERS_BENCH_THREADS=1``, what a shared,
+overloaded machine disturbs least).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +99,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--longrope", action="store_true", help="Phi-3 LongRoPE scaling (random factors)")
     parser.add_argument("--compile", action="store_true", help="add ours with compile_decode_step + StaticCache")
+    parser.add_argument("--cpu-time", action="store_true", help="tokens per CPU second instead of per wall second")
     args = parser.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
+
+    def timed(run: Any) -> tuple[float, Any]:
+        start = clock()
+        result = run(ids, mask)
+        return clock() - start, result
 
     import torch
 
@@ -116,17 +126,23 @@ def main() -> None:
     notes = [f"load average at start: {common.load_average()}"]
     outputs: dict[tuple[str, str], Any] = {}
     for key, run in variants.items():  # warm-up (and compilation)
-        _, outputs[key] = common.timed(lambda run=run: run(ids, mask))
+        _, outputs[key] = timed(run)
     times: dict[tuple[str, str], list[float]] = {key: [] for key in variants}
     for repeat in range(args.repeats):
         print(f"pass {repeat + 1}/{args.repeats} (load average {common.load_average()})", file=sys.stderr, flush=True)
         for key, run in variants.items():
-            seconds, outputs[key] = common.timed(lambda run=run: run(ids, mask))
+            seconds, outputs[key] = timed(run)
             times[key].append(seconds)
     speed = {key: n / common.median(t) for key, t in times.items()}
 
     rows: list[tuple[str, str, str, str]] = []
-    payload: dict[str, Any] = {"arch": args.arch, "longrope": args.longrope, "new_tokens": n, "prompt": ids.shape[1]}
+    payload: dict[str, Any] = {
+        "arch": args.arch,
+        "longrope": args.longrope,
+        "new_tokens": n,
+        "prompt": ids.shape[1],
+        "cpu_time": args.cpu_time,
+    }
     for arch in folders:
         want = outputs[(arch, "reference")][:, ids.shape[1] :]
         for kind in ("eager", "compiled"):
@@ -148,7 +164,11 @@ def main() -> None:
                 "ratio": ratio,
                 "tokens_identical": same,
             }
-    notes.append(f"load average at end: {common.load_average()}; medians of {args.repeats} interleaved runs")
+    clock_name = "CPU" if args.cpu_time else "wall"
+    notes.append(
+        f"load average at end: {common.load_average()}; medians of {args.repeats} interleaved runs; "
+        f"tokens per {clock_name} second, {torch.get_num_threads()} thread(s)"
+    )
     title = f"greedy decode, random SmolLM2-shaped {args.arch}{' (LongRoPE)' if args.longrope else ''} vs llama"
     common.print_table(f"{title}, float32, {n} new tokens, prompt {ids.shape[1]}", rows, "\n".join(notes))
     common.write_json(f"decode_{args.arch}", payload)
