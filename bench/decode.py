@@ -130,6 +130,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled variant")
     parser.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
+    parser.add_argument("--regional", action="store_true", help="compile_decode_step(regional=True)")
     parser.add_argument("--prefill", type=int, default=0, metavar="N", help="also time prefill of an N-token prompt")
     parser.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
     parser.add_argument(
@@ -147,7 +148,7 @@ def main() -> None:
     reference = common.load_reference(folder)
     ours = common.load_ours(folder)
     if not args.no_compile:
-        ours.compile_decode_step(**({"mode": args.compile_mode} if args.compile_mode else {}))
+        ours.compile_decode_step(regional=args.regional, **({"mode": args.compile_mode} if args.compile_mode else {}))
     n = args.new_tokens
     variants: dict[str, Any] = {
         "reference": lambda ids, mask: reference_generate(reference, ids, mask, n),
