@@ -5,17 +5,11 @@ from __future__ import annotations
 
 from microformers.lazy import lazy_exports
 
+from .plugin import EXPORTS  # what ``microformers`` re-exports; the package offers more
+
 _EXPORTS = {
-    "LogitsProcessor": "base",
-    "LogitsProcessorList": "base",
-    "StoppingCriteria": "base",
-    "StoppingCriteriaList": "base",
-    "BaseStreamer": "streamers",
-    "TextStreamer": "streamers",
-    "TextIteratorStreamer": "streamers",
+    **EXPORTS,
     "IncrementalDecoder": "decoding",
-    "GenerateDecoderOnlyOutput": "outputs",
-    "GenerateBeamDecoderOnlyOutput": "outputs",
     "Prepared": "prepare",
     "prepare": "prepare",
     "Strategy": "strategies",

@@ -22,7 +22,7 @@ from microformers import GenerationConfig, GenerationError
 
 from .base import LogitsProcessorList, StoppingCriteriaList
 from .outputs import GenerateDecoderOnlyOutput
-from .strategies import Strategy, _max_length
+from .strategies import Strategy, loop_start
 
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
@@ -171,10 +171,9 @@ class AssistedDecoding(Strategy):
             max_ngram = config.max_matching_ngram_size if config.max_matching_ngram_size is not None else 2
             source = PromptLookup(config.prompt_lookup_num_tokens, max_ngram, eos)
 
-        keep = bool(config.return_dict_in_generate)
-        scores: tuple[torch.Tensor, ...] | None = () if keep and config.output_scores else None
-        raw_logits: tuple[torch.Tensor, ...] | None = () if keep and config.output_logits else None
-        max_length = _max_length(config, stopping_criteria, input_ids.shape[1])
+        max_length, keep, scores, raw_logits, _attentions, _hidden_states = loop_start(
+            config, stopping_criteria, input_ids.shape[1]
+        )
         sequence, cached = input_ids, 0
         while True:
             length = sequence.shape[1]

@@ -535,29 +535,32 @@ class TypicalLogitsWarper(LogitsProcessor):
         return scores.masked_fill(drop, self.filter_value)
 
 
-class EpsilonLogitsWarper(LogitsProcessor):
-    """Keeps tokens with probability at least ``epsilon`` (``epsilon_cutoff``; truncation sampling)."""
+class _CutoffWarper(LogitsProcessor):
+    """Truncation sampling: a probability cutoff ``epsilon`` in (0, 1), given as the setting ``setting``."""
+
+    setting = ""
 
     def __init__(self, epsilon: float, filter_value: float = NEG_INF, min_tokens_to_keep: int = 1) -> None:
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < 1:
-            raise GenerationError(f"epsilon_cutoff={epsilon!r} must be in (0, 1); 0.0 disables it")
+            raise GenerationError(f"{self.setting}={epsilon!r} must be in (0, 1); 0.0 disables it")
         self.epsilon = float(epsilon)
         self.filter_value = filter_value
         self.min_tokens_to_keep = _positive_int("min_tokens_to_keep", min_tokens_to_keep)
+
+
+class EpsilonLogitsWarper(_CutoffWarper):
+    """Keeps tokens with probability at least ``epsilon`` (``epsilon_cutoff``; truncation sampling)."""
+
+    setting = "epsilon_cutoff"
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         return _drop_below(scores, scores.softmax(dim=-1) < self.epsilon, self.min_tokens_to_keep, self.filter_value)
 
 
-class EtaLogitsWarper(LogitsProcessor):
+class EtaLogitsWarper(_CutoffWarper):
     """Keeps tokens with probability at least ``min(eta, sqrt(eta) * exp(-entropy))`` (``eta_cutoff``)."""
 
-    def __init__(self, epsilon: float, filter_value: float = NEG_INF, min_tokens_to_keep: int = 1) -> None:
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < 1:
-            raise GenerationError(f"eta_cutoff={epsilon!r} must be in (0, 1); 0.0 disables it")
-        self.epsilon = float(epsilon)
-        self.filter_value = filter_value
-        self.min_tokens_to_keep = _positive_int("min_tokens_to_keep", min_tokens_to_keep)
+    setting = "eta_cutoff"
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         log_probs = scores.log_softmax(dim=-1)

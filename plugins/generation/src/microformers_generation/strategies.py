@@ -136,14 +136,11 @@ class TokenByToken(Strategy):
     ) -> Any:
         config = generation_config
         rows, prompt_length = input_ids.shape
-        max_length = _max_length(config, stopping_criteria, prompt_length)
+        max_length, keep, scores, raw_logits, attentions, hidden_states = loop_start(
+            config, stopping_criteria, prompt_length
+        )
         pad = config.pad_token_id
         fill_finished = pad is not None and any(hasattr(c, "eos_token_id") for c in stopping_criteria)
-        keep = bool(config.return_dict_in_generate)
-        scores: tuple[torch.Tensor, ...] | None = () if keep and config.output_scores else None
-        raw_logits: tuple[torch.Tensor, ...] | None = () if keep and config.output_logits else None
-        attentions: tuple[Any, ...] | None = () if keep and config.output_attentions else None
-        hidden_states: tuple[Any, ...] | None = () if keep and config.output_hidden_states else None
 
         sequences = input_ids
         unfinished = torch.ones(rows, dtype=torch.bool, device=input_ids.device)
@@ -232,16 +229,13 @@ class BeamSearch(Strategy):
         if rows % num_beams:
             raise GenerationError(f"beam search got {rows} rows, not a multiple of num_beams={num_beams}")
         batch = rows // num_beams
-        max_length = _max_length(config, stopping_criteria, prompt_length)
+        max_length, keep, all_scores, raw_logits, attentions, hidden_states = loop_start(
+            config, stopping_criteria, prompt_length
+        )
         early_stopping = config.early_stopping
         length_penalty = float(config.length_penalty if config.length_penalty is not None else 1.0)
         device = input_ids.device
         eos = config.eos_token_ids
-        keep = bool(config.return_dict_in_generate)
-        all_scores: tuple[torch.Tensor, ...] | None = () if keep and config.output_scores else None
-        raw_logits: tuple[torch.Tensor, ...] | None = () if keep and config.output_logits else None
-        attentions: tuple[Any, ...] | None = () if keep and config.output_attentions else None
-        hidden_states: tuple[Any, ...] | None = () if keep and config.output_hidden_states else None
 
         candidates = max(2, 1 + len(eos)) * num_beams
         is_top_candidate = torch.zeros(candidates, dtype=torch.bool, device=device)
@@ -364,6 +358,21 @@ def _take_beams(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     while index.dim() < tensor.dim():
         index = index.unsqueeze(-1)
     return torch.take_along_dim(tensor, index, dim=1)
+
+
+Kept = tuple[Any, ...] | None  # one entry per step, or None when the output was not asked for
+
+
+def loop_start(
+    config: GenerationConfig, criteria: StoppingCriteriaList, prompt_length: int
+) -> tuple[int, bool, Kept, Kept, Kept, Kept]:
+    """What every decoding loop starts from: the length bound, whether a ``GenerateDecoderOnlyOutput`` is
+    returned (``return_dict_in_generate``), and an empty tuple for each per-step output it asks for
+    (``output_scores``, ``output_logits``, ``output_attentions``, ``output_hidden_states``; None otherwise)."""
+    keep = bool(config.return_dict_in_generate)
+    flags = (config.output_scores, config.output_logits, config.output_attentions, config.output_hidden_states)
+    scores, logits, attentions, hidden_states = (() if keep and flag else None for flag in flags)
+    return _max_length(config, criteria, prompt_length), keep, scores, logits, attentions, hidden_states
 
 
 def _max_length(config: GenerationConfig, criteria: StoppingCriteriaList, prompt_length: int) -> int:
