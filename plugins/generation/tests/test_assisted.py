@@ -109,6 +109,8 @@ def test_a_perfect_assistant_saves_model_calls(model, twin, prompts):
         ({"prompt_lookup_num_tokens": 0}, "prompt_lookup_num_tokens"),
         ({"batch": True}, "batch size 1"),
         ({"num_assistant_tokens_schedule": "sometimes", "assistant": True}, "num_assistant_tokens_schedule"),
+        ({"return_dict_in_generate": True, "output_attentions": True}, "output_attentions"),
+        ({"return_dict_in_generate": True, "output_hidden_states": True, "assistant": True}, "output_hidden_states"),
     ],
 )
 def test_unsupported_combinations_are_clear_errors(model, twin, prompts, kwargs, named):

@@ -171,9 +171,14 @@ class AssistedDecoding(Strategy):
             max_ngram = config.max_matching_ngram_size if config.max_matching_ngram_size is not None else 2
             source = PromptLookup(config.prompt_lookup_num_tokens, max_ngram, eos)
 
-        max_length, keep, scores, raw_logits, _attentions, _hidden_states = loop_start(
+        max_length, keep, scores, raw_logits, attentions, hidden_states = loop_start(
             config, stopping_criteria, input_ids.shape[1]
         )
+        if attentions is not None or hidden_states is not None:
+            raise GenerationError(
+                "assisted and prompt-lookup decoding do not collect output_attentions / output_hidden_states: "
+                "drop them, or drop assistant_model / prompt_lookup_num_tokens"
+            )
         sequence, cached = input_ids, 0
         while True:
             length = sequence.shape[1]
