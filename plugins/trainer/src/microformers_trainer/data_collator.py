@@ -86,6 +86,22 @@ def _pad(tokenizer: Any, rows: list[Mapping[str, Any]], **kwargs: Any) -> dict[s
     return dict(tokenizer.pad(rows, return_tensors="pt", **kwargs))
 
 
+def _pad_as_set(collator: Any, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Pad with the collator's tokenizer and its ``padding``, ``max_length`` and ``pad_to_multiple_of``."""
+    return _pad(
+        collator.tokenizer,
+        rows,
+        padding=collator.padding,
+        max_length=collator.max_length,
+        pad_to_multiple_of=collator.pad_to_multiple_of,
+    )
+
+
+def _round_up(length: int, multiple: int | None) -> int:
+    """``length``, raised to the next multiple of ``multiple`` when one is given."""
+    return length + (multiple - length % multiple) % multiple if multiple else length
+
+
 @attrs.define
 class DataCollatorWithPadding:
     """Pads the tokenizer outputs of each example to the longest in the batch (or ``max_length``)."""
@@ -104,13 +120,7 @@ class DataCollatorWithPadding:
             if name in rows[0]:
                 labels = [r.pop(name) for r in rows]
                 break
-        batch = _pad(
-            self.tokenizer,
-            rows,
-            padding=self.padding,
-            max_length=self.max_length,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-        )
+        batch = _pad_as_set(self, rows)
         if labels is not None:
             batch["labels"] = torch.tensor(labels)
         return batch
@@ -143,13 +153,7 @@ class DataCollatorForTokenClassification:
         rows = [dict(_as_dict(f)) for f in features]
         name = "label" if "label" in rows[0] else "labels"
         labels = [r.pop(name) for r in rows] if name in rows[0] else None
-        batch = _pad(
-            self.tokenizer,
-            rows,
-            padding=self.padding,
-            max_length=self.max_length,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-        )
+        batch = _pad_as_set(self, rows)
         if labels is not None:
             length = batch["input_ids"].shape[1]
             batch["labels"] = _pad_labels(labels, length, self.tokenizer.padding_side, self.label_pad_token_id)
@@ -173,19 +177,12 @@ class DataCollatorForSeq2Seq:
         _check_tensors(return_tensors or self.return_tensors)
         rows = [dict(_as_dict(f)) for f in features]
         labels = [r.pop("labels") for r in rows] if "labels" in rows[0] else None
-        batch = _pad(
-            self.tokenizer,
-            rows,
-            padding=self.padding,
-            max_length=self.max_length,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-        )
+        batch = _pad_as_set(self, rows)
         if labels is not None:
             length = max(len(x) for x in labels)
             if self.padding == "max_length" and self.max_length is not None:
                 length = self.max_length
-            if self.pad_to_multiple_of and length % self.pad_to_multiple_of:
-                length += self.pad_to_multiple_of - length % self.pad_to_multiple_of
+            length = _round_up(length, self.pad_to_multiple_of)
             batch["labels"] = _pad_labels(labels, length, self.tokenizer.padding_side, self.label_pad_token_id)
             prepare = getattr(self.model, "prepare_decoder_input_ids_from_labels", None)
             if prepare is not None:
@@ -195,9 +192,7 @@ class DataCollatorForSeq2Seq:
 
 def _collate_ids(examples: Sequence[Any], tokenizer: Any, pad_to_multiple_of: int | None) -> torch.Tensor:
     rows = [torch.as_tensor(e, dtype=torch.long) for e in examples]
-    length = max(r.numel() for r in rows)
-    if pad_to_multiple_of and length % pad_to_multiple_of:
-        length += pad_to_multiple_of - length % pad_to_multiple_of
+    length = _round_up(max(r.numel() for r in rows), pad_to_multiple_of)
     if all(r.numel() == length for r in rows):
         return torch.stack(rows)
     if getattr(tokenizer, "pad_token_id", None) is None:
