@@ -249,3 +249,16 @@ def test_save_keywords_work_or_are_refused(base_folder: Path, tmp_path: Path) ->
         PeftConfig.from_pretrained(out, revison="main")
     with pytest.raises(MicroformersError, match="indent"):
         config.save_pretrained(tmp_path / "c", indent=2)
+
+
+def test_load_adapter_refuses_placement_arguments_it_would_ignore(base_folder: Path, tmp_path: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(base_folder)
+    model.add_adapter(LoraConfig(r=2, target_modules=["q_proj"]))
+    model.save_pretrained(tmp_path / "adapter")
+    fresh = AutoModelForCausalLM.from_pretrained(base_folder)
+    for bad in ({"device_map": "cpu"}, {"dtype": torch.bfloat16}, {"torch_dtype": "float16"}):
+        with pytest.raises(MicroformersError, match=next(iter(bad))):
+            fresh.load_adapter(tmp_path / "adapter", **bad)
+    assert not fresh.__dict__.get("_adapter_manager") or not fresh.active_adapters()
+    fresh.load_adapter(tmp_path / "adapter", device_map=None, low_cpu_mem_usage=True, local_files_only=True)
+    assert fresh.active_adapters() == ["default"]

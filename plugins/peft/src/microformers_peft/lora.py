@@ -238,10 +238,15 @@ class LoraAdapters:
         """Load an adapter folder (or ``peft_config`` plus ``adapter_state_dict``) under ``adapter_name``."""
         name = adapter_name or "default"
         hub_kwargs, rest = split_hub_kwargs({**(adapter_kwargs or {}), **kwargs})
-        for ignored in ("device_map", "low_cpu_mem_usage", "local_files_only", "dtype", "torch_dtype"):
-            rest.pop(ignored, None)
+        rest.pop("low_cpu_mem_usage", None)  # a memory hint only: adapter weights are copied into place either way
+        for placement in ("device_map", "dtype", "torch_dtype"):
+            if placement in rest and rest[placement] is None:
+                del rest[placement]
         if rest:
-            raise ConfigError(f"load_adapter() got unsupported arguments: {', '.join(sorted(rest))}")
+            raise ConfigError(
+                f"load_adapter() got unsupported arguments: {', '.join(sorted(rest))} (an adapter takes the device "
+                "and dtype of the layers it wraps: move or cast the model instead)"
+            )
         self._check_new_name(name, hotswap)
         folder = None
         if peft_config is None or adapter_state_dict is None:
