@@ -88,3 +88,23 @@ def test_failed_save_leaves_previous_checkpoint_and_is_skipped(tmp_path: Path, m
     resumed = Trainer(model=tiny_gpt2(), args=trainer.args, train_dataset=lm_rows(40))
     resumed.train(resume_from_checkpoint=True)
     assert resumed.state.global_step == 8
+
+
+def test_a_single_process_run_says_when_it_cannot_restore_the_generators(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One process reads rng_state.pth; a checkpoint of a 2-process run holds rng_state_<rank>.pth instead."""
+    trainer = make_trainer(str(tmp_path / "out"))
+    trainer.args.max_steps = 4
+    trainer.train()
+    folder = tmp_path / "out" / "checkpoint-4"
+    assert not list(folder.glob("rng_state_*.pth"))
+    for rank in (0, 1):
+        (folder / f"rng_state_{rank}.pth").write_bytes((folder / "rng_state.pth").read_bytes())
+    (folder / "rng_state.pth").unlink()
+    resumed = make_trainer(str(tmp_path / "out"))
+    resumed.args.max_steps = 5
+    with caplog.at_level("WARNING", logger="microformers.trainer"):
+        resumed.train(resume_from_checkpoint=str(folder))
+    assert resumed.state.global_step == 5
+    assert "has no rng_state.pth" in caplog.text
