@@ -216,6 +216,10 @@ def test_to_dict_copies_drops_transient_keys_and_writes_label_keys_as_strings() 
     assert out["sub"] == inner.to_dict() and isinstance(out["sub"], dict)
     out["nested"][0].append(2)
     assert config.nested == [[1]]  # a deep copy
+    transient = {"_name_or_path", "_attn_implementation_internal", "_commit_hash"}
+    assert set(out) == (set(vars(config)) - transient) | {"model_type"}
+    config.dtype = torch.float16  # set directly, not through the torch_dtype setter: written as a name
+    assert config.to_dict()["dtype"] == "float16"
     assert "model_type" not in PretrainedConfig().to_dict()
 
 
@@ -241,7 +245,23 @@ def test_update_sets_through_aliases() -> None:
     assert config.hidden_size == 20 and config.new_key == "v"
 
 
-def test_save_pretrained_creates_folders_and_refuses_a_file(tmp_path: Path) -> None:
+def test_save_pretrained_creates_folders_and_refuses_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "configuration_custom_mut.py").write_text(
+        "from microformers import PretrainedConfig\n\n\nclass CustomMutConfig(PretrainedConfig):\n"
+        "    model_type = 'custom_mut'\n"
+    )
+    monkeypatch.syspath_prepend(str(code))
+    from configuration_custom_mut import CustomMutConfig  # type: ignore[import-not-found]
+
+    CustomMutConfig.register_for_auto_class()
+    CustomMutConfig().save_pretrained(tmp_path / "custom")
+    assert (tmp_path / "custom" / "configuration_custom_mut.py").read_text() == (
+        code / "configuration_custom_mut.py"
+    ).read_text()
+    saved = json.loads((tmp_path / "custom" / "config.json").read_text())
+    assert saved["auto_map"]["AutoConfig"].endswith("configuration_custom_mut.CustomMutConfig")
     config = AliasConfig(hidden_size=6)
     target = tmp_path / "a" / "b"
     config.save_pretrained(target)

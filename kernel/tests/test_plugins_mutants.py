@@ -180,6 +180,7 @@ def test_discovery_registers_hooks_records_providers_and_broken_plugins(monkeypa
         EntryPoint("crash", ImportError("no torch")),
         EntryPoint("zz_good", good, Dist("microformers-other", "2.0")),
         BareEntryPoint(),
+        EntryPoint("zzz_late", ImportError("late")),  # a failure after others registered removes only its own
     )
     bare = registry.plugins["bare"]
     assert bare.distribution is None and bare.version is None and bare.error is None
@@ -217,7 +218,15 @@ def test_discovery_registers_hooks_records_providers_and_broken_plugins(monkeypa
     assert registry.plugins["crash"].error == "ImportError: no torch"
     duplicate = registry.plugins["zz_good (microformers-other)"]
     assert duplicate.error == "another installed distribution already uses the plugin name 'zz_good'"
-    assert list(registry.plugins) == ["aa_half", "bare", "crash", "old", "zz_good", "zz_good (microformers-other)"]
+    assert list(registry.plugins) == [
+        "aa_half",
+        "bare",
+        "crash",
+        "old",
+        "zz_good",
+        "zz_good (microformers-other)",
+        "zzz_late",
+    ]
 
 
 def test_environment_preferences(monkeypatch: pytest.MonkeyPatch) -> None:
