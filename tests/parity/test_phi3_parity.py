@@ -201,3 +201,18 @@ def test_base_model_and_classification_heads_match_reference(head: str, tmp_path
     base, reference_base = load_ours(folder, "AutoModel"), load_reference(folder, "AutoModel")
     with torch.no_grad():
         assert_close(base(ids).last_hidden_state, reference_base(ids).last_hidden_state, atol=1e-4)
+
+
+def test_prompt_lookup_across_the_original_length_matches_reference_greedy(
+    checkpoints: dict[str, tuple[Path, Any, Any]],
+) -> None:
+    """Prompt-lookup chunks that cross the original length rebuild the cache as plain decoding does."""
+    _, reference, ours = checkpoints["longrope"]
+    ids = torch.tensor([[5, 6, 5, 6]])  # repeats, so lookup proposes tokens; chunks cross the length of 8
+    settings = {"max_new_tokens": 10, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    outputs = {"return_dict_in_generate": True, "output_logits": True}
+    with torch.no_grad():
+        got = ours.generate(ids, prompt_lookup_num_tokens=3, **settings, **outputs)
+        want = reference.generate(ids, **settings, **outputs)
+    assert torch.equal(got.sequences, want.sequences)
+    assert_close(torch.stack(got.logits, 1), torch.stack(want.logits, 1), atol=1e-4)

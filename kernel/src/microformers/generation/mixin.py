@@ -72,6 +72,11 @@ class GenerationMixin:
         """Compile the one-token decode step (``compile_config``)."""
         raise GenerationError(f"{type(self).__name__} has no compiled decode step; drop compile_config")
 
+    def cache_needs_recompute(self, past_length: int, total_length: int) -> bool:
+        """Whether cached states of ``past_length`` positions are stale once the sequence is ``total_length``
+        long, so ``generate`` must rerun every position into a fresh cache (Phi-3's LongRoPE)."""
+        return False
+
     def compute_transition_scores(
         self,
         sequences: torch.Tensor,

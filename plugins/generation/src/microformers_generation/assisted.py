@@ -184,7 +184,14 @@ class AssistedDecoding(Strategy):
             length = sequence.shape[1]
             proposal = source.propose(sequence, max_length - length - 1, logits_processor).view(1, -1)
             count = proposal.shape[1]
+            # A chunk must not straddle a length where cached states go stale (Phi-3's LongRoPE): plain
+            # decoding scores the positions before it with other rotary factors than those after it.
+            while count and model.cache_needs_recompute(length, length + count):
+                count -= 1
+            proposal = proposal[:, :count]
             candidate = torch.cat((sequence, proposal), dim=1)
+            if cache is not None and model.cache_needs_recompute(cached, candidate.shape[1]):
+                cache, cached = None, 0  # the states cached so far are stale: rerun every position
             logits, cache = _forward(model, candidate[:, cached:], cache, cached, kwargs)
             logits = logits[:, -(count + 1) :]
             processed = [logits_processor(candidate[:, : length + i], logits[:, i]) for i in range(count + 1)]

@@ -115,10 +115,9 @@ class IncrementalDecoder:
         return self._forward(input_ids, self._positions)
 
     def _must_recompute(self) -> bool:
-        needs_recompute = getattr(self.model, "cache_needs_recompute", None)
-        if needs_recompute is None or self.cache is None:
+        if self.cache is None:
             return False
-        return bool(needs_recompute(self.cache.get_seq_length(), self.length))
+        return bool(self.model.cache_needs_recompute(self.cache.get_seq_length(), self.length))
 
     def _all_positions(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Position ids of every token so far (padding counted as in :meth:`prefill`)."""
