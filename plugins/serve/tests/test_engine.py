@@ -178,3 +178,22 @@ def test_quantize_flag_loads_int8_weights_and_still_equals_generate(tiny_llama: 
             prompt = torch.tensor([job.prompt_ids])
             assert job.output_ids == server.model.generate(prompt, max_new_tokens=job.max_new_tokens, do_sample=False)[0, prompt.shape[1] :].tolist()
     server.engine.drain()
+
+
+def test_context_length_stops_where_cached_states_go_stale() -> None:
+    """A model whose cache must be rebuilt past a length (Phi-3's LongRoPE) is served up to that length."""
+    from types import SimpleNamespace
+
+    from microformers_serve.engine import context_length
+
+    class Stale:
+        config = SimpleNamespace(max_position_embeddings=64, sliding_window=None)
+
+        def cache_needs_recompute(self, past_length: int, total_length: int) -> bool:
+            return total_length > 16 and past_length <= 16
+
+    class Plain:
+        config = SimpleNamespace(max_position_embeddings=64, sliding_window=32)
+
+    assert context_length(Stale()) == 16
+    assert context_length(Plain()) == 32

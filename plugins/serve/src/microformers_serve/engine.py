@@ -218,7 +218,8 @@ def _eos_ids(model: Any) -> set[int]:
 
 def context_length(model: Any) -> int:
     """How many positions a request may fill: ``max_position_embeddings`` (else ``n_positions``), and no
-    more than the smallest sliding attention window, which the per-row decode step does not apply."""
+    more than the smallest sliding attention window, which the per-row decode step does not apply, and no
+    more than a length where the model's cached states go stale."""
     config = model.config
     limit = 2048
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
@@ -233,7 +234,14 @@ def context_length(model: Any) -> int:
     else:
         windows = [getattr(config, "sliding_window", None)]
     windows = [w for w in windows if isinstance(w, int) and w > 0]
-    return min([limit, *windows])
+    limit = min([limit, *windows])
+    # cached states that go stale at some length (Phi-3's LongRoPE) would need the row re-prefilled: stop there
+    needs_recompute = getattr(model, "cache_needs_recompute", None)
+    if needs_recompute is not None:
+        for total in range(2, limit + 1):
+            if needs_recompute(total - 1, total):
+                return total - 1
+    return limit
 
 
 class Engine:
