@@ -30,7 +30,7 @@ sys.path.insert(0, {bench!r})
 import _common as common
 common.set_threads()
 import torch
-impl, source, generate = {impl!r}, {source!r}, {generate!r}
+impl, source, generate, new_tokens = {impl!r}, {source!r}, {generate!r}, {new_tokens!r}
 if impl == "reference":
     import transformers as lib
 else:
@@ -54,15 +54,20 @@ weights_mb = sum(p.numel() * p.element_size() for p in {{id(p): p for p in model
 result = dict(seconds=seconds, first_forward=first_forward, rss_before=before, peak_after_load=after_load, weights_mb=weights_mb)
 if generate:
     ids = torch.arange(100, 124).unsqueeze(0)
-    model.generate(ids, max_new_tokens=128, min_new_tokens=128, do_sample=False, pad_token_id=2)
+    model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=2)
     result["peak_after_generate"] = common.peak_rss_mb()
 print("RESULT " + json.dumps(result))
 """
 
 
-def measure(impl: str, source: str, folder: Path, generate: bool) -> dict[str, float]:
+def measure(impl: str, source: str, folder: Path, generate: bool, new_tokens: int = 128) -> dict[str, float]:
     code = CHILD.format(
-        bench=str(Path(__file__).resolve().parent), impl=impl, source=source, folder=str(folder), generate=generate
+        bench=str(Path(__file__).resolve().parent),
+        impl=impl,
+        source=source,
+        folder=str(folder),
+        generate=generate,
+        new_tokens=new_tokens,
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     for line in completed.stdout.splitlines():
@@ -76,6 +81,7 @@ def main() -> None:
     parser.add_argument("--model", choices=["smollm2", "random"], default="smollm2")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-gguf", action="store_true", help="skip the GGUF rows")
+    parser.add_argument("--new-tokens", type=int, default=128, help="tokens of the generate after loading")
     args = parser.parse_args()
     folder = common.model_folder(args.model)
     sources = ["safetensors"] + ([] if args.no_gguf or args.model != "smollm2" else ["gguf"])
@@ -84,7 +90,7 @@ def main() -> None:
         for source in sources:
             for impl in ("microformers", "reference"):
                 try:
-                    outcome = measure(impl, source, folder, generate=source == "safetensors")
+                    outcome = measure(impl, source, folder, source == "safetensors", args.new_tokens)
                 except SystemExit as failure:
                     print(failure, file=sys.stderr)
                     continue
@@ -103,7 +109,10 @@ def main() -> None:
             (f"load {source} + first forward (s)", f"{ours:.2f}", f"{theirs:.2f}", f"{theirs / ours:.2f}x faster")
         )
     weights = med("safetensors", "microformers", "weights_mb")
-    for key, label in (("peak_after_load", "after load"), ("peak_after_generate", "after 128-token generate")):
+    for key, label in (
+        ("peak_after_load", "after load"),
+        ("peak_after_generate", f"after {args.new_tokens}-token generate"),
+    ):
         ours, theirs = med("safetensors", "microformers", key), med("safetensors", "reference", key)
         rows.append((f"peak RSS {label} (MiB)", f"{ours:.0f}", f"{theirs:.0f}", f"{ours / theirs:.2f}"))
     growth = {

@@ -8,8 +8,8 @@ tokenizer scripts when they are present. Set ``MICROFORMERS_BENCH_JSON=<folder>`
 raw numbers as JSON, ``MICROFORMERS_BENCH_THREADS`` to change the thread count (default 2).
 
 ``--quick`` is a smoke run of every script that finishes in a few minutes: one repeat each, 32 new
-tokens, no compiled decode step (its compilation alone takes a minute per shape), one GGUF load per
-implementation, a smaller tokenizer corpus, the 2-layer training model and 10 s of audio. Memory
+tokens (16 in the memory rows' generate), no compiled decode step (its compilation alone takes a
+minute per shape), one GGUF load per implementation, a smaller tokenizer corpus, the 2-layer training model and 10 s of audio. Memory
 rows are always measured in fresh processes that only load (and generate with) one implementation.
 """
 
@@ -46,7 +46,7 @@ def main() -> None:
     decode_extra = ["--new-tokens", "32", "--no-compile"] if args.quick else []
     codes = [
         run("import_time.py", *(["--runs", "1"] if args.quick else [])),
-        run("load.py", "--model", args.model, *repeats),
+        run("load.py", "--model", args.model, *repeats, *(["--new-tokens", "16"] if args.quick else [])),
         run("prefill.py", "--model", args.model, *repeats),
         run("decode.py", "--model", args.model, *repeats, *decode_extra),
         run("gguf_load.py", *(["--repeat", "1"] if args.quick else [])),
