@@ -56,6 +56,12 @@ _LAZY: dict[str, str] = {
     "load_balancing_loss": "moe",
     "FusedExpertsSource": "moe",
     "check_expert_counts": "moe",
+    "DecoderHead": "decoder_heads",
+    "DecoderForCausalLM": "decoder_heads",
+    "MoeDecoderForCausalLM": "decoder_heads",
+    "DecoderForSequenceClassification": "decoder_heads",
+    "keep_logits_positions": "decoder_heads",
+    "pool_last_tokens": "decoder_heads",
 }
 
 __all__ = ["__version__", *_LAZY]

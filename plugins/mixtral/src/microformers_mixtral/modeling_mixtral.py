@@ -26,15 +26,14 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache, StaticCache
+from microformers_sdk.cache import Cache
+from microformers_sdk.decoder_heads import DecoderForSequenceClassification, MoeDecoderForCausalLM
 from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import RMSNorm, apply_linear, get_activation
-from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
-from microformers_sdk.masks import build_attention_mask, last_token_indices
-from microformers_sdk.moe import FusedExpertsSource, SparseMoeBlock, TopKRouter, load_balancing_loss
-from microformers_sdk.outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast, SequenceClassifierOutputWithPast
+from microformers_sdk.masks import build_attention_mask
+from microformers_sdk.moe import FusedExpertsSource, SparseMoeBlock, TopKRouter
+from microformers_sdk.outputs import MoeModelOutputWithPast
 from microformers_sdk.rope_settings import rope_settings_from_config
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
 
@@ -250,152 +249,16 @@ class MixtralModel(MixtralPreTrainedModel):
         return output if inputs.return_dict else output.to_tuple()
 
 
-class MixtralForCausalLM(MixtralPreTrainedModel):
+class MixtralForCausalLM(MoeDecoderForCausalLM, MixtralPreTrainedModel):
     """Decoder plus a language-modelling head; reports the load-balancing loss with ``output_router_logits``."""
 
+    base_model_class: ClassVar[type[nn.Module]] = MixtralModel
+    num_experts_attribute: ClassVar[str] = "num_local_experts"
     _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
 
-    def __init__(self, config: MixtralConfig) -> None:
-        super().__init__(config)
-        self.model = MixtralModel(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
 
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Module:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Module) -> None:
-        self.lm_head = value
-
-    def make_static_cache(self, max_cache_len: int) -> StaticCache:
-        """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (``cache_implementation="static"``)."""
-        return StaticCache(self.config, max_cache_len=max_cache_len)
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        output_router_logits: bool | None = None,
-        return_dict: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs: Any,
-    ) -> MoeCausalLMOutputWithPast | tuple[Any, ...]:
-        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        if output_router_logits is None:
-            output_router_logits = self.config.output_router_logits
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            output_router_logits=output_router_logits,
-            return_dict=True,
-        )
-        hidden_states = outputs.last_hidden_state
-        if isinstance(logits_to_keep, int):
-            if logits_to_keep > 0:
-                hidden_states = hidden_states[:, -logits_to_keep:]
-        else:
-            hidden_states = hidden_states[:, logits_to_keep]
-        logits = apply_linear(self.lm_head, hidden_states)
-        loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
-        aux_loss = None
-        if output_router_logits:
-            aux_loss = load_balancing_loss(
-                outputs.router_logits, self.config.num_local_experts, self.config.num_experts_per_tok, attention_mask
-            )
-            if loss is not None:
-                loss = loss + self.config.router_aux_loss_coef * aux_loss.to(loss.device)
-        output = MoeCausalLMOutputWithPast(
-            loss=loss,
-            aux_loss=aux_loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            router_logits=outputs.router_logits,
-        )
-        return output if return_dict else output.to_tuple()
-
-
-class MixtralForSequenceClassification(MixtralPreTrainedModel):
+class MixtralForSequenceClassification(DecoderForSequenceClassification, MixtralPreTrainedModel):
     """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
 
-    def __init__(self, config: MixtralConfig) -> None:
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = MixtralModel(config)
-        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.embed_tokens = value
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> SequenceClassifierOutputWithPast | tuple[Any, ...]:
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            output_router_logits=False,
-            return_dict=True,
-        )
-        logits = apply_linear(self.score, outputs.last_hidden_state)
-        batch = logits.shape[0]
-        pad = self.config.pad_token_id
-        if pad is None and batch != 1:
-            raise InputError(
-                f"{type(self).__name__} needs config.pad_token_id to find the last token of each row in a batch of "
-                f"{batch}; set model.config.pad_token_id (e.g. to the tokenizer's pad_token_id)"
-            )
-        last = last_token_indices(input_ids, pad, batch, logits.shape[1], logits.device)
-        pooled = logits[torch.arange(batch, device=logits.device), last]
-        loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
-        output = SequenceClassifierOutputWithPast(
-            loss=loss,
-            logits=pooled,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-        return output if return_dict else output.to_tuple()
+    base_model_class: ClassVar[type[nn.Module]] = MixtralModel
+    decoder_call_kwargs: ClassVar[dict[str, Any]] = {"output_router_logits": False}
