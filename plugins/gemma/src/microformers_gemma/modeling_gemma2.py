@@ -32,14 +32,15 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import ConfigError, GenerationError, InputError
+from microformers.errors import ConfigError, GenerationError
 from microformers_sdk.attention import eager_attention, get_attention_function, sdpa_attention, soft_cap
-from microformers_sdk.cache import Cache, StaticCache
+from microformers_sdk.cache import Cache
+from microformers_sdk.decoder_heads import DecoderForCausalLM, DecoderForSequenceClassification, keep_logits_positions
 from microformers_sdk.inputs import DecoderInputs, prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, OffsetRMSNorm, ScaledEmbedding, apply_linear, get_activation
-from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
-from microformers_sdk.masks import AttentionMask, build_attention_masks, last_token_indices
-from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
+from microformers_sdk.losses import causal_lm_loss
+from microformers_sdk.masks import AttentionMask, build_attention_masks
+from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
 
 from .configuration_gemma2 import FULL, Gemma2Config
@@ -311,30 +312,15 @@ class Gemma2Model(Gemma2PreTrainedModel):
         )
 
 
-class Gemma2ForCausalLM(Gemma2PreTrainedModel):
-    """Decoder plus a language-modelling head (tied to the embeddings by default), logits soft-capped."""
+class Gemma2ForCausalLM(DecoderForCausalLM, Gemma2PreTrainedModel):
+    """Decoder plus a language-modelling head (tied to the embeddings by default), logits soft-capped.
+
+    ``make_static_cache`` (from the SDK base) stores every position in every layer; local layers are
+    restricted to their window by the mask.
+    """
 
     base_model_class: ClassVar[type[Gemma2Model]] = Gemma2Model
     _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
-
-    def __init__(self, config: Gemma2Config) -> None:
-        super().__init__(config)
-        self.model = self.base_model_class(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> nn.Module:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Module) -> None:
-        self.lm_head = value
 
     def forward(
         self,
@@ -366,12 +352,8 @@ class Gemma2ForCausalLM(Gemma2PreTrainedModel):
         hidden_states, all_hidden_states, attentions = self.model.decode(
             inputs.inputs_embeds, layer_inputs, inputs.cache, inputs.output_attentions, inputs.output_hidden_states
         )
-        if isinstance(logits_to_keep, int):
-            if logits_to_keep > 0:
-                hidden_states = hidden_states[:, -logits_to_keep:]
-        else:
-            hidden_states = hidden_states[:, logits_to_keep]
-        logits = soft_cap(apply_linear(self.lm_head, hidden_states), self.config.final_logit_softcapping)
+        logits = apply_linear(self.lm_head, keep_logits_positions(hidden_states, logits_to_keep))
+        logits = soft_cap(logits, self.config.final_logit_softcapping)
         loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
         output = CausalLMOutputWithPast(
             loss=loss,
@@ -399,13 +381,6 @@ class Gemma2ForCausalLM(Gemma2PreTrainedModel):
     def generation_config(self, value: Any) -> None:
         PreTrainedModel.generation_config.fset(self, value)
 
-    def make_static_cache(self, max_cache_len: int) -> StaticCache:
-        """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (prompt + new tokens).
-
-        Every layer stores every position; local layers are restricted to their window by the mask.
-        """
-        return StaticCache(self.config, max_cache_len=max_cache_len)
-
     def compile_decode_step(self, **compile_options: Any) -> None:
         raise GenerationError(
             f"{type(self).__name__} has no compiled decode step (its local layers' sliding-window masks are built "
@@ -413,66 +388,7 @@ class Gemma2ForCausalLM(Gemma2PreTrainedModel):
         )
 
 
-class Gemma2ForSequenceClassification(Gemma2PreTrainedModel):
+class Gemma2ForSequenceClassification(DecoderForSequenceClassification, Gemma2PreTrainedModel):
     """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
 
     base_model_class: ClassVar[type[Gemma2Model]] = Gemma2Model
-
-    def __init__(self, config: Gemma2Config) -> None:
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = self.base_model_class(config)
-        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.set_input_embeddings(value)
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> SequenceClassifierOutputWithPast | tuple[Any, ...]:
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        logits = self.score(outputs.last_hidden_state)
-        batch = logits.shape[0]
-        pad = self.config.pad_token_id
-        if pad is None and batch != 1:
-            raise InputError(
-                f"{type(self).__name__} needs config.pad_token_id to find the last token of each row in a batch of "
-                f"{batch}; set model.config.pad_token_id (e.g. to the tokenizer's pad_token_id)"
-            )
-        last = last_token_indices(input_ids, pad, batch, logits.shape[1], logits.device)
-        pooled = logits[torch.arange(batch, device=logits.device), last]
-        loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
-        output = SequenceClassifierOutputWithPast(
-            loss=loss,
-            logits=pooled,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-        return output if return_dict else output.to_tuple()
