@@ -67,9 +67,12 @@ def test_static_cache_arguments() -> None:
         "StaticCache holds 4 positions but layer 0 needs 5; "
         "create it with a larger max_cache_len (prompt length + max_new_tokens)"
     )
-    # exactly full is fine
+    # exactly full is fine, in steps or at once
     full.update(_states(1, 1), _states(1, 1), 0)
     assert full.get_seq_length() == 4
+    at_once = StaticCache(max_cache_len=4)
+    at_once.update(_states(1, 4), _states(1, 4), 0)
+    assert at_once.get_seq_length() == 4
 
 
 def test_layers_written_out_of_order_get_empty_placeholders() -> None:
@@ -157,10 +160,10 @@ def test_states_that_need_gradients_are_concatenated_not_written_in_place() -> N
 
 
 def test_batch_mismatch_message_and_legacy_lists() -> None:
-    cache = as_cache([(_states(2, 1), _states(2, 1))])
+    cache = as_cache([(_states(2, 1, heads=3), _states(2, 1, heads=3))])
     assert isinstance(cache, DynamicCache) and cache.get_seq_length() == 1
     with pytest.raises(GenerationError) as info:
-        cache.update(_states(3, 1), _states(3, 1), 0)
+        cache.update(_states(3, 1, heads=3), _states(3, 1, heads=3), 0)
     assert str(info.value) == (
         "the cache holds a batch of 2 but layer 0 got states for 3; "
         "use batch_repeat_interleave/batch_select_indices to change the batch"
