@@ -213,7 +213,8 @@ def speed(args: argparse.Namespace) -> None:
     fp32_end = common.median([r["peak_rss_after_decode_mb"] for r in fp32_runs])
     expected = ref_runs[0]["tokens"] if ref_runs and args.scenario != "prefill" else None
     print(
-        f"\n== {args.scenario}, {args.new_tokens} new tokens, {common.THREADS} threads (medians of {args.rounds} rounds)"
+        f"\n== {args.scenario}, {'512-token prompt' if args.scenario == 'prefill' else f'{args.new_tokens} new tokens'}, "
+        f"{common.THREADS} threads (medians of {args.rounds} rounds)"
     )
     print(
         f"{'variant':<16}{'tok/s':>8}{'x fp32':>8}{'x ref':>7}{'cpu tok/s':>10}{'x fp32':>8}{'x ref':>7}{'load s':>8}"
