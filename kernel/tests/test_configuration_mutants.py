@@ -353,8 +353,9 @@ def test_only_a_model_configuration_gets_the_config_checks(tmp_path: Path) -> No
     path = tmp_path / "x.json"
     path.write_text('{"rms_norm_eps": -1}')
     assert read_json(path, what="tokenizer configuration") == {"rms_norm_eps": -1}
-    with pytest.raises(ConfigError, match="rms_norm_eps=-1 must be a positive number"):
+    with pytest.raises(ConfigError) as info:
         read_json(path, what="model configuration")
+    assert str(info.value) == f"{path}: rms_norm_eps=-1 must be a positive number. Fix the file (or download it again)."
 
 
 # -- config checks ------------------------------------------------------------------------------------------
