@@ -26,11 +26,12 @@ from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache, StaticCache
+from microformers_sdk.decoder_heads import DecoderForCausalLM, DecoderForSequenceClassification, keep_logits_positions
 from microformers_sdk.inputs import DecoderInputs, prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
-from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
-from microformers_sdk.masks import build_attention_mask, last_token_indices
-from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
+from microformers_sdk.losses import causal_lm_loss
+from microformers_sdk.masks import build_attention_mask
+from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 
 from .configuration_llama import LlamaConfig
@@ -389,30 +390,11 @@ class _RegionalDecodeStep:
         return apply_linear(self.model.lm_head, hidden_states), None, None
 
 
-class LlamaForCausalLM(LlamaPreTrainedModel):
+class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
     """Decoder plus a language-modelling head (``lm_head``, tied to the embeddings when configured)."""
 
     base_model_class: ClassVar[type[LlamaModel]] = LlamaModel
     _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
-
-    def __init__(self, config: LlamaConfig) -> None:
-        super().__init__(config)
-        self.model = self.base_model_class(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Module:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Module) -> None:
-        self.lm_head = value
 
     def forward(
         self,
@@ -472,12 +454,8 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
         hidden_states, all_hidden_states, attentions = self.model.decode(
             inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states
         )
-        if isinstance(logits_to_keep, int):
-            if logits_to_keep > 0:
-                hidden_states = hidden_states[:, -logits_to_keep:]
-        else:
-            hidden_states = hidden_states[:, logits_to_keep]
-        return apply_linear(self.lm_head, hidden_states), all_hidden_states, attentions
+        logits = apply_linear(self.lm_head, keep_logits_positions(hidden_states, logits_to_keep))
+        return logits, all_hidden_states, attentions
 
     # -- opt-in compiled decoding ------------------------------------------------------------------
     def compile_decode_step(self, regional: bool = False, **compile_options: Any) -> None:
@@ -512,73 +490,13 @@ class LlamaForCausalLM(LlamaPreTrainedModel):
         object.__setattr__(self, "_compiled_decode_step", step)
         object.__setattr__(self, "_compiled_decode_options", {**options, "regional": regional})
 
-    def make_static_cache(self, max_cache_len: int) -> StaticCache:
-        """A :class:`~microformers_sdk.cache.StaticCache` for ``max_cache_len`` positions (prompt + new tokens)."""
-        return StaticCache(self.config, max_cache_len=max_cache_len)
-
     def uncompile_decode_step(self) -> None:
         """Undo :meth:`compile_decode_step`: every step runs eagerly again."""
         self.__dict__.pop("_compiled_decode_step", None)
         self.__dict__.pop("_compiled_decode_options", None)
 
 
-class LlamaForSequenceClassification(LlamaPreTrainedModel):
+class LlamaForSequenceClassification(DecoderForSequenceClassification, LlamaPreTrainedModel):
     """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
 
     base_model_class: ClassVar[type[LlamaModel]] = LlamaModel
-
-    def __init__(self, config: LlamaConfig) -> None:
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = self.base_model_class(config)
-        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> SequenceClassifierOutputWithPast | tuple[Any, ...]:
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        logits = self.score(outputs.last_hidden_state)
-        batch = logits.shape[0]
-        pad = self.config.pad_token_id
-        if pad is None and batch != 1:
-            raise InputError(
-                f"{type(self).__name__} needs config.pad_token_id to find the last token of each row in a batch of "
-                f"{batch}; set model.config.pad_token_id (e.g. to the tokenizer's pad_token_id)"
-            )
-        last = last_token_indices(input_ids, pad, batch, logits.shape[1], logits.device)
-        pooled = logits[torch.arange(batch, device=logits.device), last]
-        loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
-        output = SequenceClassifierOutputWithPast(
-            loss=loss,
-            logits=pooled,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-        return output if return_dict else output.to_tuple()
