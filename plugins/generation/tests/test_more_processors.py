@@ -49,6 +49,12 @@ CASES = {
     "encoder_repetition": (lambda m: m.EncoderRepetitionPenaltyLogitsProcessor(1.7, PROMPT), {}),
     "encoder_no_repeat_2": (lambda m: m.EncoderNoRepeatNGramLogitsProcessor(2, PROMPT), {}),
     "encoder_no_repeat_1": (lambda m: m.EncoderNoRepeatNGramLogitsProcessor(1, PROMPT), {}),
+    "encoder_repetition_below_one": (lambda m: m.EncoderRepetitionPenaltyLogitsProcessor(0.5, PROMPT), {}),
+    "encoder_no_repeat_3": (lambda m: m.EncoderNoRepeatNGramLogitsProcessor(3, PROMPT), {"last": [3, 4]}),
+    "encoder_no_repeat_one_ngram_long": (
+        lambda m: m.EncoderNoRepeatNGramLogitsProcessor(3, PROMPT[:, 1:4]),
+        {"last": [4, 6]},
+    ),
 }
 
 
@@ -58,6 +64,9 @@ def test_processor_matches_reference(inputs, case):
     input_ids, scores = inputs
     if "length" in options:
         input_ids = input_ids[:, : options["length"]]
+    if "last" in options:  # the rows end as a prompt n-gram begins, so something is banned
+        input_ids = input_ids.clone()
+        input_ids[:, -len(options["last"]) :] = torch.tensor(options["last"])
     if case != "inf_nan":
         scores = torch.nan_to_num(scores, nan=0.0, posinf=30.0)
     mine = make(ours)(input_ids, scores.clone())
@@ -133,6 +142,7 @@ def test_prefix_allowed_tokens_fn_matches_reference(model, reference_model, prom
         (lambda: ours.ExponentialDecayLengthPenalty(1.05, 2, 3), "exponential_decay_length_penalty"),
         (lambda: ours.EncoderRepetitionPenaltyLogitsProcessor(0.0, PROMPT), "encoder_repetition_penalty"),
         (lambda: ours.ForcedBOSTokenLogitsProcessor(-1), "forced_bos_token_id"),
+        (lambda: ours.MinLengthLogitsProcessor(-1, 2), "min_length"),
     ],
 )
 def test_bad_arguments_are_clear_errors(make, named):
