@@ -143,6 +143,7 @@ def test_prefix_allowed_tokens_fn_matches_reference(model, reference_model, prom
         (lambda: ours.EncoderRepetitionPenaltyLogitsProcessor(0.0, PROMPT), "encoder_repetition_penalty"),
         (lambda: ours.ForcedBOSTokenLogitsProcessor(-1), "forced_bos_token_id"),
         (lambda: ours.MinLengthLogitsProcessor(-1, 2), "min_length"),
+        (lambda: ours.MinLengthLogitsProcessor(2, "x"), "eos_token_id"),
     ],
 )
 def test_bad_arguments_are_clear_errors(make, named):
