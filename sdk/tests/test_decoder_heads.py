@@ -83,7 +83,12 @@ def test_sequence_classification_mixin_builds_named_decoder_and_pools() -> None:
     torch.manual_seed(0)
     config = HeadsToyConfig(num_labels=3, pad_token_id=0)
     model = ToyForSequenceClassification(config).eval()
-    assert sorted(model.state_dict()) == ["body.embed_tokens.weight", "body.mix.bias", "body.mix.weight", "score.weight"]
+    assert sorted(model.state_dict()) == [
+        "body.embed_tokens.weight",
+        "body.mix.bias",
+        "body.mix.weight",
+        "score.weight",
+    ]
     ids = torch.tensor([[5, 6, 0, 0], [3, 7, 8, 9]])
     out = model(ids, labels=torch.tensor([1, 2]))
     assert model.body.calls[-1]["output_router_logits"] is False

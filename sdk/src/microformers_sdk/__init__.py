@@ -59,6 +59,7 @@ _LAZY: dict[str, str] = {
     "DecoderHead": "decoder_heads",
     "DecoderForCausalLM": "decoder_heads",
     "MoeDecoderForCausalLM": "decoder_heads",
+    "MoeDecoderModel": "decoder_heads",
     "DecoderForSequenceClassification": "decoder_heads",
     "keep_logits_positions": "decoder_heads",
     "pool_last_tokens": "decoder_heads",

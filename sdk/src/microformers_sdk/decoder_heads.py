@@ -16,6 +16,8 @@ stay ``model.*``); the heads are ``lm_head`` and ``score``.
   load-balancing loss included.
 - :class:`DecoderForSequenceClassification`: the decoder plus a ``score`` head read at each row's last
   non-padding token.
+- :class:`MoeDecoderModel`: the layer loop of a mixture-of-experts decoder stack (masks per sliding
+  window, router logits collected), for a model with ``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``.
 - :func:`keep_logits_positions`: the ``logits_to_keep`` slicing every causal-LM head shares.
 """
 
@@ -28,18 +30,21 @@ from torch import nn
 
 from microformers.errors import InputError
 
+from .attention import get_attention_function
 from .cache import Cache, StaticCache
+from .inputs import prepare_decoder_inputs
 from .layers import apply_linear
 from .losses import causal_lm_loss, sequence_classification_loss
-from .masks import last_token_indices
+from .masks import build_attention_mask, last_token_indices
 from .moe import load_balancing_loss
-from .outputs import MoeCausalLMOutputWithPast, SequenceClassifierOutputWithPast
+from .outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast, SequenceClassifierOutputWithPast
 
 __all__ = [
     "DecoderForCausalLM",
     "DecoderForSequenceClassification",
     "DecoderHead",
     "MoeDecoderForCausalLM",
+    "MoeDecoderModel",
     "keep_logits_positions",
     "pool_last_tokens",
 ]
@@ -64,6 +69,83 @@ def pool_last_tokens(
         )
     last = last_token_indices(input_ids, pad_token_id, batch, logits.shape[1], logits.device)
     return logits[torch.arange(batch, device=logits.device), last]
+
+
+class MoeDecoderModel:
+    """Mixin: ``forward`` of a mixture-of-experts decoder stack; returns ``MoeModelOutputWithPast``.
+
+    The plugin's model builds ``embed_tokens``, ``layers`` (each with ``self_attn.sliding_window``, ``None``
+    for full attention, and returning ``(hidden, attention weights, router logits or None)``), ``norm`` and
+    ``rotary_emb``. One mask is built per distinct window.
+    """
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_router_logits: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> MoeModelOutputWithPast | tuple[Any, ...]:
+        model: Any = self
+        inputs = prepare_decoder_inputs(
+            model,
+            model.embed_tokens,
+            input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=return_dict,
+        )
+        hidden_states, cache = inputs.inputs_embeds, inputs.cache
+        if output_router_logits is None:
+            output_router_logits = model.config.output_router_logits
+        rotary = model.rotary_emb(inputs.position_ids, dtype=hidden_states.dtype)
+        masks = {
+            window: build_attention_mask(
+                attention_mask,
+                hidden_states.shape[1],
+                inputs.past_length,
+                sliding_window=window,
+                device=hidden_states.device,
+            )
+            for window in {layer.self_attn.sliding_window for layer in model.layers}
+        }
+        attention_fn = get_attention_function(model.config)
+        all_hidden: list[torch.Tensor] = []
+        all_attentions: list[torch.Tensor | None] = []
+        all_router_logits: list[torch.Tensor] = []
+        for layer in model.layers:
+            if inputs.output_hidden_states:
+                all_hidden.append(hidden_states)
+            mask = masks[layer.self_attn.sliding_window]
+            hidden_states, weights, router_logits = model._call_layer(
+                layer, hidden_states, rotary, mask, cache, attention_fn, inputs.output_attentions
+            )
+            all_attentions.append(weights)
+            if router_logits is not None:  # dense layers route nothing
+                all_router_logits.append(router_logits)
+        hidden_states = model.norm(hidden_states)
+        if inputs.output_hidden_states:
+            all_hidden.append(hidden_states)
+        output = MoeModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=cache if inputs.use_cache else None,
+            hidden_states=tuple(all_hidden) if inputs.output_hidden_states else None,
+            attentions=tuple(all_attentions) if inputs.output_attentions else None,
+            router_logits=tuple(all_router_logits) if output_router_logits else None,
+        )
+        return output if inputs.return_dict else output.to_tuple()
 
 
 class DecoderHead:

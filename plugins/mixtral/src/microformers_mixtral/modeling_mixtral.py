@@ -26,14 +26,11 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers_sdk.attention import eager_attention, get_attention_function
+from microformers_sdk.attention import eager_attention
 from microformers_sdk.cache import Cache
-from microformers_sdk.decoder_heads import DecoderForSequenceClassification, MoeDecoderForCausalLM
-from microformers_sdk.inputs import prepare_decoder_inputs
+from microformers_sdk.decoder_heads import DecoderForSequenceClassification, MoeDecoderForCausalLM, MoeDecoderModel
 from microformers_sdk.layers import RMSNorm, apply_linear, get_activation
-from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.moe import FusedExpertsSource, SparseMoeBlock, TopKRouter
-from microformers_sdk.outputs import MoeModelOutputWithPast
 from microformers_sdk.rope_settings import rope_settings_from_config
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
 
@@ -59,6 +56,7 @@ class MixtralAttention(nn.Module):
         self.head_dim = config.attention_head_dim
         self.scaling = self.head_dim**-0.5
         self.attention_dropout = float(config.attention_dropout or 0.0)
+        self.sliding_window = config.sliding_window  # the same window for every layer (read by the mask builder)
         hidden, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
         self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
@@ -167,8 +165,8 @@ class MixtralPreTrainedModel(PreTrainedModel):
         return super()._materialise(source, *args, **kwargs)
 
 
-class MixtralModel(MixtralPreTrainedModel):
-    """The decoder stack without a head; returns ``MoeModelOutputWithPast``."""
+class MixtralModel(MoeDecoderModel, MixtralPreTrainedModel):
+    """The decoder stack without a head; ``forward`` (the SDK's MoE layer loop) returns ``MoeModelOutputWithPast``."""
 
     def __init__(self, config: MixtralConfig) -> None:
         super().__init__(config)
@@ -185,68 +183,6 @@ class MixtralModel(MixtralPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.embed_tokens = value
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        output_router_logits: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> MoeModelOutputWithPast | tuple[Any, ...]:
-        inputs = prepare_decoder_inputs(
-            self,
-            self.embed_tokens,
-            input_ids=input_ids,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=return_dict,
-        )
-        hidden_states, cache = inputs.inputs_embeds, inputs.cache
-        if output_router_logits is None:
-            output_router_logits = self.config.output_router_logits
-        rotary = self.rotary_emb(inputs.position_ids, dtype=hidden_states.dtype)
-        mask = build_attention_mask(
-            attention_mask,
-            hidden_states.shape[1],
-            inputs.past_length,
-            sliding_window=self.config.sliding_window,
-            device=hidden_states.device,
-        )
-        attention_fn = get_attention_function(self.config)
-        all_hidden: list[torch.Tensor] = []
-        all_attentions: list[torch.Tensor | None] = []
-        all_router_logits: list[torch.Tensor] = []
-        for layer in self.layers:
-            if inputs.output_hidden_states:
-                all_hidden.append(hidden_states)
-            hidden_states, weights, router_logits = self._call_layer(
-                layer, hidden_states, rotary, mask, cache, attention_fn, inputs.output_attentions
-            )
-            all_attentions.append(weights)
-            all_router_logits.append(router_logits)
-        hidden_states = self.norm(hidden_states)
-        if inputs.output_hidden_states:
-            all_hidden.append(hidden_states)
-        output = MoeModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            past_key_values=cache if inputs.use_cache else None,
-            hidden_states=tuple(all_hidden) if inputs.output_hidden_states else None,
-            attentions=tuple(all_attentions) if inputs.output_attentions else None,
-            router_logits=tuple(all_router_logits) if output_router_logits else None,
-        )
-        return output if inputs.return_dict else output.to_tuple()
 
 
 class MixtralForCausalLM(MoeDecoderForCausalLM, MixtralPreTrainedModel):

@@ -30,14 +30,11 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers_sdk.attention import eager_attention, get_attention_function
+from microformers_sdk.attention import eager_attention
 from microformers_sdk.cache import Cache
-from microformers_sdk.decoder_heads import DecoderForSequenceClassification, MoeDecoderForCausalLM
-from microformers_sdk.inputs import prepare_decoder_inputs
+from microformers_sdk.decoder_heads import DecoderForSequenceClassification, MoeDecoderForCausalLM, MoeDecoderModel
 from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
-from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.moe import FusedExpertsSource, SparseMoeBlock, TopKRouter
-from microformers_sdk.outputs import MoeModelOutputWithPast
 from microformers_sdk.rope_settings import rope_settings_from_config
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
 
@@ -156,8 +153,8 @@ class Qwen2MoePreTrainedModel(PreTrainedModel):
         return super()._materialise(source, *args, **kwargs)
 
 
-class Qwen2MoeModel(Qwen2MoePreTrainedModel):
-    """The decoder stack without a head; returns ``MoeModelOutputWithPast``."""
+class Qwen2MoeModel(MoeDecoderModel, Qwen2MoePreTrainedModel):
+    """The decoder stack without a head; ``forward`` (the SDK's MoE layer loop) returns ``MoeModelOutputWithPast``."""
 
     def __init__(self, config: Qwen2MoeConfig) -> None:
         super().__init__(config)
@@ -174,73 +171,6 @@ class Qwen2MoeModel(Qwen2MoePreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.embed_tokens = value
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        output_router_logits: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> MoeModelOutputWithPast | tuple[Any, ...]:
-        inputs = prepare_decoder_inputs(
-            self,
-            self.embed_tokens,
-            input_ids=input_ids,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=return_dict,
-        )
-        hidden_states, cache = inputs.inputs_embeds, inputs.cache
-        if output_router_logits is None:
-            output_router_logits = self.config.output_router_logits
-        rotary = self.rotary_emb(inputs.position_ids, dtype=hidden_states.dtype)
-        masks = {
-            window: build_attention_mask(
-                attention_mask,
-                hidden_states.shape[1],
-                inputs.past_length,
-                sliding_window=window,
-                device=hidden_states.device,
-            )
-            for window in {layer.self_attn.sliding_window for layer in self.layers}
-        }
-        attention_fn = get_attention_function(self.config)
-        all_hidden: list[torch.Tensor] = []
-        all_attentions: list[torch.Tensor | None] = []
-        all_router_logits: list[torch.Tensor] = []
-        for layer in self.layers:
-            if inputs.output_hidden_states:
-                all_hidden.append(hidden_states)
-            mask = masks[layer.self_attn.sliding_window]
-            hidden_states, weights, router_logits = self._call_layer(
-                layer, hidden_states, rotary, mask, cache, attention_fn, inputs.output_attentions
-            )
-            all_attentions.append(weights)
-            if router_logits is not None:
-                all_router_logits.append(router_logits)
-        hidden_states = self.norm(hidden_states)
-        if inputs.output_hidden_states:
-            all_hidden.append(hidden_states)
-        output = MoeModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            past_key_values=cache if inputs.use_cache else None,
-            hidden_states=tuple(all_hidden) if inputs.output_hidden_states else None,
-            attentions=tuple(all_attentions) if inputs.output_attentions else None,
-            router_logits=tuple(all_router_logits) if output_router_logits else None,
-        )
-        return output if inputs.return_dict else output.to_tuple()
 
 
 class Qwen2MoeForCausalLM(MoeDecoderForCausalLM, Qwen2MoePreTrainedModel):
