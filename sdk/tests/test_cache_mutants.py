@@ -179,3 +179,16 @@ def test_batch_mismatch_message_and_legacy_lists() -> None:
 def test_the_base_class_has_no_storage_policy() -> None:
     with pytest.raises(NotImplementedError):
         Cache().update(_states(1, 1), _states(1, 1), 0)
+
+
+def test_a_layer_not_written_yet_reads_as_empty() -> None:
+    """Indexing a layer below the highest one written gives empty states, not a raw IndexError."""
+    from microformers_sdk.cache import DynamicCache
+
+    cache = DynamicCache()
+    key = torch.randn(1, 2, 3, 4)
+    cache.update(key, key + 1, layer_idx=2)
+    keys, values = cache[0]
+    assert keys.numel() == 0 and values.numel() == 0
+    assert [k.shape[2] if k.dim() == 4 else 0 for k, _ in cache.to_legacy_cache()] == [0, 0, 3]
+    assert torch.equal(cache[2][1], key + 1)

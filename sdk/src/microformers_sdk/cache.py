@@ -114,8 +114,11 @@ class Cache:
     def __getitem__(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_idx >= len(self._keys):
             raise IndexError(f"the cache holds {len(self._keys)} layers; there is no layer {layer_idx}")
+        keys, values = self._keys[layer_idx], self._values[layer_idx]
+        if keys.dim() != 4:  # a layer below one that was written, not written itself: nothing cached yet
+            return keys, values
         end = self._lengths[layer_idx]
-        return self._keys[layer_idx][:, :, :end], self._values[layer_idx][:, :, :end]
+        return keys[:, :, :end], values[:, :, :end]
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for layer_idx in range(len(self)):
