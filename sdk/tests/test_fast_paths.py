@@ -45,7 +45,8 @@ def test_row_linear_keeps_f_linear_where_it_does_not_apply() -> None:
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(2, 40), (3, 1, 40), (1, 4, 40), (2, 2, 40)])
-def test_few_rows_linear_matches_f_linear(shape: tuple[int, ...], bias: bool) -> None:
+def test_few_rows_linear_matches_f_linear(shape: tuple[int, ...], bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layers, "SMALL_ROWS", 4)
     torch.manual_seed(0)
     weight, x = torch.randn(96, 40), torch.randn(*shape)
     b = torch.randn(96) if bias else None

@@ -172,8 +172,10 @@ ROW_SPLIT = int(os.environ.get("MICROFORMERS_ROW_SPLIT", "2"))
 # Two to four input rows (batch 2-4 decoding, a few beams, a short prompt): MKL's small-M ``sgemm``
 # is slow for ``x @ W.T``, while ``W @ x.T`` (the weight as the left operand) streams the weight
 # 1.2-1.4x faster for 2-4 rows, and is no faster from 6 rows on (bench numbers in
-# docs/performance.md). ``MICROFORMERS_SMALL_ROWS=1`` turns it off (read at import).
-SMALL_ROWS = int(os.environ.get("MICROFORMERS_SMALL_ROWS", "4"))
+# docs/performance.md). Opt-in with ``MICROFORMERS_SMALL_ROWS=4`` (read at import): its rounding depends
+# on the weight's memory alignment, so a reloaded checkpoint could differ from the saved model in the
+# last bits, and exact reloads matter more than batch 2-4 speed.
+SMALL_ROWS = int(os.environ.get("MICROFORMERS_SMALL_ROWS", "1"))
 
 
 def _plain_cpu_float32(x: torch.Tensor, weight: torch.Tensor) -> bool:
