@@ -46,6 +46,23 @@ def test_kernel_matches_dequantised_matmul(bits: int, group: int, rows: int) -> 
     assert ((layer.dequantize() - weight).abs() <= step / 2 + 1e-3 * step + 1e-6).all()
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("rows", [1, 20])
+def test_gradients_reach_the_input_through_a_quantized_layer(bits: int, rows: int) -> None:
+    """LoRA on a quantized base backpropagates through the frozen layer as through its float weight."""
+    torch.manual_seed(bits + rows)
+    layer = QuantLinear(64, 48, bias=True, bits=bits, group=32)
+    for name, tensor in layer.quantize_weight(torch.randn(48, 64)).items():
+        setattr(layer, name, tensor)
+    layer.bias = torch.nn.Parameter(torch.randn(48))
+    x = torch.randn(rows, 64, requires_grad=True)
+    (layer(x) ** 2).sum().backward()
+    reference = x.detach().clone().requires_grad_(True)
+    (torch.nn.functional.linear(reference, layer.dequantize(), layer.bias) ** 2).sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, reference.grad, atol=1e-4, rtol=1e-5)
+
+
 @pytest.mark.parametrize("bits,group", [(4, 32), (4, 64), (8, 32), (8, 96)])
 def test_native_dequantize_is_bitwise_the_torch_definition(bits: int, group: int) -> None:
     assert kernels.native_available()

@@ -84,6 +84,10 @@ class _QuantWeight(nn.Module):
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ W.T`` for float32 2-D ``x``."""
+        if x.requires_grad and torch.is_grad_enabled():
+            # training through a frozen quantized layer (LoRA): the kernels have no backward, so the
+            # product runs on the de-quantised weight and gradients reach the input
+            return torch.nn.functional.linear(x, self.dequantize())
         int8_act = self.int8_activations and x.shape[0] <= KERNEL_MAX_ROWS
         if self.bits == 4:
             return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group, int8_act)
