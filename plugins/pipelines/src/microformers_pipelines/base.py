@@ -369,14 +369,20 @@ def save_pipeline_code(cls: type, save_directory: str | Any) -> None:
     from microformers.hub import atomic_write_bytes
     from microformers.remote import collect_code_files
 
+    own_module = (
+        "put the pipeline class in a module of its own (e.g. my_pipeline.py) so its code can be saved and reloaded"
+    )
+    if cls.__module__ == "__main__":  # checked first: an interactive __main__ has no file at all
+        raise ConfigError(f"Pipeline.save_pretrained: {cls.__name__} is defined in __main__; {own_module}")
     try:
         source = Path(inspect.getfile(cls))
     except (TypeError, OSError) as exc:
-        raise ConfigError(f"Pipeline.save_pretrained: the code of {cls.__name__} has no file to save ({exc})") from exc
-    if cls.__module__ == "__main__" or source.suffix != ".py":
         raise ConfigError(
-            f"Pipeline.save_pretrained: {cls.__name__} is defined in {source.name} ({cls.__module__}); put the "
-            "pipeline class in a module of its own (e.g. my_pipeline.py) so its code can be saved and reloaded"
+            f"Pipeline.save_pretrained: the code of {cls.__name__} has no file to save ({exc}); {own_module}"
+        ) from exc
+    if source.suffix != ".py":
+        raise ConfigError(
+            f"Pipeline.save_pretrained: {cls.__name__} is defined in {source.name} ({cls.__module__}); {own_module}"
         )
     folder = Path(save_directory)
     for name, path in collect_code_files(source.stem, source.parent, {}).items():
