@@ -113,6 +113,14 @@ def test_open_checkpoint_splits_arguments_and_honours_selected_by(reg: Registry,
     assert ckpt.format_kwargs == {"use_bin": False, "bin_opt": 1, "gguf_file": None}
 
 
+def test_open_checkpoint_resolves_an_alias_before_opening(reg: Registry, tmp_path: Path) -> None:
+    target = tmp_path / "real"
+    reg.add("checkpoint_formats", "plain", Format("safetensors"))
+    reg.add("model_sources", "my-alias", lambda: (target, {"revision": "v1", "dtype": "x"}))
+    ckpt, rest = open_checkpoint("my-alias", {"dtype": "mine"})
+    assert ckpt.source == target and ckpt.hub_kwargs == {"revision": "v1"} and rest == {"dtype": "mine"}
+
+
 def test_resolve_asks_for_metadata_and_every_candidates_patterns_once(
     reg: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
