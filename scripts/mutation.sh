@@ -14,6 +14,17 @@
 #                                            # busy with other work at 0 each mutant waits minutes for CPU
 #   MUTATION_COVERED_ONLY=false              # also mutate lines the judging tests never run (they show as
 #                                            # "no tests"); default true (mutmut's mutate_only_covered_lines)
+#   MUTATION_EXTRA_TESTS="tests/integration/test_remote_code.py plugins/gpt2/tests"
+#                                            # more test files/folders (repository paths) copied into the workspace
+#                                            # under tests/extra/<path>; name them in MUTATION_TESTS as such
+#   MUTATION_SAMPLE=70 MUTATION_SEED=19      # run a uniform random sample of the module's mutants (Python's
+#                                            # random.Random(seed).sample over the sorted names; list written to
+#                                            # .mutation/<name>-sample.txt) instead of every mutant
+#   MUTATION_ONLY="microformers_generation.logits_process.xǁMinLengthLogitsProcessorǁ__init____mutmut_18 ..."
+#                                            # run only these mutants (names as `mutmut results` prints them)
+#   MUTATION_PRELOAD="microformers microformers_sdk"   # also import these in the fork server (saves their import
+#                                            # per mutant); only for modules whose code under test does not run
+#                                            # at import time (never for plugins.py, whose Registry() is built then)
 #
 # It never touches the working tree: the three packages and their tests are copied into a workspace
 # (.mutation/work, git-ignored) laid out as mutmut expects (src/<package>, tests), and mutmut mutates
@@ -55,6 +66,8 @@ TREE="$STATE/$NAME-tree"
 rm -rf "$TREE" && mkdir -p "$TREE"
 SUBTREES=(kernel/src/microformers sdk/src/microformers_sdk plugins/generation/src/microformers_generation
           kernel/tests sdk/tests plugins/generation/tests conftest.py)
+read -r -a EXTRA <<< "${MUTATION_EXTRA_TESTS:-}"
+SUBTREES+=("${EXTRA[@]}")
 if [ "${MUTATION_TREE:-head}" = worktree ]; then
     (cd "$ROOT" && cp -r --parents "${SUBTREES[@]}" "$TREE/")
 else
@@ -66,6 +79,10 @@ cp -r "$TREE/kernel/tests" "$WORK/tests/kernel"
 cp -r "$TREE/sdk/tests" "$WORK/tests/sdk"
 cp -r "$TREE/plugins/generation/tests" "$WORK/tests/generation"
 cp "$TREE/conftest.py" "$WORK/"
+for extra in "${EXTRA[@]}"; do
+    mkdir -p "$WORK/tests/extra/$(dirname "$extra")"
+    cp -r "$TREE/$extra" "$WORK/tests/extra/$extra"
+done
 find "$WORK" -name __pycache__ -prune -exec rm -rf {} +
 ln -s "$ROOT/.test-plugins" "$WORK/.test-plugins"
 ln -s "$ROOT/tests/plugins" "$WORK/tests/plugins"
@@ -114,9 +131,34 @@ EOF
 
 cd "$WORK"
 printf '%s\n' torch numpy safetensors safetensors.torch jinja2 pluggy attrs packaging huggingface_hub tokenizers \
-    transformers pytest > preload.txt
+    transformers pytest ${MUTATION_PRELOAD:-} > preload.txt
 export PYTHONDONTWRITEBYTECODE=1
-nice -n "${MUTATION_NICE:-10}" "$VENV/bin/mutmut" run --max-children "${MUTATION_CHILDREN:-1}" || true
+read -r -a chosen <<< "${MUTATION_ONLY:-}"
+if [ -n "${MUTATION_SAMPLE:-}" ]; then
+    # Generate the mutants only (the first steps of mutmut's `run`), list them, and draw the sample.
+    nice -n "${MUTATION_NICE:-10}" "$VENV/bin/python" - <<'EOF'
+import os
+import mutmut.__main__ as mm
+mm.set_mutant_under_test("mutant_generation")
+os.makedirs("mutants", exist_ok=True)
+mm.copy_src_dir()
+mm.copy_also_copy_files()
+mm.setup_source_paths()
+mm.store_lines_covered_by_tests()
+mm.create_mutants(1)
+EOF
+    "$VENV/bin/mutmut" results --all true > "$STATE/$NAME-all.txt" 2>&1 || true
+    "$VENV/bin/python" - "$STATE/$NAME-all.txt" "$MUTATION_SAMPLE" "${MUTATION_SEED:-19}" > "$STATE/$NAME-sample.txt" <<'EOF'
+import random, re, sys
+names = sorted(m.group(1) for line in open(sys.argv[1]) if (m := re.match(r"\s*(\S+__mutmut_\d+): ", line)))
+k = min(int(sys.argv[2]), len(names))
+print("\n".join(sorted(random.Random(int(sys.argv[3])).sample(names, k))))
+EOF
+    mapfile -t chosen < "$STATE/$NAME-sample.txt"
+    [ ${#chosen[@]} -gt 0 ] || { echo "no mutants to sample (see $STATE/$NAME-all.txt)" >&2; exit 1; }
+    echo "sample: ${#chosen[@]} of $(grep -c __mutmut_ "$STATE/$NAME-all.txt") mutants (seed ${MUTATION_SEED:-19})"
+fi
+nice -n "${MUTATION_NICE:-10}" "$VENV/bin/mutmut" run --max-children "${MUTATION_CHILDREN:-1}" "${chosen[@]}" || true
 "$VENV/bin/mutmut" results --all true > "$STATE/$NAME-results.txt" 2>&1 || true
 "$VENV/bin/python" - "$STATE" "$NAME" <<'EOF'
 import collections, pathlib, re, sys
@@ -130,6 +172,8 @@ for line in (state / f"{name}-results.txt").read_text().splitlines():
         continue
     module = m.group(1).rsplit(".x", 1)[0].rsplit(".xǁ", 1)[0]
     status = m.group(2).strip()
+    if status == "not checked":  # outside the sample
+        continue
     counts[status] += 1
     per_module[module.split("ǁ")[0]][status] += 1
 lines = []
