@@ -99,6 +99,29 @@ def test_multi_row_kernels_match_dequantised_matmul(
     assert torch.allclose(layer(x), torch.nn.functional.linear(x, weight, layer.bias), atol=2e-5, rtol=1e-5)
 
 
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_kernels_run_on_two_threads_under_inference_mode(bits: int) -> None:
+    """The kernels split output features over OpenMP threads; the prefill tiles run ATen ops on the
+    worker threads, which must see the caller's inference mode (writing into an inference tensor
+    from a worker without it raised "Inplace update to inference tensor outside InferenceMode")."""
+    assert kernels.native_available()
+    torch.manual_seed(bits)
+    layer = QuantLinear(128, 300, bias=False, bits=bits, group=32)
+    for name, tensor in layer.quantize_weight(torch.randn(300, 128)).items():
+        setattr(layer, name, tensor)
+    weight = layer.dequantize()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for rows in (1, 5, 64):  # row kernels and de-quantised tiles
+            x = torch.randn(rows, 128)
+            with torch.inference_mode():
+                got = layer(x)
+            assert torch.allclose(got, torch.nn.functional.linear(x, weight), atol=2e-5, rtol=1e-5), rows
+    finally:
+        torch.set_num_threads(threads)
+
 def test_int8_activations_use_float_kernels_for_prefill() -> None:
     torch.manual_seed(3)
     layer = QuantLinear(64, 40, bias=False, bits=4, group=32)

@@ -1,7 +1,8 @@
 """The CPU kernels: ``mfquant::q4_linear``, ``mfquant::q8_linear`` and friends (csrc/qlinear.cpp), built on first use.
 
 The C++ source is compiled once per machine with ``torch.utils.cpp_extension.load`` (gcc, ``-O3
--march=native``: AVX2/FMA/F16C where the CPU has them) into torch's extension cache
+-march=native -fopenmp``: AVX2/FMA/F16C where the CPU has them, output features split over
+torch's threads) into torch's extension cache
 (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); later processes load the cached
 library in milliseconds. Both ops have fake (meta) implementations, so ``torch.compile`` traces
 through them. Without a compiler (or with ``MICROFORMERS_QUANT_KERNELS=torch``) the same maths
@@ -53,7 +54,11 @@ def _build() -> bool:
         load(
             name="microformers_quant_kernels",
             sources=[str(source)],
-            extra_cflags=["-O3", "-march=native", "-ffp-contract=off"],
+            # -fopenmp: ATen's parallel_for is an inline OpenMP region in the headers; without the flag it
+            # runs every kernel on one thread. The library links libgomp.so.1, which resolves to the copy
+            # torch has already loaded (same soname), so both share one thread pool.
+            extra_cflags=["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=False,
         )

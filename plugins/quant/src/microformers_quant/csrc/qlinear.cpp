@@ -19,6 +19,7 @@
 // scale; each weight block's dot product runs in integers, then one FMA per block.
 // Output features are split over ATen's intra-op threads in every kernel.
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -260,7 +261,11 @@ void linear_gemm(const at::Tensor& x2d, const Weight<F>& w, at::Tensor& out2d) {
   tile = std::max<int64_t>(16, std::min<int64_t>(tile, ((w.N + threads - 1) / threads + 15) / 16 * 16));
   const int64_t tiles = (w.N + tile - 1) / tile;
   const at::Tensor xt = x2d.t();
+  // The tiles run ATen ops (empty, mm_out) on OpenMP worker threads: give them the caller's
+  // thread-local state (inference mode, grad mode), or writing into an inference tensor fails there.
+  const at::ThreadLocalState caller_state;
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    const at::ThreadLocalStateGuard state_guard(caller_state);
     at::Tensor buffer = at::empty({tile, w.K}, x2d.options());
     for (int64_t t = begin; t < end; ++t) {
       const int64_t n0 = t * tile, rows = std::min(tile, w.N - n0);
