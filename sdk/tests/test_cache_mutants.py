@@ -75,6 +75,15 @@ def test_static_cache_arguments() -> None:
     assert at_once.get_seq_length() == 4
 
 
+def test_static_cache_with_a_config_still_needs_a_length_and_one_position_is_enough() -> None:
+    # a config object without max_cache_len is refused clearly (not taken as the length)
+    with pytest.raises(GenerationError, match=r"^StaticCache needs a positive max_cache_len, got None$"):
+        StaticCache(object())
+    one = StaticCache(max_cache_len=1)
+    one.update(_states(1, 1), _states(1, 1), 0)
+    assert one.get_seq_length() == 1 and one.layer_storage(0)[0].shape == (1, 2, 1, 4)
+
+
 def test_layers_written_out_of_order_get_empty_placeholders() -> None:
     cache = DynamicCache()
     cache.update(_states(2, 3), _states(2, 3), 2)
