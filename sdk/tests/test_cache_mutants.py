@@ -168,6 +168,17 @@ def test_states_that_need_gradients_are_concatenated_not_written_in_place() -> N
     assert values.requires_grad and other.get_seq_length() == 3
 
 
+def test_a_later_write_does_not_break_backward_when_only_values_need_gradients() -> None:
+    cache = DynamicCache()
+    cache.update(_states(1, 2), _states(1, 2), 0)
+    value = _states(1, 1).requires_grad_()
+    _, values = cache.update(_states(1, 1), value, 0)
+    loss = (values * values).sum()  # saves ``values`` for backward
+    cache.update(_states(1, 1), _states(1, 1), 0)  # the next step, without gradients
+    loss.backward()
+    assert torch.equal(value.grad, 2 * value.detach())
+
+
 def test_batch_mismatch_message_and_legacy_lists() -> None:
     cache = as_cache([(_states(2, 1, heads=3), _states(2, 1, heads=3))])
     assert isinstance(cache, DynamicCache) and cache.get_seq_length() == 1
