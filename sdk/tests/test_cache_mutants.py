@@ -183,9 +183,9 @@ def test_batch_mismatch_message_and_legacy_lists() -> None:
     cache = as_cache([(_states(2, 1, heads=3), _states(2, 1, heads=3))])
     assert isinstance(cache, DynamicCache) and cache.get_seq_length() == 1
     with pytest.raises(GenerationError) as info:
-        cache.update(_states(3, 1, heads=3), _states(3, 1, heads=3), 0)
+        cache.update(_states(4, 1, heads=3), _states(4, 1, heads=3), 0)  # batch, heads and length all differ
     assert str(info.value) == (
-        "the cache holds a batch of 2 but layer 0 got states for 3; "
+        "the cache holds a batch of 2 but layer 0 got states for 4; "
         "use batch_repeat_interleave/batch_select_indices to change the batch"
     )
     with pytest.raises(InputError) as info:
