@@ -298,6 +298,32 @@ def test_from_pretrained_checks_model_type_and_records_the_source(tmp_path: Path
     )
 
 
+def test_from_pretrained_checks_the_file_and_its_errors_name_config_json(tmp_path: Path) -> None:
+    config_json = tmp_path / "config.json"
+    config_json.write_text('{"rms_norm_eps": -1}')  # the model-configuration checks run on the file
+    with pytest.raises(ConfigError) as info:
+        AliasConfig.from_pretrained(tmp_path)
+    assert str(info.value) == f"{config_json}: rms_norm_eps=-1 must be a positive number. Fix the file (or download it again)."
+    config_json.write_text("{")
+    with pytest.raises(ConfigError, match=r"config\.json \(model configuration\) is not valid JSON"):
+        AliasConfig.get_config_dict(tmp_path)
+    config_json.write_text('{"depth": "deep"}')  # a value the class cannot use: the file is named
+    with pytest.raises(ConfigError) as info:
+        AliasConfig.from_pretrained(tmp_path)
+    assert str(info.value).startswith(f"{config_json} holds a value AliasConfig cannot use (ValueError: ")
+
+
+def test_from_pretrained_with_a_plain_dict_names_what_was_asked_for() -> None:
+    class PlainDictConfig(AliasConfig):
+        @classmethod
+        def get_config_dict(cls, pretrained: Any, **kwargs: Any) -> dict[str, Any]:
+            return {"depth": "deep"}  # a subclass's own source: a dict without ``.source``
+
+    with pytest.raises(ConfigError) as info:
+        PlainDictConfig.from_pretrained("some/where")
+    assert str(info.value).startswith("some/where holds a value PlainDictConfig cannot use (ValueError: ")
+
+
 # -- reading files ----------------------------------------------------------------------------------------
 def test_read_json_errors_name_the_file(tmp_path: Path) -> None:
     path = tmp_path / "f.json"
