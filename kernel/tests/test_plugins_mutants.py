@@ -126,6 +126,15 @@ def test_entry_module_hooks_must_be_known_and_marked() -> None:
     check_plugin_module(plugin_module("ok", register_models=hookimpl(register_models), register_note="text"))
 
 
+def test_an_entry_object_without_a_name_is_named_by_itself() -> None:
+    # an entry point may load an object (``pkg:obj``), not a module: the message shows the object
+    entry = types.SimpleNamespace(MICROFORMERS_API_VERSION=KERNEL_API_VERSION)
+    entry.register_modles = lambda register: None
+    with pytest.raises(PluginError) as info:
+        check_plugin_module(entry)
+    assert str(info.value).startswith(f"{entry}.register_modles is not a microformers hook; did you mean")
+
+
 def test_references_import_lazily_and_name_without_importing() -> None:
     assert resolve_ref("os.path:join") is __import__("os").path.join
     assert resolve_ref("collections:OrderedDict.fromkeys") == __import__("collections").OrderedDict.fromkeys
@@ -276,6 +285,14 @@ def test_prefer_function_sets_the_process_registry(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(plugins_module, "registry", registry)
     plugins_module.prefer("models", ("a", "b"), "p")
     assert registry._preferences == {("models", ("a", "b")): "p"}
+
+
+def test_a_kind_mixing_plain_names_and_pairs_is_listed_by_text() -> None:
+    registry = fresh()
+    registry.add("configs", "b", "json:JSONDecoder", "p")
+    registry.add("configs", ("c", "variant"), "json:JSONDecodeError", "p")
+    registry.add("configs", "a", "json:JSONEncoder", "p")
+    assert registry.names("configs") == [("c", "variant"), "a", "b"]  # "('c', ..." sorts before "a"
 
 
 def test_names_all_require_and_providers() -> None:
