@@ -251,6 +251,16 @@ def fresh() -> Registry:
     return registry
 
 
+def test_the_conflict_warning_points_at_the_code_that_asked() -> None:
+    registry = fresh()
+    registry.add("configs", "t", "json:JSONDecoder", "plugin_b")
+    registry.add("configs", "t", "json:JSONEncoder", "plugin_a")
+    with pytest.warns(PluginConflictWarning) as record:
+        registry.require("configs", "t")  # get() warns on behalf of require()'s caller (stacklevel=3)
+    # not the registry's own line (under mutmut extra trampoline frames sit between, so no equality with __file__)
+    assert record[0].filename != plugins_module.__file__
+
+
 def test_conflicts_preferences_and_in_process_registrations() -> None:
     registry = fresh()
     registry.add("pipelines", "t", "ref-b", "plugin_b")
