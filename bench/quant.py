@@ -18,7 +18,8 @@ Variants:
 * ``fp32``: microformers, the float32 folder (``bench/_common.model_folder``; the reference
   de-quantised the GGUF once); ``int8``/``int4``: that folder loaded with ``Int8Config()`` /
   ``Int4Config(group_size=32)``; ``gguf``: the Q4_1 file with ``GgufQuantConfig()`` (blocks kept);
-  ``*-a8``: the same with ``activations="int8"`` (activations quantized per 32 values, llama.cpp's way);
+  ``*-a8`` / ``*-a16``: the same with ``activations="int8"`` / ``"int16"`` (decoding activations quantized
+  per 32 values; int8 is llama.cpp's way);
 * ``reference``: ``transformers`` on the float32 folder;
 * ``llama.cpp``: ``llama_cpp.Llama`` on the same Q4_1 file, same thread count, when llama-cpp-python
   is importable (a bench-only dependency, not in requirements-test.txt; no batch8 row);
@@ -33,7 +34,7 @@ Accuracy (``--accuracy``): for the first ``--tokens`` tokens of each corpus file
 agreement with the float32 model over every position and the perplexity of each variant;
 ``gguf`` is compared with the de-quantised float32 model (the same weights), including the max
 abs difference of the last-position logits. Quantized layers run their row kernels for every
-position here (``KERNEL_MAX_ROWS`` and ``GEMM_MIN_ROWS`` raised), so ``-a8`` variants are measured
+position here (``KERNEL_MAX_ROWS`` and ``GEMM_MIN_ROWS`` raised), so ``-a8``/``-a16`` variants are measured
 as they decode.
 """
 
@@ -50,15 +51,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
 
-VARIANTS = ["fp32", "int8", "int4", "gguf", "gguf-a8", "int4-a8", "reference", "llama.cpp"]
+VARIANTS = ["fp32", "int8", "int4", "gguf", "gguf-a16", "gguf-a8", "int4-a16", "int4-a8", "reference", "llama.cpp"]
+ACTIVATIONS = {"-a8": "int8", "-a16": "int16"}
 
 
 def quant_config(variant: str) -> dict[str, Any] | None:
-    base = variant.removesuffix("-a8")
+    suffix = next((s for s in ACTIVATIONS if variant.endswith(s)), "")
+    base = variant.removesuffix(suffix) if suffix else variant
     config = {"int8": {"quant_method": "int8"}, "int4": {"quant_method": "int4", "group_size": 32},
               "gguf": {"quant_method": "gguf"}}.get(base)  # fmt: skip
-    if config is not None and variant.endswith("-a8"):
-        config = {**config, "activations": "int8"}
+    if config is not None and suffix:
+        config = {**config, "activations": ACTIVATIONS[suffix]}
     return config
 
 
@@ -184,7 +187,7 @@ def speed(args: argparse.Namespace) -> None:
                 variants.remove("llama.cpp")
                 print("llama.cpp: no batch-8 row (llama-cpp-python's high-level API decodes one sequence)")
     if args.compiled:
-        variants += [f"{v}+compiled" for v in ("fp32", "gguf", "int4") if v in variants]
+        variants += [f"{v}+compiled" for v in ("fp32", "gguf", "gguf-a16", "int4", "int4-a16") if v in variants]
     common.model_folder("smollm2")  # build the shared float32 folder once, outside the timings
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     print(f"{args.scenario}: {SCENARIOS[args.scenario]}; {common.THREADS} threads")
@@ -324,7 +327,7 @@ def accuracy(args: argparse.Namespace) -> None:
     print(f"positions: {sum(ids.shape[1] for ids in batches)} ({args.tokens} per corpus file)")
     print(f"{'variant':<10}{'top-1 agree':>12}{'ppl':>9}{'ppl change':>11}{'max |dlogit| last':>19}")
     print(f"{'fp32':<10}{1.0:>12.4f}{perplexity(fp32):>9.3f}{0.0:>+11.2%}")
-    for variant in ("int8", "int8-a8", "int4", "int4-a8", "gguf", "gguf-a8"):
+    for variant in args.only or ("int8", "int8-a8", "int4", "int4-a16", "int4-a8", "gguf", "gguf-a16", "gguf-a8"):
         logits = run(load(variant))
         agree = sum(int((a.argmax(-1) == b.argmax(-1)).sum()) for a, b in zip(logits, fp32))
         total = sum(a.shape[0] for a in logits)

@@ -99,7 +99,6 @@ def test_multi_row_kernels_match_dequantised_matmul(
     assert torch.allclose(layer(x), torch.nn.functional.linear(x, weight, layer.bias), atol=2e-5, rtol=1e-5)
 
 
-
 @pytest.mark.parametrize("bits", [4, 8])
 def test_kernels_run_on_two_threads_under_inference_mode(bits: int) -> None:
     """The kernels split output features over OpenMP threads; the prefill tiles run ATen ops on the
@@ -122,12 +121,13 @@ def test_kernels_run_on_two_threads_under_inference_mode(bits: int) -> None:
     finally:
         torch.set_num_threads(threads)
 
+
 def test_int8_activations_use_float_kernels_for_prefill() -> None:
     torch.manual_seed(3)
     layer = QuantLinear(64, 40, bias=False, bits=4, group=32)
     for name, tensor in layer.quantize_weight(torch.randn(40, 64)).items():
         setattr(layer, name, tensor)
-    layer.int8_activations = True
+    layer.activation_bits = 8
     x = torch.randn(24, 64)  # more rows than KERNEL_MAX_ROWS: float activations
     assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.dequantize()), atol=2e-5, rtol=1e-5)
     assert not torch.allclose(layer(x[:2]), torch.nn.functional.linear(x[:2], layer.dequantize()), atol=1e-4)
@@ -260,14 +260,17 @@ def test_dtype_change_of_a_quantized_model_is_refused(tiny_llama: Path) -> None:
 
 
 @pytest.mark.parametrize("bits,group", [(4, 32), (4, 64), (8, 32), (8, 64)])
-def test_int8_activation_kernels_match_their_torch_definition(bits: int, group: int) -> None:
+@pytest.mark.parametrize("act_bits,drift", [(8, 0.05), (16, 2e-4)])
+def test_integer_activation_kernels_match_their_torch_definition(
+    bits: int, group: int, act_bits: int, drift: float
+) -> None:
     torch.manual_seed(bits * group)
     layer = QuantLinear(128, 40, bias=False, bits=bits, group=group)
     for name, tensor in layer.quantize_weight(torch.randn(40, 128)).items():
         setattr(layer, name, tensor)
-    layer.int8_activations = True
+    layer.activation_bits = act_bits
     x = torch.randn(2, 128)
-    q = kernels.quantize_activations(x)
+    q = kernels.quantize_activations(x, act_bits)
     if bits == 4:
         low = layer.mins.float().repeat_interleave(group, dim=1)
         expected = torch.nn.functional.linear(q, layer.dequantize() - low) + torch.nn.functional.linear(x, low)
@@ -275,7 +278,10 @@ def test_int8_activation_kernels_match_their_torch_definition(bits: int, group: 
         expected = torch.nn.functional.linear(q, layer.dequantize())
     assert torch.allclose(layer(x), expected, atol=2e-4, rtol=1e-4)
     exact = torch.nn.functional.linear(x, layer.dequantize())
-    assert 0 < (layer(x) - exact).abs().max() < 0.05 * exact.abs().max()
+    assert 0 < (layer(x) - exact).abs().max() < drift * exact.abs().max()
+    assert torch.equal(kernels.quantize_activations(x, act_bits), q)
+    levels = (q.view(2, -1, 32) / q.view(2, -1, 32).abs().amax(-1, keepdim=True)).mul((1 << (act_bits - 1)) - 1)
+    assert torch.allclose(levels, levels.round(), atol=1e-3)  # on the grid of act_bits-bit integers
 
 
 @pytest.mark.slow

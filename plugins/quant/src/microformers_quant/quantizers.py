@@ -12,7 +12,7 @@ from microformers.errors import CheckpointError, ConfigError
 from microformers_sdk.quantization import ConvertingSource, Quantizer
 
 from . import kernels
-from .modules import QuantEmbedding, QuantLinear, TiedQuantHead
+from .modules import ACTIVATION_BITS, QuantEmbedding, QuantLinear, TiedQuantHead
 
 
 class PluginQuantizer(Quantizer):
@@ -34,10 +34,10 @@ class PluginQuantizer(Quantizer):
             )
         super().__init__(config)
         self.activations = self.config.get("activations", self.default_activations)
-        if self.activations not in ("float32", "int8"):
+        if self.activations not in ACTIVATION_BITS:
             raise ConfigError(
-                f"quantization_config.activations must be 'float32' or 'int8' (quantized per 32 values, as "
-                f"llama.cpp does), got {self.activations!r}"
+                f"quantization_config.activations must be one of {sorted(ACTIVATION_BITS)} (integer activations "
+                f"are quantized per 32 values when decoding), got {self.activations!r}"
             )
         self.source: Mapping[str, Any] = {}
         self.prefix = ""
@@ -106,7 +106,7 @@ class PluginQuantizer(Quantizer):
     def finish(self, model: nn.Module) -> None:
         super().finish(model)
         for module in self.converted.values():
-            module.int8_activations = self.activations == "int8"
+            module.activation_bits = ACTIVATION_BITS[self.activations]
         self.source = {}  # drop the checkpoint now that the model holds the tensors
         # Float tensors left (norms, biases, layers kept in float) may be views of the checkpoint's
         # memory map, which would keep every page read while quantizing resident: copy them out.
