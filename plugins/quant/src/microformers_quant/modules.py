@@ -16,10 +16,13 @@ from microformers.errors import ConfigError, MicroformersError
 
 from . import kernels
 
-# With ``activations="int16"`` or ``"int8"``, inputs of at most this many rows (decoding) quantize
-# their activations; larger ones (prefill) use float activations, as every input does otherwise (the
+# With ``activations="int16"`` or ``"int8"``, inputs of at most this many rows (batch-1 decoding)
+# quantize their activations; larger ones use float activations, as every input does otherwise (the
 # C++ kernels pick row kernels or de-quantised tiles + a float GEMM by ``kernels.GEMM_MIN_ROWS``).
-KERNEL_MAX_ROWS = 8
+# One row: the integer kernels unpack each weight block once per input row, while the float row
+# kernels convert it once for up to 8 rows, so batch-8 decoding was slower with int16 activations
+# (110.6 against 130.9 tok/s, gguf, bench/quant.py --scenario batch8, 2 threads).
+KERNEL_MAX_ROWS = 1
 # quantization_config.activations -> bits the kernels quantize decoding inputs to (32: float)
 ACTIVATION_BITS = {"float32": 32, "int16": 16, "int8": 8}
 
