@@ -143,6 +143,13 @@ struct Weight {
   const typename F::q_t* row(int64_t n) const { return q + n * (K / F::kValuesPerByte); }
 };
 
+// Output rows per parallel task: a layer is split over threads only where each thread gets about
+// 2^18 multiply-adds, so tiny layers run inline instead of paying for waking (or, on a busy
+// machine, waiting for) another thread.
+inline int64_t row_grain(int64_t K, int64_t M) {
+  return std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(1, K * M));
+}
+
 // sum over groups of min[g] * xsum[g]: the 4-bit minimum's contribution to one output.
 template <class F>
 inline float min_term(const Weight<F>& w, int64_t n, const float* xsum) {
@@ -272,7 +279,7 @@ template <class F>
 void linear_rows(const float* x, int64_t M, const Weight<F>& w, float* out) {
   const std::vector<float> xsum = group_sums(x, M, w);
   const int64_t G = w.groups();
-  at::parallel_for(0, w.N, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, w.N, row_grain(w.K, M), [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
       int64_t m = 0;
       const float* xs = xsum.data();
@@ -403,7 +410,7 @@ void linear_int(const float* x, int64_t M, const Weight<F>& w, float* out) {
   std::vector<float> xd(M * K / 32);
   for (int64_t m = 0; m < M; ++m) quantize_row<A>(x + m * K, K, xq.data() + m * K, xd.data() + m * K / 32);
   const std::vector<float> xsum = group_sums(x, M, w);
-  at::parallel_for(0, w.N, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, w.N, row_grain(K, M), [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n)
       for (int64_t m = 0; m < M; ++m)
         out[m * w.N + n] = row_dot_int<F, A>(w, n, xq.data() + m * K, xd.data() + m * K / 32,
@@ -483,7 +490,7 @@ template <class F>
 at::Tensor dequantize(const Weight<F>& w) {
   at::Tensor out = at::empty({w.N, w.K}, at::TensorOptions().dtype(at::kFloat));
   float* dst = out.data_ptr<float>();
-  at::parallel_for(0, w.N, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, w.N, row_grain(w.K, 1), [&](int64_t begin, int64_t end) {
     dequantize_rows(w, begin, end - begin, dst + begin * w.K);
   });
   return out;
