@@ -1,0 +1,98 @@
+"""Behaviour of ``microformers.hub`` that the mutation pass found unasserted (docs/reliability.md).
+
+The Hub is unreachable in tests: ``huggingface_hub``'s download functions are replaced by recorders,
+so the arguments microformers hands them (revision, offline mode, patterns, the repo name) are checked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import huggingface_hub
+import pytest
+from huggingface_hub import errors as hub_errors
+
+from microformers import FileMissingError, hub
+
+
+@pytest.mark.parametrize(("value", "offline"), [("1", True), ("TRUE", True), ("On", True), ("yes", True), ("0", False), (None, False)])
+def test_hf_hub_offline_values(monkeypatch: pytest.MonkeyPatch, value: str | None, offline: bool) -> None:
+    if value is None:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    assert hub.is_offline() is offline and hub.is_offline(True) is True
+
+
+def test_what_looks_like_a_path() -> None:
+    assert hub._looks_like_path("/models") and hub._looks_like_path("./m") and hub._looks_like_path("~/m")
+    assert hub._looks_like_path("a/b/c") and not hub._looks_like_path("org/name")
+
+
+def _recorder(calls: list[dict[str, Any]], result: Any) -> Any:
+    def record(*args: Any, **kwargs: Any) -> Any:
+        calls.append({"args": args, **kwargs})
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    return record
+
+
+def test_resolve_folder_hands_the_hub_its_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(calls, str(tmp_path)))
+    folder = hub.resolve_folder("org/name", ["*.json"], subfolder="sub", local_files_only=True, revision="v1")
+    assert folder == tmp_path / "sub"
+    assert calls[0]["args"] == ("org/name",) and calls[0]["allow_patterns"] == ["sub/*.json"]
+    assert calls[0]["local_files_only"] is True and calls[0]["revision"] == "v1"
+    hub.resolve_folder("org/name", ["*.json"])
+    assert calls[1]["local_files_only"] is False and calls[1]["allow_patterns"] == ["*.json"]
+
+
+def test_resolve_folder_names_a_repo_it_cannot_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = hub_errors.RepositoryNotFoundError.__new__(hub_errors.RepositoryNotFoundError)  # no HTTP response
+    Exception.__init__(missing, "404")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], missing))
+    with pytest.raises(FileMissingError, match=r"^'org/name' is neither a local folder nor an accessible Hub repo$"):
+        hub.resolve_folder("org/name")
+
+
+def test_hub_download_passes_revision_and_offline_mode(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder(calls, str(tmp_path / "config.json")))
+    path = hub._hub_download("org/name", "config.json", True, "v2", None, True, None, "", False)
+    assert path == tmp_path / "config.json"
+    assert calls[0]["revision"] == "v2" and calls[0]["local_files_only"] is True
+
+
+class _FakeStatus:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def read_text(self) -> str:
+        return self.text
+
+
+def test_umask_from_proc_and_its_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    current = os.umask(0o022)
+    os.umask(current)
+    monkeypatch.setattr(hub, "Path", lambda _: _FakeStatus("Name:\tpython\nUmask:\t0027\n"))
+    assert hub.umask() == 0o027
+    # an unreadable value falls back to asking the kernel (and leaves the umask as it was)
+    monkeypatch.setattr(hub, "Path", lambda _: _FakeStatus("Umask:\tnot-octal\n"))
+    assert hub.umask() == current and os.umask(current) == current
+
+
+def test_a_cached_snapshot_is_looked_up_without_downloading(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(calls, "/cache/snap"))
+    assert hub._cached_snapshot_exists("org/name", "v1", None) is True
+    assert calls[0]["local_files_only"] is True and calls[0]["revision"] == "v1"
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], OSError("not cached")))
+    assert hub._cached_snapshot_exists("org/name", None, None) is False
