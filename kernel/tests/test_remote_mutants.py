@@ -1,0 +1,41 @@
+"""Behaviour of ``microformers.remote`` that the mutation pass found unasserted (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from microformers import AutoConfig, RemoteCodeError
+from microformers.remote import RegisterForAutoClass, check_requirements, split_reference
+
+
+def test_a_malformed_auto_map_entry_is_named() -> None:
+    with pytest.raises(RemoteCodeError, match=r"^auto_map entry 'nodot' is not of the form 'module\.ClassName'$"):
+        split_reference("nodot")
+
+
+def test_requirements_comments_and_satisfied_specifiers(tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("packaging>=1.0  # used by # the loader\n# a comment line\n")
+    check_requirements(requirements)  # satisfied: no error
+
+
+def test_register_for_auto_class_defaults_to_auto_model() -> None:
+    class Thing(RegisterForAutoClass):
+        pass
+
+    Thing.register_for_auto_class()
+    assert Thing._auto_class == "AutoModel"
+
+
+def test_the_consent_refusal_says_how_to_allow_and_pin(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "toy_remote", "auto_map": {"AutoConfig": "toy.ToyConfig"}}))
+    (tmp_path / "toy.py").write_text("from microformers import PretrainedConfig\nclass ToyConfig(PretrainedConfig):\n    pass\n")
+    with pytest.raises(RemoteCodeError) as info:
+        AutoConfig.from_pretrained(tmp_path)
+    assert str(info.value).endswith(
+        "pass trust_remote_code=True to allow it (pin it with revision=<commit> and code_sha256={file: sha256}). "
+        "microformers never runs model code without that consent."
+    )
