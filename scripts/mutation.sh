@@ -65,7 +65,7 @@ mkdir -p "$WORK/src" "$WORK/tests" "$STATE/tree"
 TREE="$STATE/$NAME-tree"
 rm -rf "$TREE" && mkdir -p "$TREE"
 SUBTREES=(kernel/src/microformers sdk/src/microformers_sdk plugins/generation/src/microformers_generation
-          kernel/tests sdk/tests plugins/generation/tests conftest.py)
+          kernel/tests sdk/tests plugins/generation/tests conftest.py tests/generation_stand_ins.py)
 read -r -a EXTRA <<< "${MUTATION_EXTRA_TESTS:-}"
 SUBTREES+=("${EXTRA[@]}")
 if [ "${MUTATION_TREE:-head}" = worktree ]; then
@@ -79,6 +79,7 @@ cp -r "$TREE/kernel/tests" "$WORK/tests/kernel"
 cp -r "$TREE/sdk/tests" "$WORK/tests/sdk"
 cp -r "$TREE/plugins/generation/tests" "$WORK/tests/generation"
 cp "$TREE/conftest.py" "$WORK/"
+cp "$TREE/tests/generation_stand_ins.py" "$WORK/tests/"  # imported by the generation tests' conftest
 for extra in "${EXTRA[@]}"; do
     mkdir -p "$WORK/tests/extra/$(dirname "$extra")"
     cp -r "$TREE/$extra" "$WORK/tests/extra/$extra"
@@ -107,7 +108,7 @@ for m in "${MODULES[@]}"; do paths+="\"src/$m\", "; done
 cat > "$WORK/pyproject.toml" <<EOF
 [tool.pytest.ini_options]
 addopts = "--import-mode=importlib -p no:cacheprovider"
-pythonpath = [".test-plugins"]
+pythonpath = ["tests", ".test-plugins"]
 norecursedirs = ["tests/plugins"]
 filterwarnings = ["ignore::DeprecationWarning:jinja2.*"]
 markers = ["slow: real-model tests"]
