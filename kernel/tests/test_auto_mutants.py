@@ -4,12 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
-from microformers import AutoModelForCausalLM
+from microformers import AutoModelForCausalLM, PretrainedConfig
+from microformers import auto as auto_module
+from microformers.plugins import Registry
 
 
 def test_auto_model_applies_config_overrides_and_keeps_dtype_for_loading(saved_toy: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(saved_toy, torch_dtype=torch.float16, output_hidden_states=True)
     assert model.config.output_hidden_states is True  # a config attribute given as a keyword overrides the file
     assert next(model.parameters()).dtype == torch.float16  # torch_dtype is the loading dtype, not a config edit
+
+
+def test_register_records_the_config_model_and_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = Registry()
+    fresh._discovered = True  # only what this test adds
+    monkeypatch.setattr(auto_module, "registry", fresh)
+
+    class MutConfig(PretrainedConfig):
+        model_type = "mutation_toy"
+
+    class MutModel:
+        pass
+
+    AutoModelForCausalLM.register(MutConfig, MutModel)
+    assert fresh.require("configs", "mutation_toy") is MutConfig
+    assert fresh.require("models", ("mutation_toy", "AutoModelForCausalLM")) is MutModel
+    assert fresh.require("architectures", "MutModel") is MutModel
