@@ -1,0 +1,33 @@
+"""Behaviour of ``microformers_sdk.staging`` that the mutation pass found unasserted (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from microformers_sdk import staging
+
+
+def test_the_move_in_fallback_writes_config_json_last_and_drops_stale_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staged, target = tmp_path / "staged", tmp_path / "target"
+    staged.mkdir()
+    target.mkdir()
+    for name in ("a.safetensors", "config.json", "z.safetensors"):
+        (staged / name).write_text(name)
+    (target / "old-00002.safetensors").write_text("stale")
+    (target / "notes.txt").write_text("kept")
+    moved: list[str] = []
+    real_replace = os.replace
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        moved.append(Path(dst).name)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(staging.os, "replace", replace)
+    staging._move_in(staged, target, ["*.safetensors"])
+    assert moved == ["a.safetensors", "z.safetensors", "config.json"]  # a reader never sees a new config early
+    assert sorted(p.name for p in target.iterdir()) == ["a.safetensors", "config.json", "notes.txt", "z.safetensors"]
