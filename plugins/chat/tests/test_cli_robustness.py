@@ -96,12 +96,19 @@ def test_closed_stdout_pipe_ends_quietly(models):
 
 
 def test_ctrl_c_during_start_up(models):
-    # SIGINT arrives while the command is still importing torch / loading the model
+    # SIGINT arrives while the command is loading the model: sent from inside the model loader, so
+    # it never comes after a fast start-up (a timer did, on a quick machine, and the chat exited 0)
     script = textwrap.dedent(
         f"""
-        import os, signal, sys, threading
-        import microformers.cli
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        import os, signal, sys
+        import microformers, microformers.cli
+        load = microformers.AutoModelForCausalLM.from_pretrained
+
+        def interrupted_load(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGINT)
+            return load(*args, **kwargs)
+
+        microformers.AutoModelForCausalLM.from_pretrained = interrupted_load
         sys.exit(microformers.cli.main(["chat", {str(models["llama"])!r}]))
         """
     )
