@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from microformers import AutoModelForCausalLM, ConfigError, PretrainedConfig
 from microformers import modeling as modeling_module
@@ -45,3 +46,8 @@ def test_load_in_8bit_alone_picks_the_int8_quantizer_and_both_flags_are_refused(
     assert isinstance(quantizer, _Quantizer) and config.quantization_config == {"quant_method": "int8"}
     with pytest.raises(ConfigError, match=r"^pass one of quantization_config, load_in_8bit=True or load_in_4bit=True$"):
         modeling_module._quantizer(PretrainedConfig(), load_in_8bit=True, load_in_4bit=True)
+
+
+def test_from_config_accepts_attn_implementation_none(toy_model: torch.nn.Module) -> None:
+    model = type(toy_model).from_config(toy_model.config, attn_implementation=None)  # the reference's default
+    assert type(model) is type(toy_model)
