@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from microformers import AutoModelForCausalLM, PretrainedConfig
+from microformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from microformers import auto as auto_module
 from microformers.plugins import Registry
 
@@ -33,3 +33,9 @@ def test_register_records_the_config_model_and_architecture(monkeypatch: pytest.
     assert fresh.require("configs", "mutation_toy") is MutConfig
     assert fresh.require("models", ("mutation_toy", "AutoModelForCausalLM")) is MutModel
     assert fresh.require("architectures", "MutModel") is MutModel
+
+
+def test_auto_config_for_model_builds_the_registered_class(toy_model: torch.nn.Module) -> None:
+    config_class = type(toy_model.config)
+    config = AutoConfig.for_model(config_class.model_type, hidden_size=8)
+    assert type(config) is config_class and config.hidden_size == 8
