@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,10 @@ def test_the_move_in_fallback_writes_config_json_last_and_drops_stale_shards(
     staging._move_in(staged, target, ["*.safetensors"])
     assert moved == ["a.safetensors", "z.safetensors", "config.json"]  # a reader never sees a new config early
     assert sorted(p.name for p in target.iterdir()) == ["a.safetensors", "config.json", "notes.txt", "z.safetensors"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
+def test_exchange_of_missing_paths_raises_the_system_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        staging._exchange(tmp_path / "missing-a", tmp_path / "missing-b")
+    assert info.value.strerror == os.strerror(errno.ENOENT) and info.value.filename == str(tmp_path / "missing-b")
