@@ -39,3 +39,14 @@ def test_the_consent_refusal_says_how_to_allow_and_pin(tmp_path: Path) -> None:
         "pass trust_remote_code=True to allow it (pin it with revision=<commit> and code_sha256={file: sha256}). "
         "microformers never runs model code without that consent."
     )
+
+
+def test_code_in_a_subfolder_without_init_py_is_importable(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "toy_nested", "auto_map": {"AutoConfig": "toy.ToyConfig"}}))
+    (tmp_path / "toy.py").write_text("from .parts.base import ToyConfig\n")
+    (tmp_path / "parts").mkdir()  # a namespace package: no __init__.py
+    (tmp_path / "parts" / "base.py").write_text(
+        "from microformers import PretrainedConfig\nclass ToyConfig(PretrainedConfig):\n    model_type = 'toy_nested'\n"
+    )
+    config = AutoConfig.from_pretrained(tmp_path, trust_remote_code=True)
+    assert type(config).__name__ == "ToyConfig" and config.model_type == "toy_nested"
