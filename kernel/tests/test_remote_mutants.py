@@ -50,3 +50,20 @@ def test_code_in_a_subfolder_without_init_py_is_importable(tmp_path: Path) -> No
     )
     config = AutoConfig.from_pretrained(tmp_path, trust_remote_code=True)
     assert type(config).__name__ == "ToyConfig" and config.model_type == "toy_nested"
+
+
+def test_saving_remote_code_copies_it_back_with_its_nested_imports(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    (source / "parts" / "deep").mkdir(parents=True)
+    (source / "config.json").write_text(json.dumps({"model_type": "toy_deep", "auto_map": {"AutoConfig": "toy.ToyConfig"}}))
+    (source / "toy.py").write_text(
+        "from microformers import PretrainedConfig\nfrom .parts.deep.sizes import SIZE\n"
+        "class ToyConfig(PretrainedConfig):\n    model_type = 'toy_deep'\n    size = SIZE\n"
+    )
+    (source / "parts" / "deep" / "sizes.py").write_text("SIZE = 7\n")
+    saved = tmp_path / "saved"
+    AutoConfig.from_pretrained(source, trust_remote_code=True).save_pretrained(saved)
+    # as the reference: the code is copied (two folders deep here), so the saved folder loads on its own
+    assert (saved / "toy.py").read_text() == (source / "toy.py").read_text()
+    assert (saved / "parts" / "deep" / "sizes.py").read_text() == "SIZE = 7\n"
+    assert AutoConfig.from_pretrained(saved, trust_remote_code=True).size == 7

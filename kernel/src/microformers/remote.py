@@ -230,6 +230,8 @@ def load_remote_class(
             f"(it defines: {', '.join(defined) or 'none'}). Fix auto_map in config.json."
         )
     cls._microformers_code_sha256 = dict(digests)
+    if getattr(cls, "_auto_class", "") is None:  # as the reference: save_pretrained copies the code back
+        cls.register_for_auto_class(kind)
     return cls
 
 
