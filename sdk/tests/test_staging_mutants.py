@@ -40,3 +40,27 @@ def test_exchange_of_missing_paths_raises_the_system_error(tmp_path: Path) -> No
     with pytest.raises(FileNotFoundError) as info:
         staging._exchange(tmp_path / "missing-a", tmp_path / "missing-b")
     assert info.value.strerror == os.strerror(errno.ENOENT) and info.value.filename == str(tmp_path / "missing-b")
+
+
+def test_carry_over_keeps_folders_links_and_files_the_new_save_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    (old / "extra" / "deeper").mkdir(parents=True)
+    (old / "extra" / "deeper" / "notes.txt").write_text("kept")
+    (old / "extra").chmod(0o750)
+    (old / "linked").symlink_to("extra")  # a link to a folder stays a link
+    (old / "shared").mkdir()
+    (old / "shared" / "old.txt").write_text("old")
+    (new / "shared").mkdir(parents=True)
+    (new / "shared" / "new.txt").write_text("new")
+
+    def no_hard_links(src: str, dst: str) -> None:
+        raise OSError("cross-device")  # hard links refused: files are copied
+
+    monkeypatch.setattr(staging.os, "link", no_hard_links)
+    staging._carry_over(old, new, ())
+    assert (new / "extra" / "deeper" / "notes.txt").read_text() == "kept"
+    assert (new / "extra").stat().st_mode & 0o777 == 0o750  # the folder's permissions are carried too
+    assert (new / "linked").is_symlink() and os.readlink(new / "linked") == "extra"
+    assert sorted(p.name for p in (new / "shared").iterdir()) == ["new.txt", "old.txt"]
