@@ -102,6 +102,8 @@ def test_ctrl_c_during_start_up(models):
         f"""
         import os, signal, sys
         import microformers, microformers.cli
+        # as in a terminal: a test run may have left SIGINT ignored, which child processes inherit
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         load = microformers.AutoModelForCausalLM.from_pretrained
 
         def interrupted_load(*args, **kwargs):
