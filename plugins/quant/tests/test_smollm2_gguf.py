@@ -91,14 +91,16 @@ def test_int16_activations_keep_top1_and_greedy_tokens(
 
 @pytest.mark.parametrize("command,method", [("chat", "gguf"), ("generate", "int8")])
 def test_cli_quantize(command: str, method: str) -> None:
+    import os
     import subprocess
     import sys
 
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # see conftest.one_thread
     question = "What is the capital of France?"
     args = [sys.executable, "-m", "microformers.cli", command, "--quantize", method, "--max-new-tokens", "16"]
     if command == "generate":
-        proc = subprocess.run([*args, question], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([*args, question], capture_output=True, text=True, timeout=600, env=env)
     else:
-        proc = subprocess.run(args, input=f"{question}\n/exit\n", capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(args, input=f"{question}\n/exit\n", capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "Paris" in proc.stdout
