@@ -18,7 +18,7 @@ def _names(value: Any) -> list[str] | None:
 class _QuantConfig:
     quant_method: ClassVar[str] = ""
     modules_to_not_convert: list[str] | None = attrs.field(default=None, converter=_names)
-    # "float32" (default), "int16" or "int8": when decoding (at most 8 input rows), quantize activations
+    # "float32" (default), "int16" or "int8": for one-row inputs (batch-1 decoding), quantize activations
     # per 32 values too and use integer dot products (int8 is llama.cpp's approach; int16 keeps the
     # logits close to float32's; the speed and drift of each are in docs/quantization.md)
     activations: str | None = None

@@ -18,7 +18,7 @@
 // Integer activations (the *_i8 ops, llama.cpp's approach, and the *_i16 ops): x is quantized per 32
 // values to int8 or int16 with one float scale; each weight block's dot product runs in integers
 // (maddubs / madd), then one FMA per block. int16 keeps 15 bits of each block's range: the logits
-// stay close to float activations' at about twice their speed.
+// stay close to float activations' at about 1.4x their speed per layer.
 // Output features are split over ATen's intra-op threads in every kernel.
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
