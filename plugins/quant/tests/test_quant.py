@@ -297,3 +297,36 @@ def test_compiled_decode_step_runs_the_kernels(tiny_llama: Path) -> None:
     eager = model.generate(IDS, **settings)
     model.compile_decode_step()
     assert torch.equal(model.generate(IDS, cache_implementation="static", **settings), eager)
+
+
+def test_torch_fallback_computes_what_the_kernels_compute(tmp_path: Path) -> None:
+    """``MICROFORMERS_QUANT_KERNELS=torch`` (what runs without a compiler): the same products in plain torch."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from microformers_quant import kernels\n"
+        "from microformers_quant.modules import QuantLinear\n"
+        "torch.manual_seed(0)\n"
+        "out = []\n"
+        "for bits in (4, 8):\n"
+        "    layer = QuantLinear(64, 48, bias=False, bits=bits, group=32)\n"
+        "    for name, tensor in layer.quantize_weight(torch.randn(48, 64)).items():\n"
+        "        setattr(layer, name, tensor)\n"
+        "    for act in (32, 16, 8):\n"
+        "        layer.activation_bits = act\n"
+        "        out.append(layer(torch.arange(64.0).sin().view(1, 64)))\n"
+        "torch.save((bool(kernels._ops), out), __import__('sys').argv[1])\n"
+    )
+    results = []
+    for mode in ("torch", ""):
+        path = tmp_path / f"{mode or 'native'}.pt"
+        env = {**os.environ, "MICROFORMERS_QUANT_KERNELS": mode, "OMP_NUM_THREADS": "1"}
+        subprocess.run([sys.executable, "-c", script, str(path)], check=True, env=env, timeout=300)
+        results.append(torch.load(path))
+    (fallback_native, fallback), (native_native, native) = results
+    assert not fallback_native and native_native
+    for got, expected in zip(fallback, native):
+        assert torch.allclose(got, expected, atol=2e-4, rtol=1e-4)

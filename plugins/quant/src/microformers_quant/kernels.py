@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,6 +33,9 @@ GEMM_MIN_ROWS = 16
 
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
+# (weight bits, activation bits) -> the native op, filled once the kernels are built: resolving
+# ``torch.ops.mfquant.<name>`` on every call cost about as much as a small layer's product
+_ops: dict[tuple[int, int], Any] = {}
 
 
 def native_available() -> bool:
@@ -45,8 +49,15 @@ def native_available() -> bool:
 def _build() -> bool:
     if os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch":
         return False
-    if hasattr(torch.ops, "mfquant") and hasattr(torch.ops.mfquant, "q4_linear"):
-        return True
+    if not (hasattr(torch.ops, "mfquant") and hasattr(torch.ops.mfquant, "q4_linear")) and not _compile():
+        return False
+    for bits in (4, 8):
+        for act_bits, suffix in ((32, ""), (16, "_i16"), (8, "_i8")):
+            _ops[bits, act_bits] = getattr(torch.ops.mfquant, f"q{bits}_linear{suffix}")
+    return True
+
+
+def _compile() -> bool:
     source = Path(__file__).with_name("csrc") / "qlinear.cpp"
     try:
         from torch.utils.cpp_extension import load
@@ -113,14 +124,21 @@ def quantize_activations(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
     return (q * scale).reshape(x.shape)
 
 
+def _native(bits: int, act_bits: int) -> Any:
+    op = _ops.get((bits, act_bits))
+    if op is None and "ok" not in _state and native_available():
+        op = _ops.get((bits, act_bits))
+    return op
+
+
 def q4_linear(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, act_bits: int = 32
 ) -> torch.Tensor:
     """``x @ W.T`` for float32 2-D ``x`` and a q4 ``W``; ``act_bits`` 8 or 16 quantizes ``x`` per 32 values first."""
-    if _state.get("ok", None) or ("ok" not in _state and native_available()):
+    op = _native(4, act_bits)
+    if op is not None:
         if act_bits == 32:
-            return torch.ops.mfquant.q4_linear(x, qweight, scales, mins, group, GEMM_MIN_ROWS)
-        op = torch.ops.mfquant.q4_linear_i8 if act_bits == 8 else torch.ops.mfquant.q4_linear_i16
+            return op(x, qweight, scales, mins, group, GEMM_MIN_ROWS)
         return op(x, qweight, scales, mins, group)
     if act_bits != 32:  # the minimum term uses the float sums of x, as the kernel does
         w = dequantize_q4(qweight, scales, mins, group)
@@ -134,10 +152,10 @@ def q8_linear(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int, act_bits: int = 32
 ) -> torch.Tensor:
     """``x @ W.T`` for float32 2-D ``x`` and a q8 ``W``; ``act_bits`` 8 or 16 quantizes ``x`` per 32 values first."""
-    if _state.get("ok", None) or ("ok" not in _state and native_available()):
+    op = _native(8, act_bits)
+    if op is not None:
         if act_bits == 32:
-            return torch.ops.mfquant.q8_linear(x, qweight, scales, group, GEMM_MIN_ROWS)
-        op = torch.ops.mfquant.q8_linear_i8 if act_bits == 8 else torch.ops.mfquant.q8_linear_i16
+            return op(x, qweight, scales, group, GEMM_MIN_ROWS)
         return op(x, qweight, scales, group)
     quantized = x if act_bits == 32 else quantize_activations(x, act_bits)
     return torch.nn.functional.linear(quantized, dequantize_q8(qweight, scales, group))

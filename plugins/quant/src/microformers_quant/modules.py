@@ -94,9 +94,10 @@ class _QuantWeight(nn.Module):
             # product runs on the de-quantised weight and gradients reach the input
             return torch.nn.functional.linear(x, self.dequantize())
         act_bits = self.activation_bits if x.shape[0] <= KERNEL_MAX_ROWS else 32
+        buffers = self._buffers  # not through Module.__getattr__: this runs ~200 times per decoded token
         if self.bits == 4:
-            return kernels.q4_linear(x, self.qweight, self.scales, self.mins, self.group, act_bits)
-        return kernels.q8_linear(x, self.qweight, self.scales, self.group, act_bits)
+            return kernels.q4_linear(x, buffers["qweight"], buffers["scales"], buffers["mins"], self.group, act_bits)
+        return kernels.q8_linear(x, buffers["qweight"], buffers["scales"], self.group, act_bits)
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         probe = fn(torch.zeros(1))
@@ -123,12 +124,15 @@ class QuantLinear(_QuantWeight):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        if flat.dtype != torch.float32:
+        dtype = x.dtype
+        if dtype != torch.float32:
             flat = flat.float()
-        out = self.matmul(flat.contiguous())
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
-        return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+        out = self.matmul(flat if flat.is_contiguous() else flat.contiguous())
+        bias = self._parameters.get("bias")
+        if bias is not None:
+            out = out + bias.to(out.dtype)
+        out = out.view(*x.shape[:-1], self.out_features)
+        return out if dtype == torch.float32 else out.to(dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, group={self.group}"
