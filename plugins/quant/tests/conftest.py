@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 
 TINY = {
     "vocab_size": 96,
@@ -21,17 +22,6 @@ TINY = {
     "eos_token_id": 2,
     "pad_token_id": 0,
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """One thread per test process: under pytest-xdist two workers share two cores, and a kernel
-    split over two threads waits at every barrier for a descheduled one (the SmolLM2 decoding tests
-    took 8x longer). ``test_kernels_run_on_two_threads_under_inference_mode`` covers two threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make_checkpoint(folder: Path, **overrides: object) -> Path:

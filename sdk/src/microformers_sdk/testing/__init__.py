@@ -23,6 +23,7 @@ from .checks import (
     random_token_ids,
     randomize_parameters,
 )
+from .fixtures import one_thread
 from .plugin_checks import PluginConformanceTests, check_plugin
 from .suite import ModelConformanceTests
 
@@ -40,6 +41,7 @@ __all__ = [
     "check_save_load_round_trip",
     "default_labels",
     "main_outputs",
+    "one_thread",
     "pad_rows",
     "random_token_ids",
     "randomize_parameters",
