@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from microformers import AutoConfig, RemoteCodeError
+from microformers import remote as remote_module
 from microformers.remote import RegisterForAutoClass, check_requirements, split_reference
 
 
@@ -67,3 +68,27 @@ def test_saving_remote_code_copies_it_back_with_its_nested_imports(tmp_path: Pat
     assert (saved / "toy.py").read_text() == (source / "toy.py").read_text()
     assert (saved / "parts" / "deep" / "sizes.py").read_text() == "SIZE = 7\n"
     assert AutoConfig.from_pretrained(saved, trust_remote_code=True).size == 7
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_code_revision_is_the_revision_the_code_is_fetched_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict] = []
+
+    def collect(module: str, source: object, hub_kwargs: dict) -> dict:
+        asked.append(dict(hub_kwargs))
+        raise _Stop
+
+    monkeypatch.setattr(remote_module, "collect_code_files", collect)
+    hub_kwargs = {"revision": "main", "token": "t"}
+    with pytest.raises(_Stop):
+        remote_module.load_remote_class(
+            "toy.ToyModel", "someone/repo", True, hub_kwargs, {"code_revision": "abc123"}, "AutoModel"
+        )
+    assert asked == [{"revision": "abc123", "token": "t"}]  # the code's own revision; the weights' kept apart
+    assert hub_kwargs == {"revision": "main", "token": "t"}
+    with pytest.raises(_Stop):
+        remote_module.load_remote_class("toy.ToyModel", "someone/repo", True, hub_kwargs, {}, "AutoModel")
+    assert asked[-1] == {"revision": "main", "token": "t"}

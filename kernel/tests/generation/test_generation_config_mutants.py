@@ -33,3 +33,10 @@ def test_a_non_object_file_names_its_type(tmp_path: Path) -> None:
 def test_a_model_config_never_chooses_the_strategy() -> None:
     config = GenerationConfig.from_model_config({"strategy": "beam", "eos_token_id": 2, "hidden_size": 8})
     assert config.strategy is None and config.eos_token_id == 2
+
+
+def test_a_setting_named_extra_is_kept_like_any_unknown_setting(tmp_path: Path) -> None:
+    (tmp_path / "generation_config.json").write_text('{"max_new_tokens": 3, "extra": {"a": 1}}')
+    config = GenerationConfig.from_pretrained(tmp_path)  # a file key called "extra" is not the field of that name
+    assert config.max_new_tokens == 3 and config.to_dict()["extra"] == {"a": 1}
+    assert GenerationConfig(extra=5).to_dict()["extra"] == 5
