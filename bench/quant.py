@@ -214,6 +214,7 @@ def speed(args: argparse.Namespace) -> None:
     ref_cpu = common.median([r["cpu_tok_s"] for r in ref_runs])
     fp32_rss = common.median([r["rss_after_load_mb"] for r in fp32_runs])
     fp32_end = common.median([r["peak_rss_after_decode_mb"] for r in fp32_runs])
+    fp32_added = fp32_end - common.median([r["rss_before_load_mb"] for r in fp32_runs])
     expected = ref_runs[0]["tokens"] if ref_runs and args.scenario != "prefill" else None
     print(
         f"\n== {args.scenario}, {'512-token prompt' if args.scenario == 'prefill' else f'{args.new_tokens} new tokens'}, "
@@ -221,7 +222,7 @@ def speed(args: argparse.Namespace) -> None:
     )
     print(
         f"{'variant':<16}{'tok/s':>8}{'x fp32':>8}{'x ref':>7}{'cpu tok/s':>10}{'x fp32':>8}{'x ref':>7}{'load s':>8}"
-        f"{'peak MB':>8}{'x fp32':>7}{'end MB':>8}{'x fp32':>7}  tokens"
+        f"{'peak MB':>8}{'x fp32':>7}{'end MB':>8}{'x fp32':>7}{'model MB':>9}{'x fp32':>7}  tokens"
     )
     for variant, runs in results.items():
         if not runs:
@@ -230,6 +231,7 @@ def speed(args: argparse.Namespace) -> None:
         cpu = common.median([r["cpu_tok_s"] for r in runs])
         rss = common.median([r["rss_after_load_mb"] for r in runs])
         end = common.median([r["peak_rss_after_decode_mb"] for r in runs])
+        added = end - common.median([r["rss_before_load_mb"] for r in runs])
         same = (
             "-"
             if expected is None or variant == "llama.cpp"
@@ -238,10 +240,13 @@ def speed(args: argparse.Namespace) -> None:
         print(
             f"{variant:<16}{tok:>8.1f}{tok / fp32:>8.2f}{tok / ref:>7.2f}{cpu:>10.1f}{cpu / fp32_cpu:>8.2f}"
             f"{cpu / ref_cpu:>7.2f}{common.median([r['load_s'] for r in runs]):>8.2f}{rss:>8.0f}{rss / fp32_rss:>7.2f}"
-            f"{end:>8.0f}{end / fp32_end:>7.2f}  {same}"
+            f"{end:>8.0f}{end / fp32_end:>7.2f}{added:>9.0f}{added / fp32_added:>7.2f}  {same}"
         )
     print("cpu tok/s: tokens per CPU-second of the process (less distorted by a loaded machine than wall time)")
-    print("peak MB: VmHWM right after load; end MB: VmHWM after the timed calls")
+    print(
+        "peak MB: VmHWM right after load; end MB: VmHWM after the timed calls; model MB: end MB less the RSS "
+        "before loading (what the model and running it add to python + torch)"
+    )
     before = common.median([r["rss_before_load_mb"] for runs in results.values() for r in runs])
     print(f"RSS before loading (python + torch + imports): {before:.0f} MB")
     print(f"load average at end: {common.load_average()}")

@@ -119,3 +119,48 @@ def _write_with_type(writer: ModuleType, dst: Path, name: str, raw: np.ndarray, 
         writer.write_gguf(dst, weights=weights)
     finally:
         gguf.GGUFWriter.add_tensor = real_add
+
+
+def test_blocks_are_read_into_private_memory_not_the_map(
+    writer: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from microformers_gguf.format import open_gguf
+    from microformers_quant.gguf import GgufBlockSource
+
+    monkeypatch.setitem(writer.TINY, "ffn", 16384)  # MLP blocks span many pages, beyond the kernel's fault-around
+    path = write(writer, tmp_path, T.Q4_1)
+    gguf = open_gguf(path)
+    source = GgufBlockSource(gguf, torch.float32)
+    tensors = {key: source[key] for key in source}
+    # the kept blocks' pages were (almost all) not touched through the map: a touched page of a mapped
+    # file counts in the process's RSS until the map closes. Reading the header and the float norms
+    # through the map does touch pages, and the kernel maps up to 64 KiB around each such fault.
+    kept = [info for info in gguf.tensors.values() if info.type_name in ("Q4_1", "Q8_0")]
+    pages = [p for info in kept for p in range(-(-info.offset // PAGE), (info.offset + info.nbytes) // PAGE)]
+    assert len(pages) >= 400 and sum(_resident(gguf.buffer, pages)) < len(pages) // 4
+    qweight = tensors["model.layers.0.mlp.up_proj.qweight"]
+    exact = gguf.tensor_bytes(gguf.tensors["blk.0.ffn_up.weight"]).view(qweight.shape[0], -1, 20)[:, :, 4:]
+    assert torch.equal(qweight.view(qweight.shape[0], -1, 16), exact)
+    with open(path, "r+b") as handle:  # the file shrinks after it was opened: an error, not garbage
+        handle.truncate(gguf.tensors["blk.1.ffn_up.weight"].offset + 1)
+    with pytest.raises(CheckpointError, match=r"blk\.1\.ffn_up\.weight.*end of the file"):
+        source["model.layers.1.mlp.up_proj.qweight"]
+
+
+
+PAGE = 4096  # the tests run on Linux x86-64
+
+
+def _resident(buffer: object, pages: list[int]) -> list[bool]:
+    """Whether each page (index into ``buffer``) is present in this process (/proc/self/pagemap bit 63)."""
+    import ctypes
+    import mmap
+
+    assert mmap.PAGESIZE == PAGE
+    start = ctypes.addressof(ctypes.c_char.from_buffer(buffer)) // PAGE
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        entries = []
+        for page in pages:
+            pagemap.seek((start + page) * 8)
+            entries.append(bool(int.from_bytes(pagemap.read(8), "little") >> 63))
+    return entries
