@@ -1,0 +1,103 @@
+"""``microformers.cli.main`` in-process: each exit path (other CLI tests run it in subprocesses, with the installed
+code, which the mutation pass cannot see; docs/reliability.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+import pytest
+
+from microformers import ConfigError
+from microformers import cli as cli_module
+from microformers.plugins import Registry
+
+
+def _command(behaviour: Callable[[argparse.Namespace], object]) -> Callable[[argparse.ArgumentParser], Callable]:
+    def build(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], object]:
+        parser.add_argument("--flag", default="x")
+        return behaviour
+
+    return build
+
+
+def _refused_at_build(parser: argparse.ArgumentParser) -> Callable:
+    raise ConfigError("this command needs a setting")
+
+
+def _raise(exc: BaseException) -> Callable[[argparse.Namespace], object]:
+    def run(args: argparse.Namespace) -> object:
+        raise exc
+
+    return run
+
+
+@pytest.fixture
+def commands(monkeypatch: pytest.MonkeyPatch) -> Registry:
+    fresh = Registry()
+    fresh._discovered = True  # only the commands below
+    fresh.add("cli_commands", "ok", _command(lambda args: None), help="does nothing")
+    fresh.add("cli_commands", "three", _command(lambda args: 3 if args.flag == "y" else 4))
+    fresh.add("cli_commands", "refused", _refused_at_build)
+    fresh.add("cli_commands", "bad", _command(_raise(ConfigError("bad value for --flag"))))
+    fresh.add("cli_commands", "interrupted", _command(_raise(KeyboardInterrupt())))
+    fresh.add("cli_commands", "pipe", _command(_raise(BrokenPipeError())))
+    fresh.add("cli_commands", "bug", _command(_raise(KeyError("oops"))))
+    monkeypatch.setattr(cli_module, "registry", fresh)
+    monkeypatch.delenv("MICROFORMERS_TRACEBACK", raising=False)
+    return fresh
+
+
+def test_no_command_prints_help_listing_the_commands(commands: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_module.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: microformers [-h] [--version] COMMAND ...")
+    assert "Transformers on a plugin microkernel" in out and "does nothing" in out
+
+
+def test_a_command_returns_its_exit_code(commands: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_module.main(["ok"]) == 0
+    assert cli_module.main(["three", "--flag", "y"]) == 3
+    assert cli_module.main(["three"]) == 4
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["refused"], 2, "microformers refused: error: this command needs a setting\n"),
+        (["bad"], 2, "microformers bad: error: bad value for --flag\n"),
+        (["interrupted"], 130, "\nmicroformers interrupted: interrupted\n"),
+        (
+            ["bug"],
+            1,
+            "microformers bug: internal error: KeyError: 'oops'. This is a bug in microformers or a plugin; please "
+            "report it (set MICROFORMERS_TRACEBACK=1 to see where it happened).\n",
+        ),
+    ],
+)
+def test_failures_print_one_line_and_exit_with_their_code(
+    commands: Registry, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+) -> None:
+    assert cli_module.main(argv) == code
+    assert capsys.readouterr().err == message
+
+
+def test_the_traceback_only_when_asked(commands: Registry, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MICROFORMERS_TRACEBACK", "1")
+    assert cli_module.main(["bug"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "KeyError: 'oops'" in err
+    assert err.endswith("to see where it happened).\n")
+
+
+def test_a_closed_pipe_ends_quietly_with_stdout_sent_to_devnull(
+    commands: Registry, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    moved: list[tuple[str, int]] = []
+    monkeypatch.setattr(cli_module.os, "dup2", lambda fd, target: moved.append((os.readlink(f"/proc/self/fd/{fd}"), target)))
+    monkeypatch.setattr(cli_module.sys.stdout, "fileno", lambda: 99)
+    assert cli_module.main(["pipe"]) == 141
+    assert moved == [("/dev/null", 99)]
+    assert capsys.readouterr().err == ""
