@@ -318,6 +318,9 @@ def test_torch_fallback_computes_what_the_kernels_compute(tmp_path: Path) -> Non
         "    for act in (32, 16, 8):\n"
         "        layer.activation_bits = act\n"
         "        out.append(layer(torch.arange(64.0).sin().view(1, 64)))\n"
+        "        b = layer._buffers\n"
+        "        mins = [b['mins']] * 2 if bits == 4 else None\n"
+        "        out += kernels.linear_many(torch.ones(3, 64), bits, [b['qweight']] * 2, [b['scales']] * 2, mins, 32, act)\n"
         "torch.save((bool(kernels._ops), out), __import__('sys').argv[1])\n"
     )
     results = []
@@ -330,3 +333,61 @@ def test_torch_fallback_computes_what_the_kernels_compute(tmp_path: Path) -> Non
     assert not fallback_native and native_native
     for got, expected in zip(fallback, native):
         assert torch.allclose(got, expected, atol=2e-4, rtol=1e-4)
+
+
+def _filled(layer: QuantLinear, seed: int) -> QuantLinear:
+    torch.manual_seed(seed)
+    for name, tensor in layer.quantize_weight(torch.randn(layer.out_features, layer.in_features)).items():
+        setattr(layer, name, tensor)
+    return layer
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("act_bits", [32, 16, 8])
+@pytest.mark.parametrize("rows", [1, 3, 20])  # row kernels, several rows, de-quantised tiles
+@pytest.mark.parametrize("threads", [1, 2])
+def test_grouped_layers_give_each_layers_own_output(bits: int, act_bits: int, rows: int, threads: int) -> None:
+    """q/k/v (or gate/up) through one kernel call: bit for bit what each layer computes alone."""
+    from microformers_sdk.layers import apply_linears
+
+    assert kernels.native_available()
+    layers = [_filled(QuantLinear(64, n, bias=i == 1, bits=bits, group=32), i) for i, n in enumerate((48, 16, 300))]
+    layers[1].bias = torch.nn.Parameter(torch.randn(16))
+    for layer in layers:
+        layer.activation_bits = act_bits
+    calls = []
+    many = kernels.linear_many
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = torch.randn(2, rows, 64)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(kernels, "linear_many", lambda *a: calls.append(a) or many(*a))
+            grouped = apply_linears(layers, x)
+        alone = [layer(x) for layer in layers]
+    finally:
+        torch.set_num_threads(previous)
+    assert len(calls) == 1 and [g.shape for g in grouped] == [a.shape for a in alone]
+    for got, expected in zip(grouped, alone, strict=True):
+        assert torch.equal(got, expected)
+
+
+def test_layers_that_cannot_share_a_call_run_one_by_one() -> None:
+    from microformers_sdk.layers import apply_linears
+
+    x = torch.randn(1, 64)
+    four, eight = _filled(QuantLinear(64, 32, False, 4, 32), 0), _filled(QuantLinear(64, 32, False, 8, 32), 1)
+    linear = torch.nn.Linear(64, 32)
+    assert QuantLinear.linear_group([four, eight], x) is None  # different bits
+    assert QuantLinear.linear_group([four, linear], x) is None  # a float layer
+    assert QuantLinear.linear_group([four, four], x.double()) is None  # cast per layer
+    seen = []
+    handle = four.register_forward_hook(lambda module, args, out: seen.append(out))
+    assert QuantLinear.linear_group([four, four], x) is None  # hooks must run
+    assert torch.equal(apply_linears([four, eight], x)[1], eight(x)) and len(seen) == 1
+    apply_linears([four, four], x)
+    handle.remove()
+    assert len(seen) == 3
+    wide = _filled(QuantLinear(32, 16, False, 4, 32), 2)
+    with pytest.raises(RuntimeError, match="features"):  # the op checks every weight against x
+        kernels.linear_many(x, 4, [four.qweight, wide.qweight], [four.scales, wide.scales], [four.mins, wide.mins], 32)

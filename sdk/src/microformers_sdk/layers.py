@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -139,7 +139,7 @@ class GatedMLP(nn.Module):
         self.act_fn = get_activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = apply_linear(self.gate_proj, x), apply_linear(self.up_proj, x)
+        gate, up = apply_linears((self.gate_proj, self.up_proj), x)
         return apply_linear(self.down_proj, self.act_fn(gate) * up)
 
 
@@ -238,3 +238,15 @@ def apply_linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks):
         return row_linear(x, module.weight, module.bias)
     return module(x)
+
+
+def apply_linears(modules: Sequence[nn.Module], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``tuple(apply_linear(m, x) for m in modules)``: several layers of one input (q/k/v, gate/up).
+
+    A layer type may compute them in one call: a static ``linear_group(modules, x)`` on the first
+    layer's type returns the outputs, or None where it cannot (the layers are then called one by one).
+    Quantized layers use it to run q/k/v in one kernel call.
+    """
+    group = getattr(type(modules[0]), "linear_group", None)
+    outputs = group(modules, x) if group is not None else None
+    return tuple(apply_linear(module, x) for module in modules) if outputs is None else outputs

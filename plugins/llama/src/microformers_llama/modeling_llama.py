@@ -28,7 +28,7 @@ from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache, StaticCache
 from microformers_sdk.decoder_heads import DecoderForCausalLM, DecoderForSequenceClassification, keep_logits_positions
 from microformers_sdk.inputs import DecoderInputs, prepare_decoder_inputs
-from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
+from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear, apply_linears
 from microformers_sdk.losses import causal_lm_loss
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
@@ -106,9 +106,10 @@ class LlamaAttention(nn.Module):
     def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Query, key and value heads ``(batch, heads, seq, head_dim)`` before rotary (variants add per-head norms)."""
         batch, q_len, _ = hidden_states.shape
-        query = apply_linear(self.q_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-        key = apply_linear(self.k_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-        value = apply_linear(self.v_proj, hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+        query, key, value = (
+            projected.view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+            for projected in apply_linears((self.q_proj, self.k_proj, self.v_proj), hidden_states)
+        )
         return query, key, value
 
 

@@ -35,7 +35,7 @@ _lock = threading.Lock()
 _state: dict[str, bool] = {}
 # (weight bits, activation bits) -> the native op, filled once the kernels are built: resolving
 # ``torch.ops.mfquant.<name>`` on every call cost about as much as a small layer's product
-_ops: dict[tuple[int, int], Any] = {}
+_ops: dict[tuple[int, int | str], Any] = {}
 
 
 def native_available() -> bool:
@@ -54,6 +54,7 @@ def _build() -> bool:
     for bits in (4, 8):
         for act_bits, suffix in ((32, ""), (16, "_i16"), (8, "_i8")):
             _ops[bits, act_bits] = getattr(torch.ops.mfquant, f"q{bits}_linear{suffix}")
+        _ops[bits, "many"] = getattr(torch.ops.mfquant, f"q{bits}_linear_many")
     return True
 
 
@@ -95,9 +96,14 @@ def _register_fakes() -> None:
     def dequantize_fake(qweight: torch.Tensor, scales: torch.Tensor, *rest: object):
         return scales.new_empty((qweight.shape[0], scales.shape[1] * int(rest[-1])), dtype=torch.float32)
 
+    def many_fake(x: torch.Tensor, qweights: list[torch.Tensor], *_: object) -> list[torch.Tensor]:
+        return [x.new_empty((*x.shape[:-1], qweight.shape[0])) for qweight in qweights]
+
     for suffix in ("", "_i8", "_i16"):
         torch.library.register_fake(f"mfquant::q4_linear{suffix}")(q4_fake)
         torch.library.register_fake(f"mfquant::q8_linear{suffix}")(q8_fake)
+    for bits in (4, 8):
+        torch.library.register_fake(f"mfquant::q{bits}_linear_many")(many_fake)
     for bits in (4, 8):
         torch.library.register_fake(f"mfquant::q{bits}_dequantize")(dequantize_fake)
 
@@ -124,7 +130,7 @@ def quantize_activations(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
     return (q * scale).reshape(x.shape)
 
 
-def _native(bits: int, act_bits: int) -> Any:
+def _native(bits: int, act_bits: int | str) -> Any:
     op = _ops.get((bits, act_bits))
     if op is None and "ok" not in _state and native_available():
         op = _ops.get((bits, act_bits))
@@ -159,3 +165,24 @@ def q8_linear(
         return op(x, qweight, scales, group)
     quantized = x if act_bits == 32 else quantize_activations(x, act_bits)
     return torch.nn.functional.linear(quantized, dequantize_q8(qweight, scales, group))
+
+
+def linear_many(
+    x: torch.Tensor,
+    bits: int,
+    qweights: list[torch.Tensor],
+    scales: list[torch.Tensor],
+    mins: list[torch.Tensor] | None,
+    group: int,
+    act_bits: int = 32,
+) -> list[torch.Tensor]:
+    """``[x @ W.T for W in weights]`` in one kernel call, every weight ``bits``-bit with ``x``'s input size and ``group``."""
+    op = _native(bits, "many")
+    if op is not None:
+        if bits == 4:
+            return op(x, qweights, scales, mins, group, act_bits, GEMM_MIN_ROWS)
+        return op(x, qweights, scales, group, act_bits, GEMM_MIN_ROWS)
+    if bits == 4:
+        assert mins is not None
+        return [q4_linear(x, q, s, m, group, act_bits) for q, s, m in zip(qweights, scales, mins, strict=True)]
+    return [q8_linear(x, q, s, group, act_bits) for q, s in zip(qweights, scales, strict=True)]

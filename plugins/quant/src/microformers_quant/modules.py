@@ -7,6 +7,7 @@ float32: inputs of another dtype are cast in and the output cast back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -133,6 +134,41 @@ class QuantLinear(_QuantWeight):
             out = out + bias.to(out.dtype)
         out = out.view(*x.shape[:-1], self.out_features)
         return out if dtype == torch.float32 else out.to(dtype)
+
+    @staticmethod
+    def linear_group(modules: Sequence[nn.Module], x: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        """``tuple(m(x) for m in modules)`` in one kernel call (the SDK's ``apply_linears``: q/k/v,
+        gate/up), or None where the layers cannot share one (other types, hooks, bits, group, activations)."""
+        first = modules[0]
+        if not isinstance(first, QuantLinear) or x.dtype != torch.float32 or (x.requires_grad and torch.is_grad_enabled()):
+            return None
+        shared = (first.bits, first.group, first.activation_bits, first.in_features)
+        for module in modules:
+            if (
+                type(module) is not QuantLinear
+                or module._forward_hooks
+                or module._forward_pre_hooks
+                or (module.bits, module.group, module.activation_bits, module.in_features) != shared
+            ):
+                return None
+        flat = x.reshape(-1, first.in_features)
+        flat = flat if flat.is_contiguous() else flat.contiguous()
+        act_bits = first.activation_bits if flat.shape[0] <= KERNEL_MAX_ROWS else 32
+        buffers = [module._buffers for module in modules]
+        outs = kernels.linear_many(
+            flat,
+            first.bits,
+            [b["qweight"] for b in buffers],
+            [b["scales"] for b in buffers],
+            [b["mins"] for b in buffers] if first.bits == 4 else None,
+            first.group,
+            act_bits,
+        )
+        results = []
+        for module, out in zip(modules, outs, strict=True):
+            bias = module._parameters.get("bias")
+            results.append((out if bias is None else out + bias).view(*x.shape[:-1], module.out_features))
+        return tuple(results)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, group={self.group}"

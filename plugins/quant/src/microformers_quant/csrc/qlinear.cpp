@@ -19,7 +19,8 @@
 // values to int8 or int16 with one float scale; each weight block's dot product runs in integers
 // (maddubs / madd), then one FMA per block. int16 keeps 15 bits of each block's range: the logits
 // stay close to float activations' at about 1.4x their speed per layer.
-// Output features are split over ATen's intra-op threads in every kernel.
+// Output features are split over ATen's intra-op threads in every kernel. The *_many ops multiply one
+// input by several weights of its size (q/k/v, gate/up), their output features split as one range.
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
@@ -275,19 +276,36 @@ std::vector<float> group_sums(const float* x, int64_t M, const Weight<F>& w) {
   return xsum;
 }
 
-template <class F>
-void linear_rows(const float* x, int64_t M, const Weight<F>& w, float* out) {
-  const std::vector<float> xsum = group_sums(x, M, w);
-  const int64_t G = w.groups();
-  at::parallel_for(0, w.N, row_grain(w.K, M), [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      int64_t m = 0;
-      const float* xs = xsum.data();
-      for (; m + 8 <= M; m += 8) rows_dot<F, 8>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N);
-      if (m + 4 <= M) rows_dot<F, 4>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N), m += 4;
-      if (m + 2 <= M) rows_dot<F, 2>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N), m += 2;
-      if (m < M) rows_dot<F, 1>(w, n, x + m * w.K, xs + m * G, out + m * w.N, w.N);
+// Calls fn(i, n) for every output row n of every weight ws[i], the rows of all weights split over
+// threads as one range: several products of the same input (q/k/v, gate/up) share one parallel
+// region instead of paying for one each.
+template <class F, class Fn>
+void for_each_output_row(const std::vector<Weight<F>>& ws, int64_t grain, const Fn& fn) {
+  std::vector<int64_t> start(ws.size() + 1, 0);
+  for (size_t i = 0; i < ws.size(); ++i) start[i + 1] = start[i] + ws[i].N;
+  at::parallel_for(0, start.back(), grain, [&](int64_t begin, int64_t end) {
+    size_t i = std::upper_bound(start.begin(), start.end(), begin) - start.begin() - 1;
+    for (int64_t row = begin; row < end; ++row) {
+      while (row >= start[i + 1]) ++i;
+      fn(i, row - start[i]);
     }
+  });
+}
+
+// outs[i] [M, ws[i].N] = x [M, K] @ ws[i].T, every weight of the same K and group.
+template <class F>
+void linear_rows(const float* x, int64_t M, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs) {
+  const std::vector<float> xsum = group_sums(x, M, ws[0]);
+  const int64_t G = ws[0].groups(), K = ws[0].K;
+  for_each_output_row(ws, row_grain(K, M), [&](size_t i, int64_t n) {
+    const Weight<F>& w = ws[i];
+    float* out = outs[i];
+    int64_t m = 0;
+    const float* xs = xsum.data();
+    for (; m + 8 <= M; m += 8) rows_dot<F, 8>(w, n, x + m * K, xs + m * G, out + m * w.N, w.N);
+    if (m + 4 <= M) rows_dot<F, 4>(w, n, x + m * K, xs + m * G, out + m * w.N, w.N), m += 4;
+    if (m + 2 <= M) rows_dot<F, 2>(w, n, x + m * K, xs + m * G, out + m * w.N, w.N), m += 2;
+    if (m < M) rows_dot<F, 1>(w, n, x + m * K, xs + m * G, out + m * w.N, w.N);
   });
 }
 
@@ -404,17 +422,17 @@ inline float row_dot_int(const Weight<F>& w, int64_t n, const A* xq, const float
 }
 
 template <class F, class A>
-void linear_int(const float* x, int64_t M, const Weight<F>& w, float* out) {
-  const int64_t K = w.K, G = w.groups();
+void linear_int(const float* x, int64_t M, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs) {
+  const int64_t K = ws[0].K, G = ws[0].groups();
   std::vector<A> xq(M * K);
   std::vector<float> xd(M * K / 32);
   for (int64_t m = 0; m < M; ++m) quantize_row<A>(x + m * K, K, xq.data() + m * K, xd.data() + m * K / 32);
-  const std::vector<float> xsum = group_sums(x, M, w);
-  at::parallel_for(0, w.N, row_grain(K, M), [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n)
-      for (int64_t m = 0; m < M; ++m)
-        out[m * w.N + n] = row_dot_int<F, A>(w, n, xq.data() + m * K, xd.data() + m * K / 32,
-                                             F::kHasMin ? xsum.data() + m * G : nullptr);
+  const std::vector<float> xsum = group_sums(x, M, ws[0]);
+  for_each_output_row(ws, row_grain(K, M), [&](size_t i, int64_t n) {
+    const Weight<F>& w = ws[i];
+    for (int64_t m = 0; m < M; ++m)
+      outs[i][m * w.N + n] = row_dot_int<F, A>(w, n, xq.data() + m * K, xd.data() + m * K / 32,
+                                               F::kHasMin ? xsum.data() + m * G : nullptr);
   });
 }
 
@@ -438,52 +456,93 @@ Weight<F> checked_weight(const char* name, const at::Tensor& qweight, const at::
           mins != nullptr ? mins->data_ptr<typename F::s_t>() : nullptr, N, K, group};
 }
 
+// x @ w.T for every weight of ws (all of x's input size and one group size), one output each.
 template <class F>
-at::Tensor linear(const char* name, const at::Tensor& x, const Weight<F>& w, int act_bits, int64_t gemm_rows) {
+std::vector<at::Tensor> linear(const char* name, const at::Tensor& x, const std::vector<Weight<F>>& ws, int64_t act_bits,
+                               int64_t gemm_rows) {
+  TORCH_CHECK(!ws.empty(), name, ": no weights");
+  TORCH_CHECK(act_bits == 32 || act_bits == 16 || act_bits == 8, name, ": act_bits must be 32, 16 or 8");
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous(), name, ": input must be contiguous float32");
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == w.K, name, ": input has ", x.size(-1), " features, the weight expects ",
-              w.K);
-  const int64_t M = x.numel() / w.K;
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = w.N;
+  const int64_t K = ws[0].K;
+  for (const Weight<F>& w : ws)
+    TORCH_CHECK(x.dim() >= 1 && x.size(-1) == w.K && w.group == ws[0].group, name, ": input has ", x.size(-1),
+                " features, a weight expects ", w.K, " (group ", w.group, "; all weights must share both)");
+  const int64_t M = x.numel() / K;
+  std::vector<at::Tensor> outs;
   if (act_bits == 32 && M >= gemm_rows && M > 0) {
-    at::Tensor out_t = at::empty({w.N, M}, x.options());
-    linear_gemm(x.view({M, w.K}), w, out_t);
-    return out_t.t().contiguous().view(out_sizes);
+    for (const Weight<F>& w : ws) {  // each GEMM is split over threads by tiles already
+      at::Tensor out_t = at::empty({w.N, M}, x.options());
+      linear_gemm(x.view({M, K}), w, out_t);
+      auto sizes = x.sizes().vec();
+      sizes.back() = w.N;
+      outs.push_back(out_t.t().contiguous().view(sizes));
+    }
+    return outs;
   }
-  at::Tensor out = at::empty(out_sizes, x.options());
-  if (act_bits == 8) linear_int<F, int8_t>(x.data_ptr<float>(), M, w, out.data_ptr<float>());
-  else if (act_bits == 16) linear_int<F, int16_t>(x.data_ptr<float>(), M, w, out.data_ptr<float>());
-  else linear_rows(x.data_ptr<float>(), M, w, out.data_ptr<float>());
-  return out;
+  std::vector<float*> out_ptrs;
+  for (const Weight<F>& w : ws) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = w.N;
+    outs.push_back(at::empty(sizes, x.options()));
+    out_ptrs.push_back(outs.back().data_ptr<float>());
+  }
+  if (act_bits == 8) linear_int<F, int8_t>(x.data_ptr<float>(), M, ws, out_ptrs);
+  else if (act_bits == 16) linear_int<F, int16_t>(x.data_ptr<float>(), M, ws, out_ptrs);
+  else linear_rows(x.data_ptr<float>(), M, ws, out_ptrs);
+  return outs;
+}
+
+template <class F>
+at::Tensor linear_one(const char* name, const at::Tensor& x, const Weight<F>& w, int64_t act_bits, int64_t gemm_rows) {
+  return linear(name, x, std::vector<Weight<F>>{w}, act_bits, gemm_rows)[0];
 }
 
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor& mins,
                      int64_t group, int64_t gemm_rows) {
-  return linear("q4_linear", x, checked_weight<Q4>("q4_linear", qweight, scales, &mins, group), 32, gemm_rows);
+  return linear_one("q4_linear", x, checked_weight<Q4>("q4_linear", qweight, scales, &mins, group), 32, gemm_rows);
 }
 
 at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, int64_t group,
                      int64_t gemm_rows) {
-  return linear("q8_linear", x, checked_weight<Q8>("q8_linear", qweight, scales, nullptr, group), 32, gemm_rows);
+  return linear_one("q8_linear", x, checked_weight<Q8>("q8_linear", qweight, scales, nullptr, group), 32, gemm_rows);
 }
 
 at::Tensor q4_linear_i8(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
                         const at::Tensor& mins, int64_t group) {
-  return linear("q4_linear_i8", x, checked_weight<Q4>("q4_linear_i8", qweight, scales, &mins, group), 8, 0);
+  return linear_one("q4_linear_i8", x, checked_weight<Q4>("q4_linear_i8", qweight, scales, &mins, group), 8, 0);
 }
 
 at::Tensor q4_linear_i16(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
                          const at::Tensor& mins, int64_t group) {
-  return linear("q4_linear_i16", x, checked_weight<Q4>("q4_linear_i16", qweight, scales, &mins, group), 16, 0);
+  return linear_one("q4_linear_i16", x, checked_weight<Q4>("q4_linear_i16", qweight, scales, &mins, group), 16, 0);
 }
 
 at::Tensor q8_linear_i8(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, int64_t group) {
-  return linear("q8_linear_i8", x, checked_weight<Q8>("q8_linear_i8", qweight, scales, nullptr, group), 8, 0);
+  return linear_one("q8_linear_i8", x, checked_weight<Q8>("q8_linear_i8", qweight, scales, nullptr, group), 8, 0);
 }
 
 at::Tensor q8_linear_i16(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales, int64_t group) {
-  return linear("q8_linear_i16", x, checked_weight<Q8>("q8_linear_i16", qweight, scales, nullptr, group), 16, 0);
+  return linear_one("q8_linear_i16", x, checked_weight<Q8>("q8_linear_i16", qweight, scales, nullptr, group), 16, 0);
+}
+
+// Several weights against the same x in one call (q/k/v, gate/up): one parallel region, x quantized once.
+std::vector<at::Tensor> q4_linear_many(const at::Tensor& x, at::TensorList qweights, at::TensorList scales,
+                                       at::TensorList mins, int64_t group, int64_t act_bits, int64_t gemm_rows) {
+  TORCH_CHECK(qweights.size() == scales.size() && qweights.size() == mins.size(),
+              "q4_linear_many: qweights, scales and mins must have one entry per weight");
+  std::vector<Weight<Q4>> ws;
+  for (size_t i = 0; i < qweights.size(); ++i)
+    ws.push_back(checked_weight<Q4>("q4_linear_many", qweights[i], scales[i], &mins[i], group));
+  return linear("q4_linear_many", x, ws, act_bits, gemm_rows);
+}
+
+std::vector<at::Tensor> q8_linear_many(const at::Tensor& x, at::TensorList qweights, at::TensorList scales,
+                                       int64_t group, int64_t act_bits, int64_t gemm_rows) {
+  TORCH_CHECK(qweights.size() == scales.size(), "q8_linear_many: qweights and scales must have one entry per weight");
+  std::vector<Weight<Q8>> ws;
+  for (size_t i = 0; i < qweights.size(); ++i)
+    ws.push_back(checked_weight<Q8>("q8_linear_many", qweights[i], scales[i], nullptr, group));
+  return linear("q8_linear_many", x, ws, act_bits, gemm_rows);
 }
 
 template <class F>
@@ -513,6 +572,10 @@ TORCH_LIBRARY(mfquant, m) {
   m.def("q8_linear_i8(Tensor x, Tensor qweight, Tensor scales, int group) -> Tensor");
   m.def("q4_linear_i16(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int group) -> Tensor");
   m.def("q8_linear_i16(Tensor x, Tensor qweight, Tensor scales, int group) -> Tensor");
+  m.def("q4_linear_many(Tensor x, Tensor[] qweights, Tensor[] scales, Tensor[] mins, int group, int act_bits, "
+        "int gemm_rows) -> Tensor[]");
+  m.def("q8_linear_many(Tensor x, Tensor[] qweights, Tensor[] scales, int group, int act_bits, int gemm_rows) -> "
+        "Tensor[]");
   m.def("q4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group) -> Tensor");
   m.def("q8_dequantize(Tensor qweight, Tensor scales, int group) -> Tensor");
 }
@@ -524,6 +587,8 @@ TORCH_LIBRARY_IMPL(mfquant, CPU, m) {
   m.impl("q8_linear_i8", &q8_linear_i8);
   m.impl("q4_linear_i16", &q4_linear_i16);
   m.impl("q8_linear_i16", &q8_linear_i16);
+  m.impl("q4_linear_many", &q4_linear_many);
+  m.impl("q8_linear_many", &q8_linear_many);
   m.impl("q4_dequantize", &q4_dequantize);
   m.impl("q8_dequantize", &q8_dequantize);
 }
