@@ -9,7 +9,6 @@ processor, and the ``automatic-speech-recognition`` pipeline then transcribes th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from microformers_audio import (
     Wav2Vec2FeatureExtractor,
     Wav2Vec2Processor,
 )
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from microformers_wav2vec2 import Wav2Vec2Config, Wav2Vec2ForCTC
 
 RATE = 16000
@@ -44,15 +44,6 @@ def speak(text: str, seed: int) -> np.ndarray:
         pieces.append(np.zeros(640))
     audio = np.concatenate(pieces)
     return (audio + 0.01 * rng.standard_normal(audio.shape)).astype(np.float32)
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny matrices: one thread is faster than two fighting over a shared CI machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from parity.harness import (
     assert_close,
     assert_same_state_dict,
@@ -20,15 +20,6 @@ from parity.harness import (
 )
 
 pytest.importorskip("transformers")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny models: one thread is faster than two fighting over a shared CI machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 TINY: dict[str, Any] = {

@@ -12,7 +12,7 @@ match ours on the same file. The mappings under test live in the architecture pl
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from parity.harness import make_reference_model, reference_module
 
 gguf = pytest.importorskip("gguf", reason="the GGUF writer is a test dependency (requirements-test.txt)")
@@ -33,14 +34,6 @@ import microformers  # noqa: E402
 
 Q = GGMLQuantizationType
 TEXTS = ["Hello world", " the theory of everything", "in an  interesting\nline", "rerun: 12345!"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # -- vocabularies ------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 import torch
 
 import microformers
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from parity.harness import assert_close, make_reference_model, reference_module
 
 pytest.importorskip("transformers")
@@ -52,15 +52,6 @@ VARIANTS = {
     "layer": {"feat_extract_norm": "layer", "do_stable_layer_norm": True},
 }
 TEXTS = ["HELLO WORLD", "IT'S A TEST  OF <unk> THE  VOCAB", "the quick brown fox", "ÉTÉ 42 Q"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models: one thread is faster than two fighting over a shared CI machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tone(seconds: float, freq: float = 440.0, seed: int = 0) -> np.ndarray:

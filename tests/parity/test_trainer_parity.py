@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.utils.data import SequentialSampler
 
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from parity.harness import load_ours, load_reference, make_reference_checkpoint, reference_module
 
 pytest.importorskip("transformers")
@@ -40,15 +41,6 @@ BERT: dict[str, Any] = {
     "attention_probs_dropout_prob": 0.0,
     "num_labels": 3,
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    """Tiny models gain nothing from intra-op threads; on a busy machine they lose a lot to spin-waiting."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _sequential(trainer_cls: type) -> type:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from microformers_audio import (
     load_audio,
 )
 from microformers_sdk.processing import BatchFeature
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 
 RATE = 16000
 VOCAB = {
@@ -34,15 +34,6 @@ VOCAB = {
     "|": 4,
     **{c: i + 5 for i, c in enumerate(string.ascii_uppercase)},
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models: one thread is faster than two fighting over a shared CI machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def wave(seconds: float, freq: float = 440.0, rate: int = RATE) -> np.ndarray:

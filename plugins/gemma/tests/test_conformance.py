@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-import torch
-
 from microformers_gemma.configuration_gemma2 import Gemma2Config
 from microformers_gemma.configuration_gemma3 import Gemma3TextConfig
 from microformers_gemma.modeling_gemma2 import Gemma2ForCausalLM, Gemma2ForSequenceClassification, Gemma2Model
 from microformers_gemma.modeling_gemma3 import Gemma3ForCausalLM, Gemma3TextForSequenceClassification, Gemma3TextModel
-from microformers_sdk.testing import ModelConformanceTests, PluginConformanceTests
+from microformers_sdk.testing import (
+    ModelConformanceTests,
+    PluginConformanceTests,
+    one_thread,  # noqa: F401  (an autouse fixture, found by name)
+)
 
 TINY = {
     "vocab_size": 64,
@@ -27,14 +26,6 @@ TINY = {
     "query_pre_attn_scalar": 24,
     "num_labels": 3,
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class TestGemma2Conformance(ModelConformanceTests):

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-import torch
-
 from microformers_phi3.configuration_phi3 import Phi3Config
 from microformers_phi3.modeling_phi3 import (
     Phi3ForCausalLM,
@@ -14,7 +9,11 @@ from microformers_phi3.modeling_phi3 import (
     Phi3ForTokenClassification,
     Phi3Model,
 )
-from microformers_sdk.testing import ModelConformanceTests, PluginConformanceTests
+from microformers_sdk.testing import (
+    ModelConformanceTests,
+    PluginConformanceTests,
+    one_thread,  # noqa: F401  (an autouse fixture, found by name)
+)
 
 TINY = {
     "vocab_size": 64,
@@ -41,14 +40,6 @@ LONGROPE = {
         "attention_factor": 1.2,
     },
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class TestPhi3Conformance(ModelConformanceTests):

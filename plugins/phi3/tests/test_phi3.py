@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from microformers import AutoConfig, AutoModelForCausalLM, ConfigError
 from microformers_phi3.configuration_phi3 import Phi3Config
 from microformers_phi3.modeling_phi3 import Phi3ForCausalLM
 from microformers_sdk.cache import DynamicCache, StaticCache
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 
 TINY: dict[str, Any] = {
     "vocab_size": 64,
@@ -28,14 +28,6 @@ TINY: dict[str, Any] = {
     "eos_token_id": 1,
 }
 FACTORS = {"short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [2.0, 3.0, 4.0, 8.0]}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny_model(**overrides: Any) -> Phi3ForCausalLM:

@@ -8,19 +8,10 @@ from typing import Any
 
 import pytest
 
+from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
+
 # the tests share tiny models from trainer_helpers.py (pytest runs with --import-mode=importlib)
 sys.path.insert(0, str(Path(__file__).parent))
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    """Tiny models gain nothing from intra-op threads, and on a busy machine they lose a lot (spin-waiting)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

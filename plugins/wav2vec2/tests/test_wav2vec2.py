@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,11 @@ from safetensors.torch import load_file, save_file
 
 import microformers
 from microformers.errors import ConfigError, InputError
-from microformers_sdk.testing import ModelConformanceTests, checks
+from microformers_sdk.testing import (
+    ModelConformanceTests,
+    checks,
+    one_thread,  # noqa: F401  (an autouse fixture, found by name)
+)
 from microformers_wav2vec2.configuration_wav2vec2 import Wav2Vec2Config
 from microformers_wav2vec2.modeling_wav2vec2 import (
     Wav2Vec2ForCTC,
@@ -39,15 +42,6 @@ TINY: dict[str, Any] = {
     "mask_time_prob": 0.0,
     "layerdrop": 0.0,
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models: one thread is faster than two fighting over a shared CI machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _audio(batch: int, length: int, seed: int = 0) -> torch.Tensor:
