@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from microformers_sdk.gguf import OPTIONAL, GGUFArchitecture, Reshape, Rotary
+from microformers_sdk.gguf import OPTIONAL, GGUFArchitecture, Reshape, Rotary, Shift, Target, decoder_tensors
 
 
 def test_optional_reads_as_its_name() -> None:
@@ -40,3 +40,12 @@ def test_an_unknown_tokenizer_rebuild_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError) as info:
         _architecture("bpe")
     assert str(info.value) == "GGUFArchitecture('toyarch').tokenizer='bpe': use 'metaspace', 'normalizer' or 'gemma'"
+
+
+def test_decoder_tensors_wrap_norms_only_when_they_have_transforms() -> None:
+    plain = decoder_tensors()
+    assert plain["output_norm.weight"] == "model.norm.weight"
+    assert plain["blk.{bid}.ffn_norm.weight"] == "model.layers.{bid}.post_attention_layernorm.weight"
+    shifted = decoder_tensors(norm=(Shift(-1.0),))
+    assert shifted["output_norm.weight"] == Target("model.norm.weight", (Shift(-1.0),))
+    assert shifted["blk.{bid}.attn_norm.weight"] == Target("model.layers.{bid}.input_layernorm.weight", (Shift(-1.0),))
