@@ -53,7 +53,7 @@ def test_no_command_prints_help_listing_the_commands(commands: Registry, capsys:
     assert cli_module.main([]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: microformers [-h] [--version] COMMAND ...")
-    assert "Transformers on a plugin microkernel" in out and "does nothing" in out
+    assert "\n\nTransformers on a plugin microkernel\n\n" in out and "does nothing" in out
 
 
 def test_a_command_returns_its_exit_code(commands: Registry, capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,3 +101,19 @@ def test_a_closed_pipe_ends_quietly_with_stdout_sent_to_devnull(
     assert cli_module.main(["pipe"]) == 141
     assert moved == [("/dev/null", 99)]
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "message"),
+    [(ConfigError("broken plugin"), 2, "microformers: error: broken plugin\n"), (KeyboardInterrupt(), 130, "\nmicroformers: interrupted\n")],
+)
+def test_failures_during_start_up_name_no_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc: BaseException, code: int, message: str
+) -> None:
+    def build_parser() -> None:
+        raise exc
+
+    monkeypatch.setattr(cli_module, "build_parser", build_parser)
+    monkeypatch.delenv("MICROFORMERS_TRACEBACK", raising=False)
+    assert cli_module.main(["anything"]) == code
+    assert capsys.readouterr().err == message
