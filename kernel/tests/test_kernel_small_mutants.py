@@ -1,0 +1,104 @@
+"""Small kernel modules (``microformers/__init__.py`` exports, ``lazy``, ``outputs``, ``builtin/commands``): behaviour
+the mutation pass found unasserted (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import microformers
+from microformers import MicroformersError
+from microformers.cli import main
+from microformers.lazy import lazy_exports
+from microformers.plugins import iter_plugins
+from microformers_sdk.outputs import CausalLMOutput
+
+
+def test_setting_an_output_field_to_none_removes_it_and_outputs_pickle() -> None:
+    out = CausalLMOutput(logits=torch.ones(1))
+    out["loss"] = None  # absent already: nothing to remove
+    assert list(out.keys()) == ["logits"]
+    out["loss"] = torch.zeros(())
+    out["logits"] = None
+    assert list(out.keys()) == ["loss"] and out.logits is None
+    again = pickle.loads(pickle.dumps(out))
+    assert type(again) is CausalLMOutput and list(again.keys()) == ["loss"] and torch.equal(again.loss, out.loss)
+
+
+def test_an_export_resolves_and_a_known_but_missing_one_names_its_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert microformers.__getattr__("LoraConfig").__name__ == "LoraConfig"
+    registry = microformers.registry
+    get = registry.get
+    monkeypatch.setattr(registry, "get", lambda kind, name: None if (kind, name) == ("exports", "Trainer") else get(kind, name))
+    with pytest.raises(MicroformersError) as info:
+        microformers.__getattr__("Trainer")
+    message = str(info.value)
+    assert message.startswith("No installed plugin provides name 'Trainer'.")
+    assert "pip install microformers-trainer" in message
+    with pytest.raises(AttributeError, match=r"^module 'microformers' has no attribute 'NoSuchName'$"):
+        microformers.__getattr__("NoSuchName")
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    root = tmp_path / "mf_lazy_probe"
+    root.mkdir()
+    (root / "__init__.py").write_text("__all__ = ['Thing', 'Other']\n")
+    (root / "things.py").write_text("Thing = 'the thing'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "mf_lazy_probe"
+    for name in [n for n in sys.modules if n.startswith("mf_lazy_probe")]:
+        del sys.modules[name]
+
+
+def test_lazy_exports_import_on_first_use_and_list_all(package: str) -> None:
+    import mf_lazy_probe
+
+    getattr_, dir_ = lazy_exports(package, {"Thing": "things"})
+    assert getattr_("Thing") == "the thing"
+    assert mf_lazy_probe.__dict__["Thing"] == "the thing"  # cached on the package
+    assert dir_() == ["Other", "Thing"]  # the package's __all__, not only the lazy names
+    with pytest.raises(AttributeError, match=r"^module 'mf_lazy_probe' has no attribute 'Missing'$"):
+        getattr_("Missing")
+
+
+def _plugins() -> dict:
+    return {p.name: p for p in iter_plugins()}
+
+
+def test_plugins_command_lists_each_plugin_its_state_and_registrations(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    toy = _plugins()["toy"]
+    assert f"toy  [ok]  {toy.distribution} {toy.version}  ({toy.module})\n" in out
+    assert "\n    configs: toy\n" in out and "\n    models: toy:AutoModel, toy:AutoModelForCausalLM\n" in out
+    assert "\n    architectures:" not in out  # classes by name are left out
+    broken = next(p for p in iter_plugins() if p.broken)
+    assert f"{broken.name}  [BROKEN]  " in out and f"\n    error: {broken.error}\n" in out
+
+
+def test_plugins_command_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plugins", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('[\n  {\n    "name": ')  # indented by two
+    entries = {entry["name"]: entry for entry in json.loads(out)}
+    toy = _plugins()["toy"]
+    assert entries["toy"]["version"] == toy.version and entries["toy"]["module"] == toy.module
+    assert "models:toy:AutoModelForCausalLM" in entries["toy"]["registers"]
+    assert entries["toy"]["distribution"] == toy.distribution and entries["toy"]["error"] is None
+
+
+def test_env_command_lists_the_dependencies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"torch {md.version('torch')}" in out
+    try:
+        assert f"gguf {md.version('gguf')}" in out
+    except md.PackageNotFoundError:
+        assert "gguf not installed" in out
