@@ -90,7 +90,7 @@ def test_plugins_command_json(capsys: pytest.CaptureFixture[str]) -> None:
     entries = {entry["name"]: entry for entry in json.loads(out)}
     toy = _plugins()["toy"]
     assert entries["toy"]["version"] == toy.version and entries["toy"]["module"] == toy.module
-    assert "models:toy:AutoModelForCausalLM" in entries["toy"]["registers"]
+    assert {"configs:toy", "models:toy:AutoModelForCausalLM"} <= set(entries["toy"]["registers"])
     assert entries["toy"]["distribution"] == toy.distribution and entries["toy"]["error"] is None
 
 
