@@ -16,7 +16,8 @@ loaded by other processes distorts less. Generated tokens are compared with the 
 Variants:
 
 * ``fp32``: microformers, the float32 folder (``bench/_common.model_folder``; the reference
-  de-quantised the GGUF once); ``int8``/``int4``: that folder loaded with ``Int8Config()`` /
+  de-quantised the GGUF once); ``fp32-packed``: the same with ``pack_linear_weights`` (opt-in:
+  oneDNN's packed layout, for batched decoding); ``int8``/``int4``: that folder loaded with ``Int8Config()`` /
   ``Int4Config(group_size=32)``; ``gguf``: the Q4_1 file with ``GgufQuantConfig()`` (blocks kept);
   ``*-a8`` / ``*-a16``: the same with ``activations="int8"`` / ``"int16"`` (decoding activations quantized
   per 32 values; int8 is llama.cpp's way);
@@ -51,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
 
-VARIANTS = ["fp32", "int8", "int4", "gguf", "gguf-a16", "gguf-a8", "int4-a16", "int4-a8", "reference", "llama.cpp"]
+VARIANTS = ["fp32", "fp32-packed", "int8", "int4", "gguf", "gguf-a16", "gguf-a8", "int4-a16", "int4-a8", "reference", "llama.cpp"]
 ACTIVATIONS = {"-a8": "int8", "-a16": "int16"}
 
 
@@ -79,7 +80,12 @@ def load(variant: str) -> Any:
         )
     folder = common.model_folder("smollm2")
     kwargs = {"quantization_config": config} if config else {}
-    return microformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
+    model = microformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **kwargs)
+    if variant == "fp32-packed":  # opt-in: float32 weights in oneDNN's packed layout (batched decoding)
+        from microformers_sdk import pack_linear_weights
+
+        pack_linear_weights(model)
+    return model
 
 
 SCENARIOS = {

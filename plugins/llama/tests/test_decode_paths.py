@@ -233,3 +233,24 @@ def test_regional_compiled_decode_step_generates_the_eager_tokens() -> None:
     model.compile_decode_step(regional=True)
     compiled = model.generate(ids, past_key_values=StaticCache(max_cache_len=13), **settings)
     assert torch.equal(compiled, eager)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_packed_weights_decode_a_padded_batch_like_the_float_model() -> None:
+    """pack_linear_weights (opt-in, batched decoding): same greedy tokens, logits up to summation order."""
+    from microformers_sdk import PackedLinear, pack_linear_weights
+
+    plain, packed = tiny_model(), tiny_model()
+    assert pack_linear_weights(packed) == 3 * 7  # every projection; the tied head stays
+    assert isinstance(packed.model.layers[0].self_attn.q_proj, PackedLinear)
+    ids = torch.randint(2, 64, (4, 9))
+    mask = torch.ones_like(ids)
+    for row, pad in enumerate((0, 2, 5, 8)):
+        ids[row, :pad], mask[row, :pad] = 0, 0
+    with torch.no_grad():
+        expected, got = plain(ids, attention_mask=mask).logits, packed(ids, attention_mask=mask).logits
+    assert torch.allclose(got[mask.bool()], expected[mask.bool()], atol=1e-4, rtol=1e-5)
+    settings = {"max_new_tokens": 12, "min_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
+    assert torch.equal(
+        packed.generate(ids, attention_mask=mask, **settings), plain.generate(ids, attention_mask=mask, **settings)
+    )

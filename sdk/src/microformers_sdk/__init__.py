@@ -26,6 +26,8 @@ _LAZY: dict[str, str] = {
     "ScaledEmbedding": "layers",
     "ACTIVATIONS": "layers",
     "get_activation": "layers",
+    "PackedLinear": "packed",
+    "pack_linear_weights": "packed",
     "RotaryEmbedding": "rotary",
     "RopeSettings": "rope_settings",
     "SUPPORTED_ROPE_TYPES": "rope_settings",
