@@ -1,0 +1,26 @@
+"""``microformers_sdk.losses`` behaviour the mutation pass found unasserted (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from microformers_sdk.losses import span_loss, token_cross_entropy
+
+
+def test_token_cross_entropy_over_every_row_but_ignored_labels() -> None:
+    torch.manual_seed(0)
+    logits, labels = torch.randn(2, 3, 5), torch.tensor([[1, -100, 4], [0, 2, -100]])
+    keep = labels != -100
+    torch.testing.assert_close(token_cross_entropy(logits, labels), F.cross_entropy(logits[keep], labels[keep]))
+
+
+def test_span_positions_below_zero_count_as_zero_and_past_the_end_are_ignored() -> None:
+    torch.manual_seed(0)
+    start, end = torch.randn(2, 6), torch.randn(2, 6)
+    ends = torch.tensor([2, 3])
+    clamped = span_loss(start, end, torch.tensor([-5, 1]), ends)
+    torch.testing.assert_close(clamped, span_loss(start, end, torch.tensor([0, 1]), ends))
+    ignored = span_loss(start, end, torch.tensor([99, 1]), ends)  # the first start is outside: left out
+    expected = (F.cross_entropy(start[1:], torch.tensor([1])) + F.cross_entropy(end, ends)) / 2
+    torch.testing.assert_close(ignored, expected)
