@@ -40,6 +40,7 @@ def test_packed_layers_compute_what_the_float_layers_compute() -> None:
     assert type(model.up) is PackedLinear and type(model.down) is PackedLinear
     assert type(model.head) is nn.Linear and type(model.extra) is nn.Linear
     assert "weight" not in dict(model.up.named_parameters()) and model.up.bias is not None
+    assert model.head.weight is model.embed.weight  # the rest is copied out of any memory map, ties kept
     with torch.no_grad():
         for rows, logits in expected.items():
             assert torch.allclose(model(ids[:, :rows]), logits, atol=1e-5, rtol=1e-5), rows
