@@ -46,12 +46,24 @@ def client(tiny_bert: Path) -> Any:
 
     args = argparse.Namespace(
         model=str(tiny_bert), gguf_file=None, quantize=None, dtype=None, model_name="minilm-tiny", max_batch_size=4,
-        max_queue=8, max_body_bytes=1 << 20,
+        max_queue=8, max_body_bytes=1 << 20, pack_weights=False,
     )  # fmt: skip
     server = load_server(args)
     assert server.engine is None and server.embedder is not None and server.embedder.normalize
     http = testclient.TestClient(create_app(server))
     return openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http, max_retries=0)
+
+
+def test_pack_weights_is_refused_for_an_encoder(tiny_bert: Path) -> None:
+    from microformers.errors import InputError
+    from microformers_serve.commands import load_server
+
+    args = argparse.Namespace(
+        model=str(tiny_bert), gguf_file=None, quantize=None, dtype=None, model_name=None, max_batch_size=4,
+        max_queue=8, max_body_bytes=1 << 20, pack_weights=True,
+    )  # fmt: skip
+    with pytest.raises(InputError, match="encoder.*drop --pack-weights"):
+        load_server(args)
 
 
 def expected(folder: Path, text: str) -> torch.Tensor:

@@ -165,7 +165,7 @@ def test_quantize_flag_loads_int8_weights_and_still_equals_generate(tiny_llama: 
 
     args = argparse.Namespace(
         model=str(tiny_llama), gguf_file=None, quantize="int8", dtype=None, model_name=None, max_batch_size=4,
-        max_queue=4, max_body_bytes=1 << 20,
+        max_queue=4, max_body_bytes=1 << 20, pack_weights=False,
     )  # fmt: skip
     server = load_server(args)
     assert server.model.config.quantization_config["quant_method"] == "int8"
@@ -177,6 +177,33 @@ def test_quantize_flag_loads_int8_weights_and_still_equals_generate(tiny_llama: 
             assert collector.done.wait(60)
             prompt = torch.tensor([job.prompt_ids])
             assert job.output_ids == server.model.generate(prompt, max_new_tokens=job.max_new_tokens, do_sample=False)[0, prompt.shape[1] :].tolist()
+    server.engine.drain()
+
+
+def test_pack_weights_flag_packs_float_layers_and_still_equals_generate(tiny_llama: Path) -> None:
+    import argparse
+
+    from microformers.errors import InputError
+    from microformers_sdk import PackedLinear
+    from microformers_serve.commands import load_server
+
+    args = argparse.Namespace(
+        model=str(tiny_llama), gguf_file=None, quantize=None, dtype=None, model_name=None, max_batch_size=4,
+        max_queue=4, max_body_bytes=1 << 20, pack_weights=True,
+    )  # fmt: skip
+    with pytest.raises(InputError, match="--pack-weights.*--quantize"):
+        load_server(argparse.Namespace(**{**vars(args), "quantize": "int8"}))
+    server = load_server(args)
+    assert isinstance(server.model.model.layers[0].mlp.up_proj, PackedLinear)
+    plain = microformers.AutoModelForCausalLM.from_pretrained(tiny_llama)
+    jobs = [request([5, 6, 7], 12), request([8, 9], 9)]
+    with one_thread():
+        for job, _ in jobs:
+            server.engine.submit(job)
+        for job, collector in jobs:
+            assert collector.done.wait(60)
+            prompt = torch.tensor([job.prompt_ids])
+            assert job.output_ids == plain.generate(prompt, max_new_tokens=job.max_new_tokens, do_sample=False)[0, prompt.shape[1] :].tolist()
     server.engine.drain()
 
 

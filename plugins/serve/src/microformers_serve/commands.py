@@ -21,6 +21,10 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
         "--quantize", choices=("int8", "int4", "gguf"), default=None,
         help="quantized weights (microformers-quant): int8/int4 from float weights, gguf keeps a GGUF's blocks",
     )  # fmt: skip
+    parser.add_argument(
+        "--pack-weights", action="store_true",
+        help="float32 weights in oneDNN's packed layout: faster batched decoding, slower for one sequence",
+    )  # fmt: skip
     parser.add_argument("--gguf-file", default=None, help="GGUF file inside MODEL's folder")
     parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16; default: the checkpoint's)")
     parser.add_argument("--model-name", default=None, help="the id clients use in 'model' (default: MODEL as given)")
@@ -54,10 +58,13 @@ def _int(text: str) -> int:
 def load_server(args: argparse.Namespace) -> Any:
     """Load MODEL: a causal LM gets the batching engine, an encoder the embedding endpoint."""
     import microformers
+    from microformers.errors import InputError
 
     from .app import Embedder, Server
     from .engine import Engine
 
+    if args.pack_weights and args.quantize:
+        raise InputError("--pack-weights packs float32 weights and --quantize replaces them: use one of the two")
     load: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
     tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load)
     config = microformers.AutoConfig.from_pretrained(args.model, **load)
@@ -72,8 +79,16 @@ def load_server(args: argparse.Namespace) -> Any:
     aliases = (Path(args.model).name,) if Path(args.model).exists() else ()
     if _is_generative(config):
         model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **model_kwargs)
+        if args.pack_weights:
+            from microformers_sdk import pack_linear_weights
+
+            pack_linear_weights(model)
         engine = Engine(model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue)
         return Server(name, tokenizer, model, engine=engine, aliases=aliases, max_body_bytes=args.max_body_bytes)
+    if args.pack_weights:
+        raise InputError(
+            "--pack-weights speeds up batched decoding; MODEL is an encoder served for embeddings: drop --pack-weights"
+        )
     model = microformers.AutoModel.from_pretrained(args.model, **model_kwargs)
     folder = args.model if Path(args.model).is_dir() else None
     embedder = Embedder(model, tokenizer, folder, max_pending=args.max_queue)
