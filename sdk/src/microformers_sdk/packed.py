@@ -7,8 +7,9 @@ at 512 rows (a prompt). :func:`pack_linear_weights` swaps a model's plain ``nn.L
 :class:`PackedLinear`; the float weights are replaced, not kept, so memory afterwards is float32's
 (the peak while packing is higher: the checkpoint's mapped pages and the packed copies meet). It is
 for inference only: packed layers have no gradient, ``state_dict`` refuses them (load the model
-again to train or save), and the dtype cannot change. Outputs equal ``F.linear``'s up to
-summation order.
+again to train or save), the dtype cannot change, and it does not compile (inductor cannot lower
+the packed product; :func:`refuse_packed` is what ``compile_decode_step`` checks). Outputs equal
+``F.linear``'s up to summation order.
 """
 
 from __future__ import annotations
@@ -98,3 +99,14 @@ def pack_linear_weights(model: nn.Module) -> int:
         for tensor in [*model.parameters(), *model.buffers()]:
             tensor.data = tensor.data.clone()
     return len(targets)
+
+
+def refuse_packed(model: nn.Module, action: str) -> None:
+    """Raise a clear error when ``model`` has layers packed by :func:`pack_linear_weights` (``action`` names what cannot run)."""
+    packed = [module.name for module in model.modules() if isinstance(module, PackedLinear)]
+    if packed:
+        raise InputError(
+            f"{action}: {len(packed)} layers (first '{packed[0]}') were packed for eager inference by "
+            "pack_linear_weights, which torch.compile cannot lower; decode eagerly, or load the model again "
+            "without packing to compile it"
+        )

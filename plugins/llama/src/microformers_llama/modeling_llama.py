@@ -32,6 +32,7 @@ from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear, apply_linea
 from microformers_sdk.losses import causal_lm_loss
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from microformers_sdk.packed import refuse_packed
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 
 from .configuration_llama import LlamaConfig
@@ -474,6 +475,7 @@ class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
         slower than the whole graph's but faster than eager (numbers in docs/performance.md).
         """
         options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
+        refuse_packed(self, "compile_decode_step")
         for layer in self.model.layers if regional else ():
             if type(layer).forward is not LlamaDecoderLayer.forward or (
                 type(layer.self_attn).forward is not LlamaAttention.forward

@@ -43,6 +43,7 @@ from microformers_sdk.outputs import (
     CausalLMOutputWithPast,
     TokenClassifierOutput,
 )
+from microformers_sdk.packed import refuse_packed
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 from microformers_sdk.static_steps import one_query_attention, static_step_position, visible_storage
 
@@ -373,6 +374,7 @@ class Phi3ForCausalLM(DecoderForCausalLM, Phi3PreTrainedModel):
         :meth:`uncompile_decode_step` to go back.
         """
         options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
+        refuse_packed(self, "compile_decode_step")
         if self.__dict__.get("_compiled_decode_options") == options:
             return
         object.__setattr__(self, "_compiled_decode_step", torch.compile(self.logits, **options))
