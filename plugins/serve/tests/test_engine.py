@@ -158,17 +158,19 @@ def test_ragged_cache_rows_move_when_one_is_removed() -> None:
     torch.testing.assert_close(stored_values[1, :, :5], rows[1][0] + 1, rtol=0, atol=0)
 
 
-def test_quantize_flag_loads_int8_weights_and_still_equals_generate(tiny_llama: Path) -> None:
+def load_tiny_server(folder: Path, **flags: Any) -> Any:
+    """``load_server`` as the CLI calls it, on ``folder`` with ``flags`` over the defaults."""
     import argparse
 
     from microformers_serve.commands import load_server
 
-    args = argparse.Namespace(
-        model=str(tiny_llama), gguf_file=None, quantize="int8", dtype=None, model_name=None, max_batch_size=4,
-        max_queue=4, max_body_bytes=1 << 20, pack_weights=False,
-    )  # fmt: skip
-    server = load_server(args)
-    assert server.model.config.quantization_config["quant_method"] == "int8"
+    defaults = {"gguf_file": None, "quantize": None, "dtype": None, "model_name": None, "pack_weights": False}
+    args = {"model": str(folder), "max_batch_size": 4, "max_queue": 4, "max_body_bytes": 1 << 20, **defaults, **flags}
+    return load_server(argparse.Namespace(**args))
+
+
+def assert_served_like_generate(server: Any, model: Any) -> None:
+    """Two concurrent requests through the engine give what ``model.generate`` gives for each alone."""
     jobs = [request([5, 6, 7], 12), request([8, 9], 9)]
     with one_thread():
         for job, _ in jobs:
@@ -176,35 +178,26 @@ def test_quantize_flag_loads_int8_weights_and_still_equals_generate(tiny_llama: 
         for job, collector in jobs:
             assert collector.done.wait(60)
             prompt = torch.tensor([job.prompt_ids])
-            assert job.output_ids == server.model.generate(prompt, max_new_tokens=job.max_new_tokens, do_sample=False)[0, prompt.shape[1] :].tolist()
+            out = model.generate(prompt, max_new_tokens=job.max_new_tokens, do_sample=False)
+            assert job.output_ids == out[0, prompt.shape[1] :].tolist()
     server.engine.drain()
+
+
+def test_quantize_flag_loads_int8_weights_and_still_equals_generate(tiny_llama: Path) -> None:
+    server = load_tiny_server(tiny_llama, quantize="int8")
+    assert server.model.config.quantization_config["quant_method"] == "int8"
+    assert_served_like_generate(server, server.model)
 
 
 def test_pack_weights_flag_packs_float_layers_and_still_equals_generate(tiny_llama: Path) -> None:
-    import argparse
-
     from microformers.errors import InputError
     from microformers_sdk import PackedLinear
-    from microformers_serve.commands import load_server
 
-    args = argparse.Namespace(
-        model=str(tiny_llama), gguf_file=None, quantize=None, dtype=None, model_name=None, max_batch_size=4,
-        max_queue=4, max_body_bytes=1 << 20, pack_weights=True,
-    )  # fmt: skip
     with pytest.raises(InputError, match="--pack-weights.*--quantize"):
-        load_server(argparse.Namespace(**{**vars(args), "quantize": "int8"}))
-    server = load_server(args)
+        load_tiny_server(tiny_llama, quantize="int8", pack_weights=True)
+    server = load_tiny_server(tiny_llama, pack_weights=True)
     assert isinstance(server.model.model.layers[0].mlp.up_proj, PackedLinear)
-    plain = microformers.AutoModelForCausalLM.from_pretrained(tiny_llama)
-    jobs = [request([5, 6, 7], 12), request([8, 9], 9)]
-    with one_thread():
-        for job, _ in jobs:
-            server.engine.submit(job)
-        for job, collector in jobs:
-            assert collector.done.wait(60)
-            prompt = torch.tensor([job.prompt_ids])
-            assert job.output_ids == plain.generate(prompt, max_new_tokens=job.max_new_tokens, do_sample=False)[0, prompt.shape[1] :].tolist()
-    server.engine.drain()
+    assert_served_like_generate(server, microformers.AutoModelForCausalLM.from_pretrained(tiny_llama))
 
 
 def test_context_length_stops_where_cached_states_go_stale() -> None:
