@@ -49,3 +49,21 @@ def test_registrations_that_do_not_resolve_are_listed(monkeypatch: pytest.Monkey
     monkeypatch.setattr(plugin_checks, "discovered", lambda name: SimpleNamespace(registrations=registrations))
     with pytest.raises(AssertionError, match=r"^cannot import 'nowhere:Thing'$"):
         plugin_checks.check_registrations_resolve("any")
+
+
+class _Kit(ModelConformanceTests):
+    def make_config(self) -> Any:
+        return SimpleNamespace(pad_token_id=7)
+
+    def make_model(self, model_class: type, config: Any) -> Any:
+        return SimpleNamespace(config=config)
+
+    def make_inputs(self, config: Any) -> dict:
+        return {}
+
+
+def test_the_padding_check_is_handed_the_configs_pad_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(checks, "check_padding_invariance", lambda model, config, **kwargs: seen.append(kwargs["pad_token_id"]))
+    _Kit().test_padding_invariance(object)
+    assert seen == [7]
