@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,8 @@ def test_auto_model_applies_config_overrides_and_keeps_dtype_for_loading(saved_t
     assert next(model.parameters()).dtype == torch.float16  # torch_dtype is the loading dtype, not a config edit
 
 
-def test_register_records_the_config_model_and_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh = Registry()
-    fresh._discovered = True  # only what this test adds
-    monkeypatch.setattr(auto_module, "registry", fresh)
+def test_register_records_the_config_model_and_architecture(isolated_registry: Callable[..., Registry]) -> None:
+    fresh = isolated_registry(auto_module)
 
     class MutConfig(PretrainedConfig):
         model_type = "mutation_toy"
@@ -88,14 +87,12 @@ class TokenizerOther(_Loaded):
 
 
 @pytest.fixture
-def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
-    fresh = Registry()
-    fresh._discovered = True  # only what this test adds
+def fresh_registry(isolated_registry: Callable[..., Registry]) -> Registry:
+    fresh = isolated_registry(auto_module)
     fresh.add("processors", "FeatureRec", FeatureRec, role="feature_extractor", model_types=("proc_toy",))
     fresh.add("processors", "ProcessorRec", ProcessorRec, role="processor", model_types=("proc_toy",))
     fresh.add("tokenizers", "other", TokenizerOther, tokenizer_classes=("OtherTokenizer",), priority=5)
     fresh.add("tokenizers", "mine", TokenizerMine, tokenizer_classes=("MyTokenizer",), priority=0)
-    monkeypatch.setattr(auto_module, "registry", fresh)
     return fresh
 
 

@@ -34,9 +34,8 @@ def _raise(exc: BaseException) -> Callable[[argparse.Namespace], object]:
 
 
 @pytest.fixture
-def commands(monkeypatch: pytest.MonkeyPatch) -> Registry:
-    fresh = Registry()
-    fresh._discovered = True  # only the commands below
+def commands(monkeypatch: pytest.MonkeyPatch, isolated_registry: Callable[..., Registry]) -> Registry:
+    fresh = isolated_registry(cli_module)
     fresh.add("cli_commands", "ok", _command(lambda args: None), help="does nothing")
     fresh.add("cli_commands", "three", _command(lambda args: 3 if args.flag == "y" else 4))
     fresh.add("cli_commands", "refused", _refused_at_build)
@@ -44,7 +43,6 @@ def commands(monkeypatch: pytest.MonkeyPatch) -> Registry:
     fresh.add("cli_commands", "interrupted", _command(_raise(KeyboardInterrupt())))
     fresh.add("cli_commands", "pipe", _command(_raise(BrokenPipeError())))
     fresh.add("cli_commands", "bug", _command(_raise(KeyError("oops"))))
-    monkeypatch.setattr(cli_module, "registry", fresh)
     monkeypatch.delenv("MICROFORMERS_TRACEBACK", raising=False)
     return fresh
 

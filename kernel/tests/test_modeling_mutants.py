@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,9 @@ class _Quantizer:
         return dict(self.spec)
 
 
-def test_load_in_8bit_alone_picks_the_int8_quantizer_and_both_flags_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh = Registry()
-    fresh._discovered = True  # only what this test adds
+def test_load_in_8bit_alone_picks_the_int8_quantizer_and_both_flags_are_refused(isolated_registry: Callable[..., Registry]) -> None:
+    fresh = isolated_registry(modeling_module)
     fresh.add("quantizers", "int8", _Quantizer)
-    monkeypatch.setattr(modeling_module, "registry", fresh)
     config = PretrainedConfig()
     quantizer = modeling_module._quantizer(config, load_in_8bit=True)
     assert isinstance(quantizer, _Quantizer) and config.quantization_config == {"quant_method": "int8"}
@@ -140,11 +139,9 @@ class _RecordingQuantizer:
         _RecordingQuantizer.prepared.append(("finish", model))
 
 
-def test_a_quantizer_prepares_the_model_being_loaded(saved_toy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh = Registry()
-    fresh._discovered = True
+def test_a_quantizer_prepares_the_model_being_loaded(saved_toy: Path, monkeypatch: pytest.MonkeyPatch, isolated_registry: Callable[..., Registry]) -> None:
+    fresh = isolated_registry(modeling_module)
     fresh.add("quantizers", "recording", _RecordingQuantizer)
-    monkeypatch.setattr(modeling_module, "registry", fresh)
     monkeypatch.setattr(_RecordingQuantizer, "prepared", [])
     model = AutoModelForCausalLM.from_pretrained(saved_toy, quantization_config={"quant_method": "recording"})
     assert _RecordingQuantizer.prepared == [model, ("finish", model)]
@@ -173,11 +170,9 @@ class _AdapterManager:
 
 
 @pytest.fixture
-def adapter_registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
-    fresh = Registry()
-    fresh._discovered = True
+def adapter_registry(isolated_registry: Callable[..., Registry]) -> Registry:
+    fresh = isolated_registry(modeling_module)
     fresh.add("adapters", "LORA", _AdapterManager)
-    monkeypatch.setattr(modeling_module, "registry", fresh)
     return fresh
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,11 @@ class _Stop(Exception):
 
 
 @pytest.fixture
-def tasks(monkeypatch: pytest.MonkeyPatch) -> Registry:
-    fresh = Registry()
-    fresh._discovered = True  # only what is added here
+def tasks(isolated_registry: Callable[..., Registry]) -> Registry:
+    fresh = isolated_registry(pipelines_module)
     fresh.add("pipelines", "toy-task", Recorder, model_class=("AutoModelForCausalLM",), default_model=None, aliases=())
     fresh.add("pipelines", "two-heads", Recorder, model_class=("AutoModelForA", "AutoModelForB"), default_model=None)
     fresh.add("models", ("toy", "AutoModelForCausalLM"), TOY)
-    monkeypatch.setattr(pipelines_module, "registry", fresh)
     return fresh
 
 

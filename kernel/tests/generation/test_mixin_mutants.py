@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +81,8 @@ class _Never:
         return False
 
 
-def test_strategy_errors_name_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    fresh = Registry()
-    fresh._discovered = True
-    monkeypatch.setattr(mixin_module, "registry", fresh)
+def test_strategy_errors_name_what_is_missing(isolated_registry: Callable[..., Registry]) -> None:
+    fresh = isolated_registry(mixin_module)
     with pytest.raises(GenerationError, match=r"\(installed: none\)\. The standard ones"):
         mixin_module.select_strategy(GenerationConfig())
     with pytest.raises(Exception, match=r"^No installed plugin provides generation strategy 'custom_generate'\."):
