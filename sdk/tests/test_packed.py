@@ -61,3 +61,8 @@ def test_packed_layers_refuse_training_saving_and_conversion() -> None:
         model.half()
     with pytest.raises(InputError, match=r"'layer'.*float32 weights"):
         PackedLinear(nn.Linear(4, 4).double(), "layer")
+    mixed = Tiny()
+    mixed.down.double()
+    with pytest.raises(InputError, match=r"'down' is torch.float64.*float32 weights"):
+        pack_linear_weights(mixed)
+    assert type(mixed.up) is nn.Linear  # nothing was swapped

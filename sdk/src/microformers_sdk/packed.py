@@ -31,11 +31,7 @@ class PackedLinear(nn.Module):
 
     def __init__(self, linear: nn.Linear, name: str = "") -> None:
         super().__init__()
-        if linear.weight.dtype != torch.float32 or linear.weight.device.type != "cpu":
-            raise InputError(
-                f"pack_linear_weights: layer '{name}' is {linear.weight.dtype} on {linear.weight.device}; packing "
-                "needs float32 weights on the CPU (load with dtype=torch.float32)"
-            )
+        _check_packable(linear.weight, name)
         self.in_features, self.out_features, self.name = linear.in_features, linear.out_features, name
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACK_FOR_ROWS)
         self.bias = linear.bias
@@ -69,6 +65,14 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed for {PACK_FOR_ROWS} rows"
 
 
+def _check_packable(weight: torch.Tensor, name: str) -> None:
+    if weight.dtype != torch.float32 or weight.device.type != "cpu":
+        raise InputError(
+            f"pack_linear_weights: layer '{name}' is {weight.dtype} on {weight.device}; packing needs float32 "
+            "weights on the CPU (load with dtype=torch.float32)"
+        )
+
+
 def pack_linear_weights(model: nn.Module) -> int:
     """Swap every plain, hook-free float32 ``nn.Linear`` of ``model`` for a :class:`PackedLinear`.
 
@@ -89,6 +93,8 @@ def pack_linear_weights(model: nn.Module) -> int:
         and not (module._forward_hooks or module._forward_pre_hooks)
         and uses[id(module.weight)] == 1
     ]
+    for name, module in targets:  # all checked before any is swapped: never a half-packed model
+        _check_packable(module.weight, name)
     for name, module in targets:
         parent_name, _, leaf = name.rpartition(".")
         model.get_submodule(parent_name).register_module(leaf, PackedLinear(module, name))
