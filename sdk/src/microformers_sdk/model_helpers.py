@@ -16,6 +16,7 @@ from torch import nn
 from microformers.errors import ConfigError
 
 __all__ = [
+    "copy_out_of_memory_map",
     "disable_input_require_grads",
     "enable_input_require_grads",
     "init_weights",
@@ -185,3 +186,16 @@ def init_weights(model: Any, module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
     elif "RMSNorm" in type(module).__name__ and isinstance(getattr(module, "weight", None), nn.Parameter):
         nn.init.ones_(module.weight)
+
+
+def copy_out_of_memory_map(model: nn.Module) -> None:
+    """Give every float CPU tensor of ``model`` its own memory.
+
+    After a load that replaced modules (a quantizer, packed weights), the float tensors left (norms,
+    biases, embeddings) may be views of the checkpoint's memory map, and every page of the map the
+    load touched stays resident while any view lives; copied out, the map can close.
+    """
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.is_floating_point() and tensor.device.type == "cpu":
+                tensor.data = tensor.data.clone()

@@ -28,6 +28,8 @@ from torch import nn
 
 from microformers.errors import CheckpointError, ConfigError
 
+from .model_helpers import copy_out_of_memory_map
+
 
 class Quantizer:
     """Base class of quantizers; subclasses set ``quant_method``/``description`` and implement ``quantized_linear``."""
@@ -54,7 +56,9 @@ class Quantizer:
         return ConvertingSource(fmt.load(files, dtype=dtype), self, getattr(model, "base_model_prefix", ""))
 
     def finish(self, model: nn.Module) -> None:
-        """After loading: every tensor of a quantized module must have been read from the checkpoint."""
+        """After loading: every tensor of a quantized module must have been read from the checkpoint,
+        and the float tensors left are copied out of the checkpoint's memory map (see
+        :func:`~microformers_sdk.model_helpers.copy_out_of_memory_map`)."""
         for name, module in self.converted.items():
             for attr, buf in module.named_buffers(recurse=False):
                 if buf.device.type == "meta":
@@ -62,6 +66,7 @@ class Quantizer:
                         f"quantized checkpoint is missing tensor '{name}.{attr}' (quant_method "
                         f"'{self.quant_method}'); the folder is incomplete — save it again with save_pretrained"
                     )
+        copy_out_of_memory_map(model)
 
     # -- what subclasses provide -----------------------------------------------------------------
     def quantized_linear(self, name: str, module: nn.Linear) -> nn.Module | None:

@@ -107,13 +107,7 @@ class PluginQuantizer(Quantizer):
         super().finish(model)
         for module in self.converted.values():
             module.activation_bits = ACTIVATION_BITS[self.activations]
-        self.source = {}  # drop the checkpoint now that the model holds the tensors
-        # Float tensors left (norms, biases, layers kept in float) may be views of the checkpoint's
-        # memory map, which would keep every page read while quantizing resident: copy them out.
-        with torch.no_grad():
-            for tensor in [*model.parameters(), *model.buffers()]:
-                if tensor.is_floating_point() and tensor.device.type == "cpu":
-                    tensor.data = tensor.data.clone()
+        self.source = {}  # drop the checkpoint now that the model holds the tensors (super() copied the rest out)
         kernels.native_available()  # build/load now, not inside the first forward (or a compiled graph)
 
     def quantized_linear(self, name: str, module: nn.Linear) -> nn.Module | None:
