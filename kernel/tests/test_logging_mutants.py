@@ -115,3 +115,10 @@ def test_handler_propagation_and_format_switches(fresh: _Records) -> None:
     assert fresh.formatter is not None
     logging.reset_format()
     assert handler.format(record) == "hello" and fresh.formatter is None
+
+
+def test_progress_bar_switches_return_booleans(fresh: _Records) -> None:
+    logging.disable_progress_bar()
+    assert logging.is_progress_bar_enabled() is False
+    logging.enable_progress_bar()
+    assert logging.is_progress_bar_enabled() is True
