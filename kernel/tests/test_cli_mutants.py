@@ -115,3 +115,9 @@ def test_failures_during_start_up_name_no_command(
     monkeypatch.delenv("MICROFORMERS_TRACEBACK", raising=False)
     assert cli_module.main(["anything"]) == code
     assert capsys.readouterr().err == message
+
+
+def test_a_command_without_help_is_listed_by_name_alone(commands: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_module.main([]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    assert "three" in lines and "refused" in lines  # no help text after the names
