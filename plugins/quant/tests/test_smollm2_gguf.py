@@ -61,7 +61,13 @@ def test_64_greedy_tokens_identical(models: tuple[Any, ...]) -> None:
     tokenizer, dequantised, kept, _ = models
     ids = tokenizer("Explain what a tokenizer does in one paragraph.", return_tensors="pt").input_ids
     settings = {"max_new_tokens": 64, "min_new_tokens": 64, "do_sample": False}
-    assert torch.equal(kept.generate(ids, **settings), dequantised.generate(ids, **settings))
+    expected = dequantised.generate(ids, **settings)
+    assert torch.equal(kept.generate(ids, **settings), expected)
+    kept.compile_decode_step()  # the native step (mfquant::decoder_step) for every token after the prompt
+    try:
+        assert torch.equal(kept.generate(ids, cache_implementation="static", **settings), expected)
+    finally:
+        kept.uncompile_decode_step()
 
 
 def test_int16_activations_keep_top1_and_greedy_tokens(
@@ -77,7 +83,10 @@ def test_int16_activations_keep_top1_and_greedy_tokens(
     )
     ids = tokenizer("Explain what a tokenizer does in one paragraph.", return_tensors="pt").input_ids
     settings = {"max_new_tokens": 64, "min_new_tokens": 64, "do_sample": False}
-    assert torch.equal(kept16.generate(ids, **settings), dequantised.generate(ids, **settings))
+    expected = dequantised.generate(ids, **settings)
+    assert torch.equal(kept16.generate(ids, **settings), expected)
+    kept16.compile_decode_step()
+    assert torch.equal(kept16.generate(ids, cache_implementation="static", **settings), expected)
     monkeypatch.setattr(quant_modules, "KERNEL_MAX_ROWS", 1 << 30)  # every position through the int16 kernels
     drift = 0.0
     with torch.no_grad():

@@ -11,17 +11,31 @@ batch size and cache length (as gpt-fast does). A decoder uses the three functio
 * :func:`visible_storage` for the step's mask over the storage;
 * :func:`one_query_attention` in each attention layer for the step itself, with
   ``Cache.layer_storage`` / ``Cache.advance`` to write into the storage and count the new position.
+
+A pre-norm decoder with a SwiGLU MLP (the Llama layout) can also describe its layers as
+:class:`DecoderLayerParts` and ask :func:`native_decoder_step` for a step that runs every layer in
+one native call, when the type of its linear layers provides one (quantized layers do).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
+import attrs
 import torch
+from torch import nn
 
 from .cache import Cache, StaticCache
 
-__all__ = ["one_query_attention", "static_step_position", "visible_storage"]
+__all__ = [
+    "DecoderLayerParts",
+    "DecoderStepShape",
+    "NativeDecoderStep",
+    "native_decoder_step",
+    "one_query_attention",
+    "static_step_position",
+    "visible_storage",
+]
 
 
 def static_step_position(
@@ -81,3 +95,58 @@ def one_query_attention(
     scores = scores.masked_fill(~visible, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)
     return torch.matmul(weights, values).reshape(batch, heads, 1, head_dim)
+
+
+@attrs.frozen
+class DecoderLayerParts:
+    """One pre-norm decoder layer as a native step reads it: ``h + o_proj(attention(q, k, v))`` with
+    ``q, k, v = q/k/v_proj(input_norm(h))`` rotated by the half-split rotary embedding, then
+    ``h + down_proj(silu(gate_proj(x)) * up_proj(x))`` with ``x = post_norm(h)``; both norms are
+    :class:`~microformers_sdk.layers.RMSNorm`."""
+
+    input_norm: nn.Module
+    q_proj: nn.Module
+    k_proj: nn.Module
+    v_proj: nn.Module
+    o_proj: nn.Module
+    post_norm: nn.Module
+    gate_proj: nn.Module
+    up_proj: nn.Module
+    down_proj: nn.Module
+
+    @property
+    def linears(self) -> tuple[nn.Module, ...]:
+        """q, k, v, o, gate, up, down."""
+        return (self.q_proj, self.k_proj, self.v_proj, self.o_proj, self.gate_proj, self.up_proj, self.down_proj)
+
+
+@attrs.frozen
+class DecoderStepShape:
+    """The attention geometry every layer of the step shares."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scaling: float
+
+
+# (hidden (rows, 1, hidden), cos, sin (rows, 1, head_dim), visible (rows or 1, 1, 1, capacity) bool,
+#  [(key storage, value storage) per layer], position) -> hidden after the last layer (before the final norm)
+NativeDecoderStep = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Sequence[tuple[torch.Tensor, torch.Tensor]], int],
+    torch.Tensor,
+]
+
+
+def native_decoder_step(layers: Sequence[DecoderLayerParts], shape: DecoderStepShape) -> NativeDecoderStep | None:
+    """A static step through all of ``layers`` in one native call, or None where none is available.
+
+    The type of the first ``q_proj`` may provide it as a static ``native_decoder_step(layers, shape)``
+    (returning None where it cannot run these layers); plain ``nn.Linear`` layers have none. The step
+    writes each layer's new key/value into its storage at ``position`` (the caller counts it with
+    ``Cache.advance``) and returns the hidden states the decoder's final norm receives.
+    """
+    if not layers:
+        return None
+    build = getattr(type(layers[0].q_proj), "native_decoder_step", None)
+    return None if build is None else build(layers, shape)

@@ -34,6 +34,7 @@ from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from microformers_sdk.packed import refuse_packed
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
+from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape, NativeDecoderStep, native_decoder_step
 
 from .configuration_llama import LlamaConfig
 
@@ -392,6 +393,67 @@ class _RegionalDecodeStep:
         return apply_linear(self.model.lm_head, hidden_states), None, None
 
 
+class _NativeDecodeStep:
+    """The static step through a native implementation of all decoder layers (eager norm and head)."""
+
+    def __init__(self, model: LlamaForCausalLM, layers_step: NativeDecoderStep) -> None:
+        self.model, self.layers_step = model, layers_step
+
+    @classmethod
+    def build(cls, model: LlamaForCausalLM) -> _NativeDecodeStep | None:
+        """None unless every layer is the plain Llama layer with a SiLU-gated MLP and its linear layers' type
+        offers a native step (quantized layers do)."""
+        config, layers = model.config, model.model.layers
+        if config.hidden_act != "silu" or not layers:
+            return None
+        parts = []
+        for layer in layers:
+            attention, mlp = layer.self_attn, layer.mlp
+            if (
+                type(layer).forward is not LlamaDecoderLayer.forward
+                or type(attention).forward is not LlamaAttention.forward
+                or type(attention).project is not LlamaAttention.project
+                or type(mlp) is not GatedMLP
+            ):
+                return None
+            parts.append(
+                DecoderLayerParts(
+                    layer.input_layernorm, attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
+                    layer.post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj,
+                )
+            )  # fmt: skip
+        first = layers[0].self_attn
+        shape = DecoderStepShape(first.num_heads, first.num_key_value_heads, first.head_dim, first.scaling)
+        step = native_decoder_step(parts, shape)
+        return None if step is None else cls(model, step)
+
+    def __call__(
+        self,
+        inputs_embeds: torch.Tensor,
+        layer_inputs: LayerInputs,
+        past_key_values: Cache,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        logits_to_keep: int | torch.Tensor = 0,
+    ) -> tuple[torch.Tensor, None, None]:
+        cos, sin = layer_inputs.rotary
+        layers = self.model.model.layers
+        storages = [past_key_values.layer_storage(index) for index in range(len(layers))]
+        if (
+            cos.shape[-1] != layers[0].self_attn.head_dim  # partial rotary
+            or inputs_embeds.dtype != torch.float32
+            or storages[0][0].dtype != torch.float32
+        ):
+            return self.model.logits(
+                inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states, logits_to_keep
+            )
+        visible = next(iter(layer_inputs.masks.values()))[0]
+        position = int(layer_inputs.cache_position[0])
+        hidden_states = self.layers_step(inputs_embeds, cos, sin, visible, storages, position)
+        hidden_states = self.model.model.norm(hidden_states)  # one position: logits_to_keep changes nothing
+        return apply_linear(self.model.lm_head, hidden_states), None, None
+
+
 class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
     """Decoder plus a language-modelling head (``lm_head``, tied to the embeddings when configured)."""
 
@@ -460,8 +522,15 @@ class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
         return logits, all_hidden_states, attentions
 
     # -- opt-in compiled decoding ------------------------------------------------------------------
-    def compile_decode_step(self, regional: bool = False, **compile_options: Any) -> None:
-        """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``.
+    def compile_decode_step(self, regional: bool = False, native: bool | None = None, **compile_options: Any) -> None:
+        """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``,
+        or through a native step where the layers offer one.
+
+        ``native``: with the default (None) and neither ``regional`` nor options, layers whose linear
+        type provides a native step for the whole decoder (quantized layers: ``microformers-quant``)
+        use it instead of ``torch.compile``: no compilation, the same kernels, one call per token for
+        all layers. ``native=True`` requires it (an error where there is none), ``native=False``
+        always compiles.
 
         The compiled function is :meth:`logits`, the decoder and head every forward runs; the inputs
         (embedding, rotary, mask over the cache's capacity) are prepared eagerly and the prompt itself
@@ -474,8 +543,21 @@ class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
         (the head stays eager): compilation takes about a tenth of the whole graph's, each step runs
         slower than the whole graph's but faster than eager (numbers in docs/performance.md).
         """
-        options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
         refuse_packed(self, "compile_decode_step")
+        if native is True and (regional or compile_options):
+            raise InputError("compile_decode_step(native=True) compiles nothing: drop regional and the compile options")
+        if native is not False and not regional and not compile_options:
+            native_step = _NativeDecodeStep.build(self)
+            if native_step is not None:
+                object.__setattr__(self, "_compiled_decode_step", native_step)
+                object.__setattr__(self, "_compiled_decode_options", {"native": True})
+                return
+            if native:
+                raise InputError(
+                    "compile_decode_step(native=True): these layers have no native decode step (it needs every "
+                    "projection quantized by microformers-quant, plain RMSNorms and a SiLU MLP); use native=False"
+                )
+        options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
         for layer in self.model.layers if regional else ():
             if type(layer).forward is not LlamaDecoderLayer.forward or (
                 type(layer.self_attn).forward is not LlamaAttention.forward

@@ -170,6 +170,14 @@ class QuantLinear(_QuantWeight):
             results.append((out if bias is None else out + bias).view(*x.shape[:-1], module.out_features))
         return tuple(results)
 
+    @staticmethod
+    def native_decoder_step(layers: Sequence[Any], shape: Any) -> Any:
+        """The SDK's ``native_decoder_step`` protocol: every layer of a Llama-style decoder in one native
+        call (``decoder_step.QuantDecoderStep``), or None where these layers cannot run that way."""
+        from .decoder_step import QuantDecoderStep
+
+        return QuantDecoderStep.build(layers, shape)
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, group={self.group}"
 

@@ -1,0 +1,122 @@
+"""A static decoding step through every layer of a Llama-style decoder in one native call.
+
+``QuantLinear.native_decoder_step`` (the SDK's :func:`~microformers_sdk.static_steps.native_decoder_step`
+protocol) builds a :class:`QuantDecoderStep` when every projection of every layer is a
+``QuantLinear`` without hooks and both norms are plain float32 ``RMSNorm``. The step runs
+``mfquant::decoder_step`` (csrc/qlinear.cpp): the norms, the q/k/v, output, gate/up and down
+products (the same kernels as the layers' own), the rotary embedding, the write into the static
+cache and attention over the visible stored positions, for all layers, without returning to Python
+between operations. Per token that saves the ~15 Python and ATen calls per layer that the eager
+step spends around the quantized products.
+
+The step holds the layers' tensors as they are when it is built: build it again (call
+``compile_decode_step()`` again) after replacing modules or their buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from microformers_sdk.layers import RMSNorm
+from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape
+
+from . import kernels, modules
+from .modules import QuantLinear
+
+_NONE = torch.empty(0)
+
+
+def _linear_tensors(module: QuantLinear) -> list[torch.Tensor]:
+    buffers = module._buffers
+    bias = module._parameters.get("bias")
+    mins = buffers["mins"] if module.bits == 4 else _NONE
+    return [buffers["qweight"], buffers["scales"], mins, _NONE if bias is None else bias.detach()]
+
+
+def _plain(module: object) -> bool:
+    return type(module) is QuantLinear and not module._forward_hooks and not module._forward_pre_hooks  # type: ignore[attr-defined]
+
+
+def _same_kind(*modules: QuantLinear) -> bool:
+    return len({(m.bits, m.group, m.activation_bits, m.in_features) for m in modules}) == 1
+
+
+def _norm_weight(norm: object, hidden: int) -> torch.Tensor | None:
+    if type(norm) is not RMSNorm or norm._forward_hooks or norm._forward_pre_hooks:  # type: ignore[attr-defined]
+        return None
+    weight = norm.weight  # type: ignore[attr-defined]
+    ok = weight.dtype == torch.float32 and weight.shape == (hidden,) and weight.device.type == "cpu"
+    return weight.detach() if ok else None
+
+
+class QuantDecoderStep:
+    """``(hidden, cos, sin, visible, storages, position) -> hidden`` through every layer (see the module docstring)."""
+
+    def __init__(self, params: list[torch.Tensor], meta: list[int], eps: float, shape: DecoderStepShape) -> None:
+        self.params, self.meta, self.eps, self.shape = params, meta, eps, shape
+
+    @classmethod
+    def build(cls, layers: Sequence[DecoderLayerParts], shape: DecoderStepShape) -> QuantDecoderStep | None:
+        """The step for ``layers``, or None where they are not all quantized, hook-free, of one norm epsilon."""
+        if not layers or not kernels.native_available():
+            return None
+        params: list[torch.Tensor] = []
+        meta: list[int] = []
+        epsilons = set()
+        for parts in layers:
+            if not all(_plain(m) for m in parts.linears):
+                return None
+            q, k, v, o, gate, up, down = parts.linears
+            hidden, kv_width = q.in_features, shape.kv_heads * shape.head_dim
+            if not (_same_kind(q, k, v) and _same_kind(gate, up)):
+                return None
+            sizes = (q.out_features, k.out_features, v.out_features, o.in_features, o.out_features)
+            if sizes != (shape.heads * shape.head_dim, kv_width, kv_width, q.out_features, hidden):
+                return None
+            if (gate.in_features, down.in_features, down.out_features) != (hidden, gate.out_features, hidden):
+                return None
+            norms = [_norm_weight(parts.input_norm, hidden), _norm_weight(parts.post_norm, hidden)]
+            if norms[0] is None or norms[1] is None:
+                return None
+            epsilons.update((float(parts.input_norm.variance_epsilon), float(parts.post_norm.variance_epsilon)))
+            params.append(norms[0])
+            for module in parts.linears:
+                params += _linear_tensors(module)
+                meta += [module.group, module.activation_bits]
+            params.append(norms[1])
+        if len(epsilons) != 1:
+            return None
+        return cls(params, meta, epsilons.pop(), shape)
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        visible: torch.Tensor,
+        storages: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        position: int,
+    ) -> torch.Tensor:
+        rows, width = hidden.shape[0], hidden.shape[-1]
+        shape = self.shape
+        caches = [tensor for pair in storages for tensor in pair]
+        out = torch.ops.mfquant.decoder_step(
+            hidden.reshape(rows, width).contiguous(),
+            cos.reshape(rows, -1).contiguous(),
+            sin.reshape(rows, -1).contiguous(),
+            visible.reshape(-1, visible.shape[-1]).contiguous(),
+            caches,
+            position,
+            self.params,
+            self.meta,
+            self.eps,
+            shape.scaling,
+            shape.heads,
+            shape.kv_heads,
+            shape.head_dim,
+            modules.KERNEL_MAX_ROWS,
+            kernels.GEMM_MIN_ROWS,
+        )
+        return out.view(rows, 1, width)

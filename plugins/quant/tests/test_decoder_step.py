@@ -1,0 +1,100 @@
+"""The native decoding step (``mfquant::decoder_step``): every layer of a quantized Llama-style decoder in one call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from microformers import AutoModelForCausalLM, Int4Config, Int8Config
+from microformers.errors import InputError
+from microformers_quant import decoder_step
+
+from .conftest import make_checkpoint
+
+IDS = torch.tensor([[1, 5, 9, 33, 40, 7, 60, 11]])
+SETTINGS = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, "cache_implementation": "static"}
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Biases on the attention projections (Qwen2's q/k/v, here on o as well) and an odd head layout."""
+    folder = tmp_path_factory.mktemp("tiny-biased")
+    return make_checkpoint(folder, attention_bias=True, num_attention_heads=8, num_key_value_heads=2)
+
+
+def count_native_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    original = decoder_step.QuantDecoderStep.__call__
+
+    def counted(self: Any, *args: Any) -> torch.Tensor:
+        calls.append(args[-1])  # the position written
+        return original(self, *args)
+
+    monkeypatch.setattr(decoder_step.QuantDecoderStep, "__call__", counted)
+    return calls
+
+
+def generate(model: Any, ids: torch.Tensor, **extra: Any) -> Any:
+    with torch.no_grad():
+        return model.generate(ids, output_logits=True, return_dict_in_generate=True, **SETTINGS, **extra)
+
+
+@pytest.mark.parametrize(
+    "fixture,config,tolerance",
+    [
+        ("tiny_llama", Int4Config(group_size=32), 1e-4),
+        ("tiny_llama", Int8Config(), 1e-4),
+        ("tiny_qwen2_like", Int4Config(group_size=64), 1e-4),
+        ("tiny_llama", Int4Config(group_size=32, activations="int16"), 2e-3),
+    ],
+)
+def test_native_step_gives_the_eager_steps_logits(
+    fixture: str, config: Any, tolerance: float, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture), quantization_config=config)
+    eager = generate(model, IDS)
+    model.compile_decode_step()
+    calls = count_native_calls(monkeypatch)
+    native = generate(model, IDS)
+    assert calls == list(range(IDS.shape[1], IDS.shape[1] + 7))  # every step after the prompt, at its position
+    assert torch.equal(native.sequences, eager.sequences)
+    drift = max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True))
+    assert drift < tolerance
+
+
+def test_left_padded_batch_matches_eager(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of different lengths: per-row rotary positions and the padding hidden from each row's attention."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
+    ids = torch.tensor([[0, 0, 0, 5, 9, 33, 40, 7], [1, 5, 9, 33, 40, 7, 60, 11]])
+    mask = (ids != 0).long()
+    eager = generate(model, ids, attention_mask=mask)
+    model.compile_decode_step()
+    calls = count_native_calls(monkeypatch)
+    native = generate(model, ids, attention_mask=mask)
+    assert len(calls) == 7
+    assert torch.equal(native.sequences, eager.sequences)
+    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+
+
+def test_uncompile_returns_to_the_eager_step(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
+    model.compile_decode_step()
+    model.uncompile_decode_step()
+    calls = count_native_calls(monkeypatch)
+    generate(model, IDS)
+    assert calls == []
+
+
+def test_layers_without_a_native_step(tiny_llama: Path) -> None:
+    float_model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    with pytest.raises(InputError, match="no native decode step"):
+        float_model.compile_decode_step(native=True)
+    quantized = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
+    quantized.model.layers[1].mlp.down_proj.register_forward_hook(lambda *_: None)  # a hook must still run
+    with pytest.raises(InputError, match="no native decode step"):
+        quantized.compile_decode_step(native=True)
+    with pytest.raises(InputError, match="compiles nothing"):
+        quantized.compile_decode_step(native=True, mode="default")
