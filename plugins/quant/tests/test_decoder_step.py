@@ -98,3 +98,12 @@ def test_layers_without_a_native_step(tiny_llama: Path) -> None:
         quantized.compile_decode_step(native=True)
     with pytest.raises(InputError, match="compiles nothing"):
         quantized.compile_decode_step(native=True, mode="default")
+
+
+def test_chat_decodes_quantized_models_through_the_native_step(tiny_llama: Path) -> None:
+    from microformers_chat.commands import _native_decode_step
+
+    assert not _native_decode_step(AutoModelForCausalLM.from_pretrained(tiny_llama))
+    quantized = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
+    assert _native_decode_step(quantized)
+    assert isinstance(quantized.__dict__["_compiled_decode_step"].layers_step, decoder_step.QuantDecoderStep)

@@ -44,8 +44,21 @@ def _seed(text: str) -> int:
     return value
 
 
+def _native_decode_step(model: Any) -> bool:
+    """Switch a quantized model to its native decoding step (every layer in one call) where it has one."""
+    from microformers import MicroformersError
+
+    try:
+        model.compile_decode_step(native=True)
+    except MicroformersError:
+        return False
+    return True
+
+
 class Session:
     """A model, its tokenizer, and a conversation."""
+
+    static_steps = False  # decode through a static cache (a quantized model's native step)
 
     def __init__(self, args: argparse.Namespace) -> None:
         import microformers
@@ -58,6 +71,7 @@ class Session:
         model_kwargs = {"quantization_config": {"quant_method": quantize}} if quantize else {}
         model_kwargs.update(_placement(getattr(args, "device", None), getattr(args, "dtype", None)))
         self.model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **load_kwargs, **model_kwargs)
+        self.static_steps = bool(quantize) and _native_decode_step(self.model)
         self.args = args
         self.messages: list[dict[str, str]] = []
         self.reset()
@@ -75,6 +89,8 @@ class Session:
         config = getattr(self.model, "generation_config", None)
         if "max_new_tokens" not in kwargs and getattr(config, "max_new_tokens", None) is None:
             kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS  # not max_length=20: a reply needs room
+        if self.static_steps:
+            kwargs["cache_implementation"] = "static"  # the native step decodes into a preallocated cache
         return kwargs
 
     def answer(self, inputs: dict[str, Any], out: TextIO | None) -> str:

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from microformers import PreTrainedModel
+from microformers.errors import InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache
 from microformers_sdk.decoder_heads import DecoderForCausalLM, DecoderForSequenceClassification, keep_logits_positions
@@ -366,13 +367,16 @@ class Phi3ForCausalLM(DecoderForCausalLM, Phi3PreTrainedModel):
         return longrope and total_length > original and past_length <= original
 
     # -- opt-in compiled decoding ------------------------------------------------------------------
-    def compile_decode_step(self, **compile_options: Any) -> None:
+    def compile_decode_step(self, native: bool | None = None, **compile_options: Any) -> None:
         """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``.
 
         The compiled function is :meth:`logits`; inputs are prepared eagerly and prompts run eagerly.
         Options go to ``torch.compile`` (default ``dynamic=False, fullgraph=True``). Call
-        :meth:`uncompile_decode_step` to go back.
+        :meth:`uncompile_decode_step` to go back. There is no native step for Phi-3 (``native=True``
+        is refused).
         """
+        if native:
+            raise InputError(f"{type(self).__name__} has no native decode step; use compile_decode_step()")
         options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
         refuse_packed(self, "compile_decode_step")
         if self.__dict__.get("_compiled_decode_options") == options:
