@@ -91,3 +91,50 @@ def test_strategy_errors_name_what_is_missing(isolated_registry: Callable[..., R
     with pytest.raises(GenerationError) as info:
         mixin_module.select_strategy(GenerationConfig())
     assert str(info.value).startswith("no installed generation strategy applies to these settings (installed: never).")
+
+
+# -- third pass (full run of the module) ---------------------------------------------------------------------------
+
+
+def test_generation_config_json_is_read_from_the_folder_itself(toy_model: torch.nn.Module, tmp_path: Path) -> None:
+    (tmp_path / "generation_config.json").write_text(json.dumps({"max_new_tokens": 7}))
+    toy_model._load_generation_config(tmp_path, {})
+    assert toy_model.generation_config.max_new_tokens == 7
+
+
+def test_per_call_settings_never_change_the_model_s_generation_config(toy_model: torch.nn.Module) -> None:
+    toy_model.generation_config = GenerationConfig(max_new_tokens=2, my_option=1)
+    config, rest = toy_model._merge_generation_config(None, {"my_option": 2, "other": 3})
+    assert config.my_option == 2 and rest == {"other": 3}
+    assert toy_model.generation_config.my_option == 1
+
+
+def test_no_compiled_decode_step_is_a_clear_error(toy_model: torch.nn.Module) -> None:
+    with pytest.raises(GenerationError, match=r"^ToyForCausalLM has no compiled decode step; drop compile_config$"):
+        toy_model.compile_decode_step(mode="default")
+
+
+def test_an_unknown_configured_strategy_is_named_as_a_generation_strategy(isolated_registry: Callable[..., Registry]) -> None:
+    isolated_registry(mixin_module)
+    with pytest.raises(Exception, match=r"^No installed plugin provides generation strategy 'nope'\."):
+        mixin_module.select_strategy(GenerationConfig(strategy="nope"))
+
+
+class _Always:
+    def applies(self, config: GenerationConfig) -> bool:
+        return True
+
+
+def test_strategies_are_tried_by_priority_and_ones_without_applies_are_skipped(
+    isolated_registry: Callable[..., Registry],
+) -> None:
+    fresh = isolated_registry(mixin_module)
+    unranked, ranked = _Always(), _Always()
+    fresh.add("generation_strategies", "a_unranked", unranked)  # names are listed sorted: it comes first
+    fresh.add("generation_strategies", "z_ranked", ranked, priority=1)
+    assert mixin_module.select_strategy(GenerationConfig()) is ranked
+    other = isolated_registry(mixin_module)
+    other.add("generation_strategies", "plain", lambda *args: None)  # no applies(): never chosen by settings
+    other.add("generation_strategies", "never", _Never())
+    with pytest.raises(GenerationError, match=r"\(installed: never, plain\)\."):
+        mixin_module.select_strategy(GenerationConfig())
