@@ -16,6 +16,7 @@ import microformers
 from microformers import MicroformersError
 from microformers.cli import main
 from microformers.lazy import lazy_exports
+from microformers.outputs import ModelOutput
 from microformers.plugins import iter_plugins
 from microformers_sdk.outputs import CausalLMOutput
 
@@ -102,3 +103,49 @@ def test_env_command_lists_the_dependencies(capsys: pytest.CaptureFixture[str]) 
         assert f"gguf {md.version('gguf')}" in out
     except md.PackageNotFoundError:
         assert "gguf not installed" in out
+
+
+# -- third pass (full run of the five modules) ---------------------------------------------------------------------
+
+
+class _Base(ModelOutput):
+    a: int | None
+    _hidden: int | None
+
+
+class _Two(_Base):
+    b: int | None
+    a: int | None  # declared again: still one field, in its first place
+
+
+def test_model_output_fields_positions_and_errors() -> None:
+    assert _Two._fields == ("a", "b")
+    out = _Two(1, 2)
+    assert out.a == 1 and out.b == 2 and out.to_tuple() == (1, 2)
+    with pytest.raises(TypeError, match=r"^_Two takes at most 2 positional values$"):
+        _Two(1, 2, 3)
+    with pytest.raises(TypeError, match=r"^_Two got 'a' twice$"):
+        _Two(1, a=2)
+    extra = _Two(1, c=3, d=None)  # a field a plugin adds is kept; None values are left out
+    assert dict(extra) == {"a": 1, "c": 3} and extra.c == 3
+
+
+def test_set_seed_seeds_python_numpy_and_torch() -> None:
+    import random
+
+    import numpy as np
+
+    def draw() -> tuple[float, float, float]:
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    for seed in (3, 2**32 + 5):
+        microformers.set_seed(seed)
+        first = draw()
+        microformers.set_seed(seed)
+        assert draw() == first
+        microformers.set_seed(seed)
+        np_value = float(np.random.rand())
+        np.random.seed(seed % 2**32)  # NumPy takes seeds below 2**32
+        assert float(np.random.rand()) == np_value
+    microformers.set_seed(4)
+    assert draw() != first
