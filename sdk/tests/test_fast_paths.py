@@ -25,10 +25,13 @@ def test_one_row_linear_matches_f_linear(shape: tuple[int, ...], bias: bool) -> 
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_row_linear_keeps_f_linear_where_it_does_not_apply() -> None:
+def test_row_linear_keeps_f_linear_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     weight = torch.randn(96, 40)
     with torch.no_grad():
+        rows = torch.randn(layers.FEW_ROWS_MAX + 1, 40)
+        assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))  # more rows than the few-row product
+        monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # as without a compiler
         rows = torch.randn(8, 40)
         assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))  # more rows than SMALL_ROWS
         odd = torch.randn(95, 40)
@@ -61,6 +64,7 @@ def test_few_rows_linear_matches_f_linear(shape: tuple[int, ...], bias: bool, mo
 
 def test_few_rows_product_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layers, "SMALL_ROWS", 1)
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # the torch paths, as without a compiler
     weight, rows = torch.randn(96, 40), torch.randn(3, 40)
     with torch.no_grad():
         assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))
@@ -68,6 +72,7 @@ def test_few_rows_product_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_row_split_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layers, "ROW_SPLIT", 1)
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # the torch paths, as without a compiler
     weight, row = torch.randn(96, 40), torch.randn(1, 40)
     with torch.no_grad():
         assert torch.equal(row_linear(row, weight), F.linear(row, weight))

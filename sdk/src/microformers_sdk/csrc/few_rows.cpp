@@ -1,0 +1,97 @@
+// Float32 products of a few input rows with a weight: out [M, N] = x [M, K] @ weight [N, K].T (+ bias).
+//
+// Decoding multiplies one to a few rows per step by every weight, so the product is bound by how
+// fast the weight streams from memory. MKL's sgemm reaches a third to a half of this machine's
+// bandwidth at these shapes; this kernel reads each weight row once for up to 8 input rows.
+// Every (row, output) sum runs in the same order whatever M is and however the rows are grouped
+// (one 8-lane accumulator over K, then its lanes, then the tail), and never depends on memory
+// alignment, so a row's result is the same alone or in a batch.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define MF_AVX2 1
+#endif
+
+namespace {
+
+#ifdef MF_AVX2
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  lo = _mm_add_ps(lo, _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+#endif
+
+// out[r * N] = sum_k x[r * K + k] * w[k] for R (1 or 2) input rows. Four 8-lane accumulators per row
+// keep four FMA chains in flight (one chain made a single row latency-bound: 16 against 21 GB/s);
+// more rows per pass would need more registers than AVX2 has, and the weight row is in L1 for the
+// next pair of rows anyway.
+template <int R>
+inline void rows_dot(const float* w, const float* x, int64_t K, float* out, int64_t N) {
+  int64_t k = 0;
+  float total[R];
+#ifdef MF_AVX2
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
+  for (; k + 32 <= K; k += 32)
+    for (int a = 0; a < 4; ++a) {
+      const __m256 wv = _mm256_loadu_ps(w + k + 8 * a);
+      for (int r = 0; r < R; ++r) acc[r][a] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * K + k + 8 * a), acc[r][a]);
+    }
+  for (; k + 8 <= K; k += 8) {
+    const __m256 wv = _mm256_loadu_ps(w + k);
+    for (int r = 0; r < R; ++r) acc[r][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * K + k), acc[r][0]);
+  }
+  for (int r = 0; r < R; ++r)
+    total[r] = hsum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3])));
+#else
+  for (int r = 0; r < R; ++r) total[r] = 0.f;
+#endif
+  for (; k < K; ++k)
+    for (int r = 0; r < R; ++r) total[r] += x[r * K + k] * w[k];
+  for (int r = 0; r < R; ++r) out[r * N] = total[r];
+}
+
+at::Tensor few_rows_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "few_rows_linear: x [M, K], weight [N, K]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() &&
+                  weight.is_contiguous(),
+              "few_rows_linear: contiguous float32 inputs");
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  TORCH_CHECK(bias.numel() == 0 || (bias.numel() == N && bias.scalar_type() == at::kFloat && bias.is_contiguous()),
+              "few_rows_linear: bias must be empty or float32 [N]");
+  at::Tensor out = at::empty({M, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  const float* bp = bias.numel() ? bias.data_ptr<float>() : nullptr;
+  float* op = out.data_ptr<float>();
+  // each task gets about 2^18 multiply-adds: small layers run on the calling thread
+  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(1, K * M));
+  at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const float* w = wp + n * K;
+      int64_t m = 0;
+      for (; m + 2 <= M; m += 2) rows_dot<2>(w, xp + m * K, K, op + m * N + n, N);
+      if (m < M) rows_dot<1>(w, xp + m * K, K, op + m * N + n, N);
+      if (bp != nullptr)
+        for (int64_t r = 0; r < M; ++r) op[r * N + n] += bp[n];
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mfsdk, m) { m.def("few_rows_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor"); }
+
+TORCH_LIBRARY_IMPL(mfsdk, CPU, m) { m.impl("few_rows_linear", &few_rows_linear); }
