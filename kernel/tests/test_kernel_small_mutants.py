@@ -149,3 +149,22 @@ def test_set_seed_seeds_python_numpy_and_torch() -> None:
         assert float(np.random.rand()) == np_value
     microformers.set_seed(4)
     assert draw() != first
+
+
+def test_lazy_dir_without_all_lists_the_lazy_names(package: str) -> None:
+    import mf_lazy_probe
+
+    del mf_lazy_probe.__all__
+    assert lazy_exports(package, {"Thing": "things", "Also": "things"})[1]() == ["Also", "Thing"]
+
+
+def test_a_missing_output_field_is_named() -> None:
+    with pytest.raises(AttributeError, match=r"^'_Two' has no field 'nope'$"):
+        _Two(1).nope  # noqa: B018
+
+
+def test_plugins_command_help_describes_json(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plugins", "--help"])
+    assert exit_info.value.code == 0
+    assert "--json      machine-readable output" in capsys.readouterr().out
