@@ -59,22 +59,10 @@ def _build() -> bool:
 
 
 def _compile() -> bool:
-    source = Path(__file__).with_name("csrc") / "qlinear.cpp"
-    try:
-        from torch.utils.cpp_extension import load
+    from microformers_sdk.native import build_ops
 
-        load(
-            name="microformers_quant_kernels",
-            sources=[str(source)],
-            # -fopenmp: ATen's parallel_for is an inline OpenMP region in the headers; without the flag it
-            # runs every kernel on one thread. The library links libgomp.so.1, which resolves to the copy
-            # torch has already loaded (same soname), so both share one thread pool.
-            extra_cflags=["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-            is_python_module=False,
-            verbose=False,
-        )
-    except Exception as exc:  # no compiler, no ninja, unsupported platform
+    exc = build_ops("microformers_quant_kernels", Path(__file__).with_name("csrc") / "qlinear.cpp")
+    if exc is not None:  # no compiler, no ninja, unsupported platform
         logger.warning(
             "microformers-quant: could not build the C++ kernels (%s: %s); quantized layers fall back to "
             "de-quantising in torch (correct but slow). Install gcc/g++ and ninja for the fast path.",
