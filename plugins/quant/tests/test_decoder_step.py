@@ -107,3 +107,23 @@ def test_chat_decodes_quantized_models_through_the_native_step(tiny_llama: Path)
     quantized = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
     assert _native_decode_step(quantized)
     assert isinstance(quantized.__dict__["_compiled_decode_step"].layers_step, decoder_step.QuantDecoderStep)
+
+
+def test_a_batch_sharing_positions_without_position_ids(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Direct forward calls into a static cache, no position ids: one rotary row serves every batch row."""
+    from microformers_sdk.cache import StaticCache
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
+    ids, step = torch.tensor([[1, 5, 9, 33], [4, 8, 12, 40]]), torch.tensor([[7], [9]])
+
+    def next_logits() -> torch.Tensor:
+        cache = StaticCache(max_cache_len=8)
+        with torch.no_grad():
+            model(ids, past_key_values=cache, use_cache=True)
+            return model(step, past_key_values=cache, use_cache=True).logits
+
+    eager = next_logits()
+    model.compile_decode_step(native=True)
+    calls = count_native_calls(monkeypatch)
+    torch.testing.assert_close(next_logits(), eager, rtol=1e-4, atol=1e-4)
+    assert calls == [4]

@@ -10,7 +10,7 @@ between operations. Per token that saves the ~15 Python and ATen calls per layer
 step spends around the quantized products.
 
 The step holds the layers' tensors as they are when it is built: build it again (call
-``compile_decode_step()`` again) after replacing modules or their buffers.
+``compile_decode_step()`` again) after replacing modules or their buffers, or adding hooks.
 """
 
 from __future__ import annotations
@@ -102,10 +102,12 @@ class QuantDecoderStep:
         rows, width = hidden.shape[0], hidden.shape[-1]
         shape = self.shape
         caches = [tensor for pair in storages for tensor in pair]
+        # one (cos, sin) row per input row: positions shared by the batch come as a single row
+        cos, sin = (t.reshape(t.shape[0], -1).expand(rows, -1).contiguous() for t in (cos, sin))
         out = torch.ops.mfquant.decoder_step(
             hidden.reshape(rows, width).contiguous(),
-            cos.reshape(rows, -1).contiguous(),
-            sin.reshape(rows, -1).contiguous(),
+            cos,
+            sin,
             visible.reshape(-1, visible.shape[-1]).contiguous(),
             caches,
             position,
