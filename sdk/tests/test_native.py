@@ -57,3 +57,9 @@ def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MICROFORMERS_NATIVE", "0")
     monkeypatch.setattr(native, "_built", {})
     assert native.few_rows_linear(torch.randn(1, 8), torch.randn(4, 8), None) is None
+
+
+def test_empty_sizes_give_f_linear_shapes() -> None:
+    with torch.no_grad():
+        for x, weight in ((torch.randn(2, 0), torch.randn(3, 0)), (torch.randn(2, 4), torch.randn(0, 4))):
+            assert torch.equal(layers.row_linear(x, weight), F.linear(x, weight))

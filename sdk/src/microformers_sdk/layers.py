@@ -202,13 +202,13 @@ def _splits_rows(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
     """How many rows ``x`` has when the few-rows product applies to it, else 0."""
     in_features = weight.shape[1]
-    rows = x.numel() // in_features if x.shape[-1] == in_features else 0
+    rows = x.numel() // in_features if x.shape[-1] == in_features and in_features else 0
     return rows if 2 <= rows <= SMALL_ROWS and _plain_cpu_float32(x, weight) else 0
 
 
 def _native_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     in_features = weight.shape[1]
-    if x.shape[-1] != in_features or not 1 <= x.numel() // in_features <= FEW_ROWS_MAX:
+    if x.shape[-1] != in_features or in_features == 0 or not 1 <= x.numel() // in_features <= FEW_ROWS_MAX:
         return None
     if x.device.type != "cpu" or not _plain_cpu_float32(x, weight) or torch.compiler.is_compiling():
         return None  # (inductor generates its own code for the product)
