@@ -168,3 +168,36 @@ def test_plugins_command_help_describes_json(capsys: pytest.CaptureFixture[str])
         main(["plugins", "--help"])
     assert exit_info.value.code == 0
     assert "--json      machine-readable output" in capsys.readouterr().out
+
+
+def test_env_command_header_and_every_dependency_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import platform
+
+    from microformers._version import KERNEL_API_VERSION
+
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"microformers {microformers.__version__} (kernel API {KERNEL_API_VERSION})"
+    assert out[1] == f"python {platform.python_version()} on {platform.platform()}"
+    for dist in ("torch", "tokenizers", "safetensors", "huggingface-hub", "numpy", "gguf", "pluggy"):
+        try:
+            assert f"{dist} {md.version(dist)}" in out
+        except md.PackageNotFoundError:
+            assert f"{dist} not installed" in out
+
+
+def test_a_plugin_without_distribution_or_version_is_listed_with_placeholders(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    from microformers.builtin import commands
+
+    bare = SimpleNamespace(
+        name="bare", broken=False, error=None, distribution=None, version=None, module="bare_mod", registrations=[]
+    )
+    monkeypatch.setattr(commands, "iter_plugins", lambda: [bare])
+    assert main(["plugins"]) == 0
+    assert capsys.readouterr().out == "bare  [ok]  ?   (bare_mod)\n"
+    assert main(["env"]) == 0
+    assert capsys.readouterr().out.endswith("plugins: 1 (0 broken)\n  bare: ? ?\n")
