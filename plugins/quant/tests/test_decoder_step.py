@@ -127,3 +127,16 @@ def test_a_batch_sharing_positions_without_position_ids(tiny_llama: Path, monkey
     calls = count_native_calls(monkeypatch)
     torch.testing.assert_close(next_logits(), eager, rtol=1e-4, atol=1e-4)
     assert calls == [4]
+
+
+def test_beam_search_reorders_the_cache_the_native_step_reads(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
+    settings = {**SETTINGS, "num_beams": 3}
+    with torch.no_grad():
+        eager = model.generate(IDS, **settings)
+        model.compile_decode_step()
+        calls = count_native_calls(monkeypatch)
+        assert torch.equal(model.generate(IDS, **settings), eager)
+    assert len(calls) == 7
