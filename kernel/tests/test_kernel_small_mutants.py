@@ -201,3 +201,31 @@ def test_a_plugin_without_distribution_or_version_is_listed_with_placeholders(
     assert capsys.readouterr().out == "bare  [ok]  ?   (bare_mod)\n"
     assert main(["env"]) == 0
     assert capsys.readouterr().out.endswith("plugins: 1 (0 broken)\n  bare: ? ?\n")
+
+
+def test_env_command_missing_dependency_torch_build_and_broken_plugins(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    from microformers.builtin import commands
+
+    real_version = md.version
+
+    def version(dist: str) -> str:
+        if dist == "gguf":
+            raise md.PackageNotFoundError(dist)
+        return real_version(dist)
+
+    monkeypatch.setattr(md, "version", version)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    broken = SimpleNamespace(name="bad", broken=True, error="boom", distribution="d", version="1", module="m", registrations=[])
+    monkeypatch.setattr(commands, "iter_plugins", lambda: [broken])
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "gguf not installed" in out
+    assert f"torch build: {torch.__version__}, CPU-only build; threads: {torch.get_num_threads()}" in out
+    assert out[-2:] == ["plugins: 1 (1 broken)", "  bad: d 1  [BROKEN: boom]"]
+    monkeypatch.setattr(torch.version, "cuda", "12.1")
+    assert main(["env"]) == 0
+    assert f"torch build: {torch.__version__}, CUDA 12.1; threads: {torch.get_num_threads()}" in capsys.readouterr().out
