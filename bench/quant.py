@@ -25,7 +25,8 @@ Variants:
 * ``llama.cpp``: ``llama_cpp.Llama`` on the same Q4_1 file, same thread count, when llama-cpp-python
   is importable (a bench-only dependency, not in requirements-test.txt; no batch8 row);
 * ``--compiled`` adds ``<variant>+compiled`` rows (``compile_decode_step()`` + a static cache; the
-  first call's compile time is printed separately).
+  first call's compile time is printed separately). For a quantized variant that is the native step
+  (every layer in one C++ call, nothing compiled); for ``fp32`` it is torch.compile.
 
 ``--layers``: CPU time per call of float32 ``F.linear``, the register-blocked row kernels, the
 de-quantised-tile GEMM path and the old torch de-quantise + ``F.linear``, at SmolLM2's MLP shapes, by
@@ -193,7 +194,7 @@ def speed(args: argparse.Namespace) -> None:
                 variants.remove("llama.cpp")
                 print("llama.cpp: no batch-8 row (llama-cpp-python's high-level API decodes one sequence)")
     if args.compiled:
-        variants += [f"{v}+compiled" for v in ("fp32", "gguf", "gguf-a16", "int4", "int4-a16") if v in variants]
+        variants += [f"{v}+compiled" for v in ("fp32", "int8", "gguf", "gguf-a16", "int4", "int4-a16") if v in variants]
     common.model_folder("smollm2")  # build the shared float32 folder once, outside the timings
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     print(f"{args.scenario}: {SCENARIOS[args.scenario]}; {common.THREADS} threads")
