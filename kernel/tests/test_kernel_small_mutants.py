@@ -229,3 +229,17 @@ def test_env_command_missing_dependency_torch_build_and_broken_plugins(
     monkeypatch.setattr(torch.version, "cuda", "12.1")
     assert main(["env"]) == 0
     assert f"torch build: {torch.__version__}, CUDA 12.1; threads: {torch.get_num_threads()}" in capsys.readouterr().out
+
+
+def test_a_resolved_export_is_cached_on_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(microformers.__dict__, "LoraConfig", raising=False)
+    value = microformers.__getattr__("LoraConfig")
+    assert microformers.__dict__["LoraConfig"] is value
+
+
+def test_dunder_lookups_never_ask_the_plugin_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple] = []
+    monkeypatch.setattr(microformers.registry, "get", lambda *args: asked.append(args))
+    with pytest.raises(AttributeError, match=r"^module 'microformers' has no attribute '__wrapped__'$"):
+        microformers.__getattr__("__wrapped__")  # copy, pickle and inspect probe such names
+    assert asked == []
