@@ -140,3 +140,18 @@ def test_beam_search_reorders_the_cache_the_native_step_reads(
         calls = count_native_calls(monkeypatch)
         assert torch.equal(model.generate(IDS, **settings), eager)
     assert len(calls) == 7
+
+
+def test_a_long_cache_matches_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """150 cached positions: the vectorised softmax over many 8-wide chunks, and the cache's capacity unused past it."""
+    model = AutoModelForCausalLM.from_pretrained(
+        make_checkpoint(tmp_path, max_position_embeddings=512), quantization_config=Int4Config(group_size=32)
+    )
+    ids = torch.randint(3, 90, (1, 150), generator=torch.Generator().manual_seed(0))
+    eager = generate(model, ids)
+    model.compile_decode_step()
+    calls = count_native_calls(monkeypatch)
+    native = generate(model, ids)
+    assert calls == list(range(150, 157))
+    assert torch.equal(native.sequences, eager.sequences)
+    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
