@@ -365,12 +365,17 @@ def _static_layer_step(
     return hidden_states + layer.mlp(layer.post_attention_layernorm(hidden_states))
 
 
-class _RegionalDecodeStep:
-    """The static step with one compiled layer function shared by every layer (eager head)."""
+class _StaticStepRunner:
+    """A static step whose decoder layers run another way (:meth:`layers`), then the eager final norm and head.
 
-    def __init__(self, model: LlamaForCausalLM, options: dict[str, Any]) -> None:
+    :meth:`layers` returning None runs the ordinary eager function instead.
+    """
+
+    def __init__(self, model: LlamaForCausalLM) -> None:
         self.model = model
-        self.layer_step = torch.compile(_static_layer_step, **options)
+
+    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor | None:
+        raise NotImplementedError
 
     def __call__(
         self,
@@ -380,24 +385,41 @@ class _RegionalDecodeStep:
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         logits_to_keep: int | torch.Tensor = 0,
-    ) -> tuple[torch.Tensor, None, None]:
-        cos, sin = layer_inputs.rotary
-        hidden_states = inputs_embeds
-        for index, layer in enumerate(self.model.model.layers):
-            visible = layer_inputs.masks[layer.self_attn.sliding_window][0]
-            key_storage, value_storage = past_key_values.layer_storage(index)
-            hidden_states = self.layer_step(
-                layer, hidden_states, cos, sin, visible, key_storage, value_storage, layer_inputs.cache_position
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
+        hidden_states = self.layers(inputs_embeds, layer_inputs, past_key_values)
+        if hidden_states is None:
+            return self.model.logits(
+                inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states, logits_to_keep
             )
         hidden_states = self.model.model.norm(hidden_states)  # one position: logits_to_keep changes nothing
         return apply_linear(self.model.lm_head, hidden_states), None, None
 
 
-class _NativeDecodeStep:
+class _RegionalDecodeStep(_StaticStepRunner):
+    """The static step with one compiled layer function shared by every layer (eager head)."""
+
+    def __init__(self, model: LlamaForCausalLM, options: dict[str, Any]) -> None:
+        super().__init__(model)
+        self.layer_step = torch.compile(_static_layer_step, **options)
+
+    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor:
+        cos, sin = layer_inputs.rotary
+        hidden_states = inputs_embeds
+        for index, layer in enumerate(self.model.model.layers):
+            visible = layer_inputs.masks[layer.self_attn.sliding_window][0]
+            key_storage, value_storage = cache.layer_storage(index)
+            hidden_states = self.layer_step(
+                layer, hidden_states, cos, sin, visible, key_storage, value_storage, layer_inputs.cache_position
+            )
+        return hidden_states
+
+
+class _NativeDecodeStep(_StaticStepRunner):
     """The static step through a native implementation of all decoder layers (eager norm and head)."""
 
     def __init__(self, model: LlamaForCausalLM, layers_step: NativeDecoderStep) -> None:
-        self.model, self.layers_step = model, layers_step
+        super().__init__(model)
+        self.layers_step = layers_step
 
     @classmethod
     def build(cls, model: LlamaForCausalLM) -> _NativeDecodeStep | None:
@@ -427,31 +449,18 @@ class _NativeDecodeStep:
         step = native_decoder_step(parts, shape)
         return None if step is None else cls(model, step)
 
-    def __call__(
-        self,
-        inputs_embeds: torch.Tensor,
-        layer_inputs: LayerInputs,
-        past_key_values: Cache,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        logits_to_keep: int | torch.Tensor = 0,
-    ) -> tuple[torch.Tensor, None, None]:
+    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor | None:
         cos, sin = layer_inputs.rotary
         layers = self.model.model.layers
-        storages = [past_key_values.layer_storage(index) for index in range(len(layers))]
+        storages = [cache.layer_storage(index) for index in range(len(layers))]
         if (
             cos.shape[-1] != layers[0].self_attn.head_dim  # partial rotary
             or inputs_embeds.dtype != torch.float32
             or storages[0][0].dtype != torch.float32
         ):
-            return self.model.logits(
-                inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states, logits_to_keep
-            )
+            return None
         visible = next(iter(layer_inputs.masks.values()))[0]
-        position = int(layer_inputs.cache_position[0])
-        hidden_states = self.layers_step(inputs_embeds, cos, sin, visible, storages, position)
-        hidden_states = self.model.model.norm(hidden_states)  # one position: logits_to_keep changes nothing
-        return apply_linear(self.model.lm_head, hidden_states), None, None
+        return self.layers_step(inputs_embeds, cos, sin, visible, storages, int(layer_inputs.cache_position[0]))
 
 
 class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
