@@ -24,3 +24,11 @@ def test_span_positions_below_zero_count_as_zero_and_past_the_end_are_ignored() 
     ignored = span_loss(start, end, torch.tensor([99, 1]), ends)  # the first start is outside: left out
     expected = (F.cross_entropy(start[1:], torch.tensor([1])) + F.cross_entropy(end, ends)) / 2
     torch.testing.assert_close(ignored, expected)
+
+
+def test_span_positions_at_zero_stay_and_negative_end_positions_count_as_zero() -> None:
+    generator = torch.Generator().manual_seed(0)
+    start_logits, end_logits = torch.randn(2, 5, generator=generator), torch.randn(2, 5, generator=generator)
+    loss = span_loss(start_logits, end_logits, torch.tensor([0, 3]), torch.tensor([-1, 0]))
+    expected = (F.cross_entropy(start_logits, torch.tensor([0, 3])) + F.cross_entropy(end_logits, torch.tensor([0, 0]))) / 2
+    torch.testing.assert_close(loss, expected)
