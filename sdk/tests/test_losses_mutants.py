@@ -32,3 +32,20 @@ def test_span_positions_at_zero_stay_and_negative_end_positions_count_as_zero() 
     loss = span_loss(start_logits, end_logits, torch.tensor([0, 3]), torch.tensor([-1, 0]))
     expected = (F.cross_entropy(start_logits, torch.tensor([0, 3])) + F.cross_entropy(end_logits, torch.tensor([0, 0]))) / 2
     torch.testing.assert_close(loss, expected)
+
+
+def test_an_unknown_problem_type_is_named_with_the_choices() -> None:
+    from types import SimpleNamespace
+
+    import pytest
+
+    from microformers import ConfigError
+    from microformers_sdk.losses import sequence_classification_loss
+
+    message = (
+        "problem_type='bogus' in the model config is not one of regression, single_label_classification, "
+        "multi_label_classification; set config.problem_type to one of them or to None to infer it from the labels"
+    )
+    with pytest.raises(ConfigError) as info:
+        sequence_classification_loss(torch.zeros(2, 3), torch.tensor([0, 1]), SimpleNamespace(num_labels=3, problem_type="bogus"))
+    assert str(info.value) == message
