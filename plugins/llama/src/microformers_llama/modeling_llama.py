@@ -25,7 +25,7 @@ from torch import nn
 from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
-from microformers_sdk.cache import Cache, StaticCache
+from microformers_sdk.cache import Cache
 from microformers_sdk.decoder_heads import DecoderForCausalLM, DecoderForSequenceClassification, keep_logits_positions
 from microformers_sdk.inputs import DecoderInputs, prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear, apply_linears
@@ -34,7 +34,15 @@ from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from microformers_sdk.packed import refuse_packed
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
-from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape, NativeDecoderStep, native_decoder_step
+from microformers_sdk.static_steps import (
+    DecoderLayerParts,
+    DecoderStepShape,
+    NativeDecoderStep,
+    native_decoder_step,
+    one_query_attention,
+    static_step_position,
+    visible_storage,
+)
 
 from .configuration_llama import LlamaConfig
 
@@ -97,7 +105,7 @@ class LlamaAttention(nn.Module):
                 return_weights=True,
             )  # fmt: skip
         elif cache_position is not None and q_len == 1:
-            output = _one_query_attention(query, key, value, attention_mask, self.scaling)
+            output = one_query_attention(query, key, value, attention_mask, self.scaling)
         else:
             output = attention_fn(
                 query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal
@@ -225,9 +233,9 @@ class LlamaModel(LlamaPreTrainedModel):
         embeds, cache = inputs.inputs_embeds, inputs.cache
         rotary = self.rotary_emb(inputs.position_ids, dtype=embeds.dtype)
         windows = {layer.self_attn.sliding_window for layer in self.layers}
-        cache_position = _static_step_position(cache, embeds, windows, len(self.layers))
+        cache_position = static_step_position(cache, embeds, windows, len(self.layers))
         if cache_position is not None:
-            visible = _visible_storage(cache.max_cache_len, inputs.past_length, attention_mask, embeds)
+            visible = visible_storage(cache.max_cache_len, inputs.past_length, attention_mask, embeds)
             masks = dict.fromkeys(windows, (visible, False))
         else:
             masks = {
@@ -286,58 +294,6 @@ class LayerInputs:
             cache.advance(count)
 
 
-def _static_step_position(
-    cache: Cache | None, embeds: torch.Tensor, windows: set[int | None], num_layers: int
-) -> torch.Tensor | None:
-    """``cache_position`` when one token per row goes into a prefilled ``StaticCache`` with room left."""
-    if not isinstance(cache, StaticCache) or embeds.shape[1] != 1 or torch.is_grad_enabled():
-        return None
-    past = cache.get_seq_length()
-    if past == 0 or past >= cache.max_cache_len or len(cache) != num_layers:
-        return None
-    if any(window is not None and window < cache.max_cache_len for window in windows):
-        return None  # a window shorter than the storage needs the ordinary mask
-    if cache.layer_storage(0)[0].shape[0] != embeds.shape[0]:
-        return None
-    return torch.tensor([past], device=embeds.device)
-
-
-def _visible_storage(
-    capacity: int, past: int, attention_mask: torch.Tensor | None, embeds: torch.Tensor
-) -> torch.Tensor:
-    """Which of the ``capacity`` stored positions the new token attends to: ``(batch or 1, 1, 1, capacity)``.
-
-    A row with no real token up to this step (a padding step under left padding) sees every written
-    position instead of none, as ``build_attention_mask`` does, so its softmax stays finite and no
-    NaN is stored for later tokens to meet.
-    """
-    batch, device = embeds.shape[0], embeds.device
-    visible = (torch.arange(capacity, device=device) <= past).view(1, 1, 1, capacity)
-    if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask[:, : past + 1].all()):
-        seen = attention_mask[:, : past + 1].bool()
-        seen = seen | ~seen.any(dim=-1, keepdim=True)
-        padding = torch.ones(batch, capacity, dtype=torch.bool, device=device)
-        padding[:, : past + 1] = seen
-        visible = visible & padding[:, None, None, :]
-    return visible
-
-
-def _one_query_attention(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """Attention of one query per row over the whole static storage, ``visible`` selecting the keys.
-
-    Query heads are grouped by the key/value head they share, so the cache is never repeated.
-    """
-    batch, heads, _, head_dim = query.shape
-    kv_heads = keys.shape[1]
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
-    scores = torch.matmul(grouped, keys.transpose(2, 3)) * scaling
-    scores = scores.masked_fill(~visible, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(values.dtype)
-    return torch.matmul(weights, values).reshape(batch, heads, 1, head_dim)
-
-
 def _static_layer_step(
     layer: LlamaDecoderLayer,
     hidden_states: torch.Tensor,
@@ -359,7 +315,7 @@ def _static_layer_step(
     query, key = apply_rotary_pos_emb(query, key, cos, sin)
     key_storage.index_copy_(2, cache_position, key)
     value_storage.index_copy_(2, cache_position, value)
-    attended = _one_query_attention(query, key_storage, value_storage, visible, attention.scaling)
+    attended = one_query_attention(query, key_storage, value_storage, visible, attention.scaling)
     attended = attended.transpose(1, 2).reshape(batch, 1, -1)
     hidden_states = hidden_states + apply_linear(attention.o_proj, attended)
     return hidden_states + layer.mlp(layer.post_attention_layernorm(hidden_states))
