@@ -96,3 +96,50 @@ def test_a_cached_snapshot_is_looked_up_without_downloading(monkeypatch: pytest.
     assert calls[0]["local_files_only"] is True and calls[0]["revision"] == "v1"
     monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], OSError("not cached")))
     assert hub._cached_snapshot_exists("org/name", None, None) is False
+
+
+# -- third pass (full run of the module) ---------------------------------------------------------------------------
+
+
+def test_the_cached_snapshot_lookup_names_the_repo_and_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(calls, "/cache/snap"))
+    assert hub._cached_snapshot_exists("org/name", None, "/my/cache") is True
+    assert calls[0]["args"] == ("org/name",) and calls[0]["cache_dir"] == "/my/cache"
+
+
+def _no_response(error: type[Exception]) -> Exception:
+    exc = error.__new__(error)  # no HTTP response needed
+    Exception.__init__(exc, "404")
+    return exc
+
+
+def test_hub_download_subfolder_and_the_repo_named_in_errors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder(calls, str(tmp_path / "config.json")))
+    hub._hub_download("org/name", "config.json", True, None, None, False, "tok", "sub", True)
+    hub._hub_download("org/name", "config.json", True, None, None, False, None, "", False)
+    assert calls[0]["subfolder"] == "sub" and calls[1]["subfolder"] is None
+    assert calls[0]["token"] == "tok" and calls[0]["force_download"] is True and calls[1]["force_download"] is False
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder([], _no_response(hub_errors.EntryNotFoundError)))
+    with pytest.raises(FileMissingError, match=r"^config\.json is not in Hub repo org/name@v2: 404$"):
+        hub._hub_download("org/name", "config.json", True, "v2", None, False, None, "", False)
+    with pytest.raises(FileMissingError, match=r"^config\.json is not in Hub repo org/name: 404$"):
+        hub._hub_download("org/name", "config.json", True, None, None, False, None, "", False)
+
+
+def test_staged_folder_hands_on_the_replace_globs(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple] = []
+    monkeypatch.setattr(hub, "implementation", lambda name: lambda *args, **kwargs: calls.append((name, args, kwargs)))
+    hub.staged_folder("target", replace=["*.bin"])
+    assert calls == [("hub.staged_folder", ("target",), {"replace": ["*.bin"]})]
+
+
+def test_an_optional_file_missing_from_a_cached_snapshot_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder([], hub_errors.LocalEntryNotFoundError("not cached")))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], "/cache/snap"))
+    assert hub._hub_download("org/name", "extra.json", False, None, None, True, None, "", False) is None
+    with pytest.raises(FileMissingError, match=r"^config\.json of org/name is not in the local Hub cache and offline mode is on"):
+        hub._hub_download("org/name", "config.json", True, None, None, True, None, "", False)
