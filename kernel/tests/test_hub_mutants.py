@@ -143,3 +143,16 @@ def test_an_optional_file_missing_from_a_cached_snapshot_is_none(monkeypatch: py
     assert hub._hub_download("org/name", "extra.json", False, None, None, True, None, "", False) is None
     with pytest.raises(FileMissingError, match=r"^config\.json of org/name is not in the local Hub cache and offline mode is on"):
         hub._hub_download("org/name", "config.json", True, None, None, True, None, "", False)
+
+
+def test_resolve_folder_refuses_a_file_or_missing_path_and_passes_the_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "weights").write_text("x")
+    for name in (str(tmp_path / "weights"), str(tmp_path / "missing")):
+        with pytest.raises(FileMissingError, match=rf"^folder {name} does not exist; pass a folder with config\.json or a Hub repo id$"):
+            hub.resolve_folder(name)
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(calls, str(tmp_path)))
+    hub.resolve_folder("org/name", cache_dir="/my/cache")
+    assert calls[0]["cache_dir"] == "/my/cache"
