@@ -156,3 +156,25 @@ def test_resolve_folder_refuses_a_file_or_missing_path_and_passes_the_cache(
     monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(calls, str(tmp_path)))
     hub.resolve_folder("org/name", cache_dir="/my/cache")
     assert calls[0]["cache_dir"] == "/my/cache"
+
+
+def test_resolve_folder_token_offline_message_and_trailing_slash_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert hub._looks_like_path("org/name/") is True  # two slashes: a path, not a repo id
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(calls, str(tmp_path)))
+    hub.resolve_folder("org/name", token="tok")
+    assert calls[0]["token"] == "tok"
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], hub_errors.LocalEntryNotFoundError("no")))
+    with pytest.raises(FileMissingError) as info:
+        hub.resolve_folder("org/name", local_files_only=True)
+    assert str(info.value) == (
+        "org/name is not in the local Hub cache and cannot be downloaded (offline: True). "
+        "Download it while online or pass a local folder."
+    )
+
+
+def test_resolve_folder_names_other_hub_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], OSError("disk full")))
+    with pytest.raises(FileMissingError, match=r"^could not get org/name from the Hub: disk full$"):
+        hub.resolve_folder("org/name")
