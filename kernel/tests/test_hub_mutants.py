@@ -178,3 +178,50 @@ def test_resolve_folder_names_other_hub_failures(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], OSError("disk full")))
     with pytest.raises(FileMissingError, match=r"^could not get org/name from the Hub: disk full$"):
         hub.resolve_folder("org/name")
+
+
+def test_atomic_write_mode_follows_the_umask_and_the_temporary_file_is_beside_the_target(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import os
+
+    target = tmp_path / "config.json"
+    replaced: list[tuple[str, Path]] = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: replaced.append((src, dst)) or real_replace(src, dst))
+    old = os.umask(0o022)
+    try:
+        hub.atomic_write_bytes(target, b"{}")
+    finally:
+        os.umask(old)
+    assert target.read_bytes() == b"{}" and target.stat().st_mode & 0o777 == 0o644
+    assert Path(replaced[0][0]).parent == tmp_path  # renamed within the folder: atomic, same file system
+
+
+def test_a_failed_atomic_write_removes_its_temporary_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    def fail(fd: int) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "fsync", fail)
+    with pytest.raises(OSError, match="^disk gone$"):
+        hub.atomic_write_bytes(tmp_path / "config.json", b"{}")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Unreadable:
+    def __init__(self, _: str) -> None:
+        pass
+
+    def read_text(self) -> str:
+        raise OSError("no /proc")
+
+
+def test_umask_without_proc_asks_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    current = os.umask(0o022)
+    os.umask(current)
+    monkeypatch.setattr(hub, "Path", _Unreadable)
+    assert hub.umask() == current
