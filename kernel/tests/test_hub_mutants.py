@@ -225,3 +225,55 @@ def test_umask_without_proc_asks_the_kernel(monkeypatch: pytest.MonkeyPatch) -> 
     os.umask(current)
     monkeypatch.setattr(hub, "Path", _Unreadable)
     assert hub.umask() == current
+
+
+def test_use_auth_token_becomes_token() -> None:
+    assert hub.split_hub_kwargs({"use_auth_token": "t", "x": 1}) == ({"token": "t"}, {"x": 1})
+
+
+def test_resolve_file_messages_and_hub_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(FileMissingError, match=r"re-save the model with save_pretrained or copy the file there\.$"):
+        hub.resolve_file(tmp_path, "config.json")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileMissingError, match=rf"^{tmp_path / 'file'} is a file; pass the folder that contains config\.json instead$"):
+        hub.resolve_file(tmp_path / "file", "config.json")
+    calls: list[tuple] = []
+    monkeypatch.setattr(hub, "_hub_download", lambda *args: calls.append(args))
+    hub.resolve_file("org/name", "config.json")
+    hub.resolve_file("org/name", "c.json", required=False, revision="r", cache_dir="/c", local_files_only=True,
+                     token="t", subfolder="s", force_download=True)
+    assert calls == [
+        ("org/name", "config.json", True, None, None, False, None, "", False),
+        ("org/name", "c.json", False, "r", "/c", True, "t", "s", True),
+    ]
+
+
+def test_hub_download_error_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    snapshots: list[dict[str, Any]] = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(snapshots, OSError("no")))
+
+    def fails_with(exc: Exception, offline: bool = False, revision: str | None = None) -> str:
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder([], exc))
+        with pytest.raises(FileMissingError) as info:
+            hub._hub_download("org/name", "config.json", True, revision, "/c", offline, None, "", False)
+        return str(info.value)
+
+    local = hub_errors.LocalEntryNotFoundError("not cached")
+    assert "(HF_HUB_OFFLINE=1 or local_files_only=True). Download it while online (huggingface-cli" in fails_with(local, True)
+    assert fails_with(local) == (
+        "could not download config.json of org/name and it is not cached: not cached. Check the network, or set "
+        "HF_HUB_OFFLINE=1 and pass a local folder."
+    )
+    assert fails_with(_no_response(hub_errors.RepositoryNotFoundError)) == (
+        "'org/name' is neither a local folder nor a Hub repo you can access; check the name or pass token=..."
+    )
+    assert fails_with(_no_response(hub_errors.RevisionNotFoundError), revision="v9") == (
+        "revision 'v9' does not exist in Hub repo org/name"
+    )
+    assert fails_with(ValueError("bad")) == "could not get config.json of org/name: bad"
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder([], local))
+    with pytest.raises(FileMissingError):
+        hub._hub_download("org/name", "x.json", False, "v1", "/c", True, None, "", False)
+    assert snapshots[-1]["args"] == ("org/name",) and snapshots[-1]["revision"] == "v1" and snapshots[-1]["cache_dir"] == "/c"
