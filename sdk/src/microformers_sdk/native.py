@@ -73,7 +73,8 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     """``F.linear(x, weight, bias)`` for contiguous float32 CPU ``x`` of 1 to ``FEW_ROWS_MAX`` rows and a
     contiguous float32 ``weight``, summed in one fixed order per output (the same alone or in a batch);
     None where the native op is unavailable."""
-    if not _built.get("few_rows", False) and not _few_rows_available():
+    available = _built.get("few_rows")  # decided once: no lock on the decode path after the first call
+    if not (available if available is not None else _few_rows_available()):
         return None
     rows = x.numel() // weight.shape[1]
     out = torch.ops.mfsdk.few_rows_linear(x.reshape(rows, weight.shape[1]), weight, _EMPTY if bias is None else bias)
