@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -88,8 +89,8 @@ class _NativeLinear(nn.Linear):
     built: list[tuple[Any, Any]] = []
 
     @staticmethod
-    def native_decoder_step(layers: Any, shape: Any) -> Any:
-        _NativeLinear.built.append((layers, shape))
+    def native_decoder_step(layers: Any, shape: Any, final_norm: Any, lm_head: Any) -> Any:
+        _NativeLinear.built.append((layers, shape, final_norm, lm_head))
         return "the step"
 
 
@@ -103,6 +104,12 @@ def test_native_decoder_step_asks_the_type_of_the_first_q_proj() -> None:
     assert native_decoder_step([_parts(nn.Linear)], shape) is None  # plain linears offer none
     layers = [_parts(_NativeLinear), _parts(nn.Linear)]
     assert native_decoder_step(layers, shape) == "the step"
-    assert _NativeLinear.built == [(layers, shape)]
+    assert _NativeLinear.built == [(layers, shape, None, None)]
+    norm, head = nn.Identity(), nn.Linear(2, 3)
+    assert native_decoder_step(layers, shape, norm, head) == "the step"
+    assert _NativeLinear.built[-1] == (layers, shape, norm, head)  # the head goes to the provider too
+    for half in ((norm, None), (None, head)):
+        with pytest.raises(ValueError, match="both final_norm and lm_head"):
+            native_decoder_step(layers, shape, *half)
     parts = layers[0]
     assert parts.linears == (parts.q_proj, parts.k_proj, parts.v_proj, parts.o_proj, parts.gate_proj, parts.up_proj, parts.down_proj)

@@ -155,3 +155,51 @@ def test_a_long_cache_matches_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert calls == list(range(150, 157))
     assert torch.equal(native.sequences, eager.sequences)
     assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "fixture,config,includes_head",
+    [
+        ("tiny_llama", Int4Config(group_size=32), True),  # the head tied to the quantized embedding
+        ("tiny_llama_untied", Int8Config(), True),  # a quantized head of its own
+        ("tiny_llama_untied", Int4Config(group_size=32, modules_to_not_convert=["lm_head"]), False),  # a float head
+    ],
+)
+def test_the_final_norm_and_head_run_natively_where_the_head_is_quantized(
+    fixture: str, config: Any, includes_head: bool, request: pytest.FixtureRequest
+) -> None:
+    model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture), quantization_config=config)
+    eager = generate(model, IDS)
+    model.compile_decode_step()
+    assert model.__dict__["_compiled_decode_step"].includes_head is includes_head
+    native = generate(model, IDS)
+    assert torch.equal(native.sequences, eager.sequences)
+    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+
+
+def test_a_hooked_head_or_final_norm_runs_eagerly_after_the_native_layers(tiny_llama: Path) -> None:
+    for hooked in ("lm_head", "model.norm"):
+        model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
+        seen: list[int] = []
+        model.get_submodule(hooked).register_forward_hook(lambda *_, seen=seen: seen.append(1))
+        model.compile_decode_step()
+        step = model.__dict__["_compiled_decode_step"]
+        assert isinstance(step.layers_step, decoder_step.QuantDecoderStep) and not step.includes_head
+        generate(model, IDS)
+        assert len(seen) == SETTINGS["max_new_tokens"]  # the hook ran at the prompt and at every step
+
+
+def test_a_tied_quantized_head_adds_its_bias(tiny_llama: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
+    head = model.lm_head
+    x = torch.randn(2, 3, head.in_features)
+    with torch.no_grad():
+        plain = head(x)
+        head.bias = torch.nn.Parameter(torch.linspace(-3.0, 3.0, head.out_features))
+        assert torch.allclose(head(x), plain + head.bias, atol=1e-6)
+    eager = generate(model, IDS)
+    model.compile_decode_step()
+    assert model.__dict__["_compiled_decode_step"].includes_head
+    native = generate(model, IDS)
+    assert torch.equal(native.sequences, eager.sequences)
+    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4

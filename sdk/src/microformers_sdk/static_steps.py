@@ -131,22 +131,33 @@ class DecoderStepShape:
 
 
 # (hidden (rows, 1, hidden), cos, sin (rows, 1, head_dim), visible (rows or 1, 1, 1, capacity) bool,
-#  [(key storage, value storage) per layer], position) -> hidden after the last layer (before the final norm)
+#  [(key storage, value storage) per layer], position) -> hidden after the last layer (before the final
+#  norm), or the logits (rows, 1, vocab) of a step built with the final norm and head
 NativeDecoderStep = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Sequence[tuple[torch.Tensor, torch.Tensor]], int],
     torch.Tensor,
 ]
 
 
-def native_decoder_step(layers: Sequence[DecoderLayerParts], shape: DecoderStepShape) -> NativeDecoderStep | None:
+def native_decoder_step(
+    layers: Sequence[DecoderLayerParts],
+    shape: DecoderStepShape,
+    final_norm: nn.Module | None = None,
+    lm_head: nn.Module | None = None,
+) -> NativeDecoderStep | None:
     """A static step through all of ``layers`` in one native call, or None where none is available.
 
-    The type of the first ``q_proj`` may provide it as a static ``native_decoder_step(layers, shape)``
-    (returning None where it cannot run these layers); plain ``nn.Linear`` layers have none. The step
-    writes each layer's new key/value into its storage at ``position`` (the caller counts it with
-    ``Cache.advance``) and returns the hidden states the decoder's final norm receives.
+    The type of the first ``q_proj`` may provide it as a static
+    ``native_decoder_step(layers, shape, final_norm, lm_head)`` (returning None where it cannot run
+    these layers); plain ``nn.Linear`` layers have none. The step writes each layer's new key/value
+    into its storage at ``position`` (the caller counts it with ``Cache.advance``) and returns the
+    hidden states the decoder's final norm receives; given ``final_norm`` (an
+    :class:`~microformers_sdk.layers.RMSNorm`) and ``lm_head``, it returns ``lm_head(final_norm(h))``
+    instead, or is None where it cannot include them.
     """
+    if (final_norm is None) != (lm_head is None):
+        raise ValueError("native_decoder_step: give both final_norm and lm_head, or neither")
     if not layers:
         return None
     build = getattr(type(layers[0].q_proj), "native_decoder_step", None)
-    return None if build is None else build(layers, shape)
+    return None if build is None else build(layers, shape, final_norm, lm_head)

@@ -327,6 +327,9 @@ class _StaticStepRunner:
     :meth:`layers` returning None runs the ordinary eager function instead.
     """
 
+    # True where :meth:`layers` returns the logits (the final norm and head included) instead of hidden states
+    includes_head = False
+
     def __init__(self, model: LlamaForCausalLM) -> None:
         self.model = model
 
@@ -347,6 +350,8 @@ class _StaticStepRunner:
             return self.model.logits(
                 inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states, logits_to_keep
             )
+        if self.includes_head:
+            return hidden_states, None, None
         hidden_states = self.model.model.norm(hidden_states)  # one position: logits_to_keep changes nothing
         return apply_linear(self.model.lm_head, hidden_states), None, None
 
@@ -371,11 +376,13 @@ class _RegionalDecodeStep(_StaticStepRunner):
 
 
 class _NativeDecodeStep(_StaticStepRunner):
-    """The static step through a native implementation of all decoder layers (eager norm and head)."""
+    """The static step through a native implementation of all decoder layers, and of the final norm and
+    head where the implementation covers them too (otherwise those run eagerly)."""
 
-    def __init__(self, model: LlamaForCausalLM, layers_step: NativeDecoderStep) -> None:
+    def __init__(self, model: LlamaForCausalLM, layers_step: NativeDecoderStep, includes_head: bool) -> None:
         super().__init__(model)
         self.layers_step = layers_step
+        self.includes_head = includes_head
 
     @classmethod
     def build(cls, model: LlamaForCausalLM) -> _NativeDecodeStep | None:
@@ -402,8 +409,11 @@ class _NativeDecodeStep(_StaticStepRunner):
             )  # fmt: skip
         first = layers[0].self_attn
         shape = DecoderStepShape(first.num_heads, first.num_key_value_heads, first.head_dim, first.scaling)
+        step = native_decoder_step(parts, shape, model.model.norm, model.lm_head)
+        if step is not None:
+            return cls(model, step, includes_head=True)
         step = native_decoder_step(parts, shape)
-        return None if step is None else cls(model, step)
+        return None if step is None else cls(model, step, includes_head=False)
 
     def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor | None:
         cos, sin = layer_inputs.rotary

@@ -5,9 +5,10 @@ protocol) builds a :class:`QuantDecoderStep` when every projection of every laye
 ``QuantLinear`` without hooks and both norms are plain float32 ``RMSNorm``. The step runs
 ``mfquant::decoder_step`` (csrc/qlinear.cpp): the norms, the q/k/v, output, gate/up and down
 products (the same kernels as the layers' own), the rotary embedding, the write into the static
-cache and attention over the visible stored positions, for all layers, without returning to Python
-between operations. Per token that saves the ~15 Python and ATen calls per layer that the eager
-step spends around the quantized products.
+cache and attention over the visible stored positions, for all layers, and, when the model's
+final norm is a plain ``RMSNorm`` and its head a plain ``QuantLinear``, those two as well, without
+returning to Python between operations. Per token that saves the ~15 Python and ATen calls per
+layer that the eager step spends around the quantized products.
 
 The step holds the layers' tensors as they are when it is built: build it again (call
 ``compile_decode_step()`` again) after replacing modules or their buffers, or adding hooks.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 from microformers_sdk.layers import RMSNorm
 from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape
@@ -29,10 +31,26 @@ _NONE = torch.empty(0)
 
 
 def _linear_tensors(module: QuantLinear) -> list[torch.Tensor]:
-    buffers = module._buffers
-    bias = module._parameters.get("bias")
-    mins = buffers["mins"] if module.bits == 4 else _NONE
+    return _weight_tensors(module, module._parameters.get("bias"))
+
+
+def _weight_tensors(weight: modules._QuantWeight, bias: torch.Tensor | None) -> list[torch.Tensor]:
+    buffers = weight._buffers
+    mins = buffers["mins"] if weight.bits == 4 else _NONE
     return [buffers["qweight"], buffers["scales"], mins, _NONE if bias is None else bias.detach()]
+
+
+def _head_tensors(head: object, hidden: int) -> tuple[list[torch.Tensor], list[int]] | None:
+    """The tensors and (group, activation bits) of a hook-free quantized head (its own or tied), else None."""
+    if type(head) is modules.TiedQuantHead and not (head._forward_hooks or head._forward_pre_hooks):
+        weight, bias = head.embedding, head.bias
+    elif _plain(head):
+        weight, bias = head, head._parameters.get("bias")  # type: ignore[attr-defined]
+    else:
+        return None
+    if weight.cols != hidden or (bias is not None and bias.dtype != torch.float32):
+        return None
+    return _weight_tensors(weight, bias), [weight.group, weight.activation_bits]
 
 
 def _plain(module: object) -> bool:
@@ -52,16 +70,39 @@ def _norm_weight(norm: object, hidden: int) -> torch.Tensor | None:
 
 
 class QuantDecoderStep:
-    """``(hidden, cos, sin, visible, storages, position) -> hidden`` through every layer (see the module docstring)."""
+    """``(hidden, cos, sin, visible, storages, position) -> hidden`` through every layer, or the logits
+    when built with the final norm and head (see the module docstring)."""
 
-    def __init__(self, params: list[torch.Tensor], meta: list[int], eps: float, shape: DecoderStepShape) -> None:
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        meta: list[int],
+        eps: float,
+        shape: DecoderStepShape,
+        head: tuple[list[torch.Tensor], list[int], float] = ([], [], 0.0),
+    ) -> None:
         self.params, self.meta, self.eps, self.shape = params, meta, eps, shape
+        self.head, self.head_meta, self.head_eps = head
 
     @classmethod
-    def build(cls, layers: Sequence[DecoderLayerParts], shape: DecoderStepShape) -> QuantDecoderStep | None:
-        """The step for ``layers``, or None where they are not all quantized, hook-free, of one norm epsilon."""
+    def build(
+        cls,
+        layers: Sequence[DecoderLayerParts],
+        shape: DecoderStepShape,
+        final_norm: nn.Module | None = None,
+        lm_head: nn.Module | None = None,
+    ) -> QuantDecoderStep | None:
+        """The step for ``layers`` (and the head after them, when given), or None where they are not all
+        quantized, hook-free, of one norm epsilon."""
         if not layers or not kernels.native_available():
             return None
+        head: tuple[list[torch.Tensor], list[int], float] = ([], [], 0.0)
+        if lm_head is not None:
+            width = layers[0].q_proj.in_features
+            norm, head_tensors = _norm_weight(final_norm, width), _head_tensors(lm_head, width)
+            if norm is None or head_tensors is None:
+                return None
+            head = ([norm, *head_tensors[0]], head_tensors[1], float(final_norm.variance_epsilon))  # type: ignore[union-attr]
         params: list[torch.Tensor] = []
         meta: list[int] = []
         epsilons = set()
@@ -88,7 +129,7 @@ class QuantDecoderStep:
             params.append(norms[1])
         if len(epsilons) != 1:
             return None
-        return cls(params, meta, epsilons.pop(), shape)
+        return cls(params, meta, epsilons.pop(), shape, head)
 
     def __call__(
         self,
@@ -118,7 +159,10 @@ class QuantDecoderStep:
             shape.heads,
             shape.kv_heads,
             shape.head_dim,
+            self.head,
+            self.head_meta,
+            self.head_eps,
             modules.KERNEL_MAX_ROWS,
             kernels.GEMM_MIN_ROWS,
         )
-        return out.view(rows, 1, width)
+        return out.view(rows, 1, out.shape[-1])

@@ -140,7 +140,11 @@ class QuantLinear(_QuantWeight):
         """``tuple(m(x) for m in modules)`` in one kernel call (the SDK's ``apply_linears``: q/k/v,
         gate/up), or None where the layers cannot share one (other types, hooks, bits, group, activations)."""
         first = modules[0]
-        if not isinstance(first, QuantLinear) or x.dtype != torch.float32 or (x.requires_grad and torch.is_grad_enabled()):
+        if (
+            not isinstance(first, QuantLinear)
+            or x.dtype != torch.float32
+            or (x.requires_grad and torch.is_grad_enabled())
+        ):
             return None
         shared = (first.bits, first.group, first.activation_bits, first.in_features)
         for module in modules:
@@ -171,12 +175,13 @@ class QuantLinear(_QuantWeight):
         return tuple(results)
 
     @staticmethod
-    def native_decoder_step(layers: Sequence[Any], shape: Any) -> Any:
-        """The SDK's ``native_decoder_step`` protocol: every layer of a Llama-style decoder in one native
-        call (``decoder_step.QuantDecoderStep``), or None where these layers cannot run that way."""
+    def native_decoder_step(layers: Sequence[Any], shape: Any, final_norm: Any = None, lm_head: Any = None) -> Any:
+        """The SDK's ``native_decoder_step`` protocol: every layer of a Llama-style decoder (and the final
+        norm and head, when given) in one native call (``decoder_step.QuantDecoderStep``), or None where
+        they cannot run that way."""
         from .decoder_step import QuantDecoderStep
 
-        return QuantDecoderStep.build(layers, shape)
+        return QuantDecoderStep.build(layers, shape, final_norm, lm_head)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, group={self.group}"
@@ -230,6 +235,8 @@ class TiedQuantHead(nn.Module):
         if flat.dtype != torch.float32:
             flat = flat.float()
         out = self.embedding.matmul(flat.contiguous())
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
         return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:

@@ -27,7 +27,6 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/silu.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
@@ -439,6 +438,16 @@ void linear_int(const float* x, int64_t M, const std::vector<Weight<F>>& ws, con
 
 // ---- the ops ---------------------------------------------------------------------------------------
 
+// outs[i] [M, ws[i].N] = x [M, K] @ ws[i].T through the row kernels of the given activation bits.
+template <class F>
+void row_products(const float* x, int64_t M, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs,
+                  int64_t act_bits) {
+  if (act_bits == 8) linear_int<F, int8_t>(x, M, ws, outs);
+  else if (act_bits == 16) linear_int<F, int16_t>(x, M, ws, outs);
+  else linear_rows(x, M, ws, outs);
+}
+
+
 template <class F>
 Weight<F> checked_weight(const char* name, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor* mins,
                          int64_t group) {
@@ -487,9 +496,7 @@ std::vector<at::Tensor> linear(const char* name, const at::Tensor& x, const std:
     outs.push_back(at::empty(sizes, x.options()));
     out_ptrs.push_back(outs.back().data_ptr<float>());
   }
-  if (act_bits == 8) linear_int<F, int8_t>(x.data_ptr<float>(), M, ws, out_ptrs);
-  else if (act_bits == 16) linear_int<F, int16_t>(x.data_ptr<float>(), M, ws, out_ptrs);
-  else linear_rows(x.data_ptr<float>(), M, ws, out_ptrs);
+  row_products(x.data_ptr<float>(), M, ws, out_ptrs, act_bits);
   return outs;
 }
 
@@ -577,8 +584,9 @@ struct StepLinear {
   bool q4;
   Weight<Q4> w4;
   Weight<Q8> w8;
-  const at::Tensor* bias;  // empty tensor: none
+  const float* bias;  // null: none
   int64_t act_bits;
+  int64_t N() const { return q4 ? w4.N : w8.N; }
 };
 
 StepLinear step_linear(const at::Tensor* t, int64_t group, int64_t act_bits) {
@@ -586,31 +594,49 @@ StepLinear step_linear(const at::Tensor* t, int64_t group, int64_t act_bits) {
   l.q4 = t[0].scalar_type() == at::kByte;
   if (l.q4) l.w4 = checked_weight<Q4>("decoder_step", t[0], t[1], &t[2], group);
   else l.w8 = checked_weight<Q8>("decoder_step", t[0], t[1], nullptr, group);
-  l.bias = &t[3];
+  if (t[3].numel() > 0) {
+    TORCH_CHECK(t[3].numel() == l.N() && t[3].scalar_type() == at::kFloat && t[3].is_contiguous(),
+                "decoder_step: a bias must be contiguous float32 [out_features]");
+    l.bias = t[3].data_ptr<float>();
+  }
   l.act_bits = act_bits;
   return l;
 }
 
-// x [M, K] @ W.T (+ bias) for each layer of the group (all of one format, group size and activation bits).
-std::vector<at::Tensor> step_products(const at::Tensor& x, const std::vector<StepLinear>& ls, int64_t max_int_rows,
-                                      int64_t gemm_rows) {
+// outs[i] [M, N_i] = x [M, K] @ W_i.T (+ bias) for each layer of the group (all of one format, group size
+// and activation bits), written into the step's own buffers. Many rows (M >= gemm_rows, float
+// activations) go through linear()'s de-quantised tiles, as the layers' own calls do.
+template <class F>
+void step_products_of(const at::Tensor& x, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs,
+                      int64_t act_bits, int64_t gemm_rows) {
+  const int64_t M = x.size(0);
+  if (act_bits != 32 || M < gemm_rows) {
+    row_products(x.data_ptr<float>(), M, ws, outs, act_bits);
+    return;
+  }
+  const std::vector<at::Tensor> results = linear("decoder_step", x, ws, act_bits, gemm_rows);
+  for (size_t i = 0; i < ws.size(); ++i) std::copy_n(results[i].data_ptr<float>(), M * ws[i].N, outs[i]);
+}
+
+void step_products(const at::Tensor& x, const std::vector<StepLinear>& ls, const std::vector<float*>& outs,
+                   int64_t max_int_rows, int64_t gemm_rows) {
   for (const StepLinear& l : ls)
     TORCH_CHECK(l.q4 == ls[0].q4 && l.act_bits == ls[0].act_bits,
                 "decoder_step: layers computed together must share weight format and activation bits");
-  const int64_t act_bits = x.size(0) <= max_int_rows ? ls[0].act_bits : 32;
-  std::vector<at::Tensor> outs;
+  const int64_t M = x.size(0), act_bits = M <= max_int_rows ? ls[0].act_bits : 32;
   if (ls[0].q4) {
     std::vector<Weight<Q4>> ws;
     for (const StepLinear& l : ls) ws.push_back(l.w4);
-    outs = linear("decoder_step", x, ws, act_bits, gemm_rows);
+    step_products_of(x, ws, outs, act_bits, gemm_rows);
   } else {
     std::vector<Weight<Q8>> ws;
     for (const StepLinear& l : ls) ws.push_back(l.w8);
-    outs = linear("decoder_step", x, ws, act_bits, gemm_rows);
+    step_products_of(x, ws, outs, act_bits, gemm_rows);
   }
   for (size_t i = 0; i < ls.size(); ++i)
-    if (ls[i].bias->numel() > 0) outs[i].add_(*ls[i].bias);
-  return outs;
+    if (ls[i].bias != nullptr)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < ls[i].N(); ++n) outs[i][m * ls[i].N() + n] += ls[i].bias[n];
 }
 
 // out[m] = x[m] / sqrt(mean(x[m]^2) + eps) * weight, rows of H values.
@@ -650,35 +676,37 @@ inline void add_scaled(float* out, const float* x, float w, int64_t n) {
   for (; i < n; ++i) out[i] += w * x[i];
 }
 
-// v[i] = exp(v[i] - shift) in place (0 for -inf), returning their sum. Eight at a time with the
-// classic range reduction (x = n ln2 + r) and a degree-6 polynomial for exp(r), within a few ulp of
-// std::exp: a scalar std::exp per score cost ~4 ms per token at a thousand cached positions.
+#ifdef MFQ_AVX2
+// exp of eight floats with the classic range reduction (x = n ln2 + r) and a degree-6 polynomial for
+// exp(r), within a few ulp of std::exp for x in [-87, 88]; 0 below -87 (also for -inf).
+inline __m256 exp8(__m256 x) {
+  const __m256 lowest = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+  const __m256 underflow = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lowest), _mm256_set1_ps(88.0f));
+  const __m256 nf = _mm256_round_ps(_mm256_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(nf, ln2_hi));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(nf, ln2_lo));
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nf), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+#endif
+
+// v[i] = exp(v[i] - shift) in place (0 for -inf), returning their sum: a scalar std::exp per score
+// cost ~4 ms per token at a thousand cached positions.
 inline float exp_shifted(float* v, int64_t n, float shift) {
   int64_t i = 0;
   float total = 0.f;
 #ifdef MFQ_AVX2
-  const __m256 lowest = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
-  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
-  const __m256 c0 = _mm256_set1_ps(1.9875691500e-4f), c1 = _mm256_set1_ps(1.3981999507e-3f),
-               c2 = _mm256_set1_ps(8.3334519073e-3f), c3 = _mm256_set1_ps(4.1665795894e-2f),
-               c4 = _mm256_set1_ps(1.6666665459e-1f), c5 = _mm256_set1_ps(5.0000001201e-1f),
-               one = _mm256_set1_ps(1.f);
   __m256 sum = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(v + i), _mm256_set1_ps(shift));
-    const __m256 underflow = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);  // also -inf (masked) and NaN-free
-    const __m256 xc = _mm256_max_ps(x, lowest);
-    const __m256 nf = _mm256_round_ps(_mm256_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(nf, ln2_hi));
-    r = _mm256_sub_ps(r, _mm256_mul_ps(nf, ln2_lo));
-    __m256 p = _mm256_fmadd_ps(c0, r, c1);
-    p = _mm256_fmadd_ps(p, r, c2);
-    p = _mm256_fmadd_ps(p, r, c3);
-    p = _mm256_fmadd_ps(p, r, c4);
-    p = _mm256_fmadd_ps(p, r, c5);
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nf), _mm256_set1_epi32(127)), 23);
-    const __m256 e = _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(v + i), _mm256_set1_ps(shift)));
     _mm256_storeu_ps(v + i, e);
     sum = _mm256_add_ps(sum, e);
   }
@@ -686,6 +714,20 @@ inline float exp_shifted(float* v, int64_t n, float shift) {
 #endif
   for (; i < n; ++i) total += (v[i] = v[i] == -INFINITY ? 0.f : std::exp(v[i] - shift));
   return total;
+}
+
+// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i] over n values.
+inline void silu_mul(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+#ifdef MFQ_AVX2
+  const __m256 one = _mm256_set1_ps(1.f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) gate[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
 }
 
 // The half-split rotation of each head_dim-wide head of one row: x * cos + [-x2, x1] * sin.
@@ -701,10 +743,28 @@ void rotate_heads(float* x, int64_t heads, int64_t head_dim, const float* cos, c
   }
 }
 
+// The final norm and the language-model head after the last layer, when the step is given them:
+// head = [final norm weight, qweight, scales, mins, bias], head_meta = [group, activation bits].
+at::Tensor final_logits(const at::Tensor& h, at::TensorList head, at::IntArrayRef head_meta, double eps,
+                        int64_t max_int_rows, int64_t gemm_rows) {
+  TORCH_CHECK(head.size() == 5 && head_meta.size() == 2, "decoder_step: head needs 5 tensors and 2 ints");
+  const int64_t M = h.size(0), H = h.size(1);
+  TORCH_CHECK(head[0].numel() == H && head[0].scalar_type() == at::kFloat && head[0].is_contiguous(),
+              "decoder_step: the final norm weight must be contiguous float32 [hidden]");
+  const StepLinear lm = step_linear(head.data() + 1, head_meta[0], head_meta[1]);
+  TORCH_CHECK((lm.q4 ? lm.w4.K : lm.w8.K) == H, "decoder_step: the head's in_features must be the hidden size");
+  at::Tensor normed = at::empty({M, H}, h.options());
+  rms_norm_rows(h.data_ptr<float>(), M, H, head[0].data_ptr<float>(), eps, normed.data_ptr<float>());
+  at::Tensor logits = at::empty({M, lm.N()}, h.options());
+  step_products(normed, {lm}, {logits.data_ptr<float>()}, max_int_rows, gemm_rows);
+  return logits;
+}
+
 at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
                         const at::Tensor& visible, at::TensorList caches, int64_t position, at::TensorList params,
                         at::IntArrayRef meta, double eps, double scaling, int64_t heads, int64_t kv_heads,
-                        int64_t head_dim, int64_t max_int_rows, int64_t gemm_rows) {
+                        int64_t head_dim, at::TensorList head, at::IntArrayRef head_meta, double head_eps,
+                        int64_t max_int_rows, int64_t gemm_rows) {
   constexpr int64_t kPerLayer = 30;  // in norm, (qweight, scales, mins, bias) x 7, post norm
   const int64_t layers = static_cast<int64_t>(params.size()) / kPerLayer;
   TORCH_CHECK(layers > 0 && static_cast<int64_t>(params.size()) == layers * kPerLayer &&
@@ -725,12 +785,23 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
     TORCH_CHECK(c.dim() == 4 && c.size(0) == M && c.size(1) == kv_heads && c.size(2) == capacity &&
                     c.size(3) == head_dim && c.is_contiguous() && c.scalar_type() == at::kFloat,
                 "decoder_step: every cache storage must be contiguous float32 [rows, kv_heads, capacity, head_dim]");
+  const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim;
   at::Tensor h = hidden.clone();
   at::Tensor normed = at::empty({M, H}, hidden.options());
-  at::Tensor attended = at::empty({M, heads * head_dim}, hidden.options());
+  at::Tensor attended = at::empty({M, q_width}, hidden.options());
+  // per-layer outputs, reused by every layer (sized by the first; a layer of other sizes is refused)
+  const int64_t intermediate = step_linear(params.data() + 1 + 4 * 4, meta[8], meta[9]).N();
+  at::Tensor gate_up = at::empty({2, M, intermediate}, hidden.options());
+  std::vector<float> qkv(M * (q_width + 2 * kv_width)), projected(M * H);
+  float *q_all = qkv.data(), *k_all = q_all + M * q_width, *v_all = k_all + M * kv_width;
+  float *gate = gate_up.data_ptr<float>(), *up = gate + M * intermediate;
   const bool* seen = visible.data_ptr<bool>();
   const int64_t seen_stride = visible.size(0) == 1 ? 0 : capacity;
   float* hp = h.data_ptr<float>();
+  const float *cos_p = cos.data_ptr<float>(), *sin_p = sin.data_ptr<float>();
+  auto add_projected = [&]() {
+    for (int64_t i = 0; i < M * H; ++i) hp[i] += projected[i];
+  };
   for (int64_t layer = 0; layer < layers; ++layer) {
     const at::Tensor* p = params.data() + layer * kPerLayer;
     const int64_t* mt = meta.data() + layer * 14;
@@ -741,20 +812,20 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
     TORCH_CHECK(in_norm.numel() == H && post_norm.numel() == H && in_norm.scalar_type() == at::kFloat &&
                     post_norm.scalar_type() == at::kFloat,
                 "decoder_step: layer ", layer, ": norm weights must be float32 [hidden]");
+    TORCH_CHECK(ls[0].N() == q_width && ls[1].N() == kv_width && ls[2].N() == kv_width && ls[3].N() == H &&
+                    ls[4].N() == intermediate && ls[5].N() == intermediate && ls[6].N() == H,
+                "decoder_step: layer ", layer, ": projection sizes do not match the head counts and the first layer");
     // attention
     rms_norm_rows(hp, M, H, in_norm.data_ptr<float>(), eps, normed.data_ptr<float>());
-    std::vector<at::Tensor> qkv = step_products(normed, {ls[0], ls[1], ls[2]}, max_int_rows, gemm_rows);
-    TORCH_CHECK(qkv[0].size(1) == heads * head_dim && qkv[1].size(1) == kv_heads * head_dim &&
-                    qkv[2].size(1) == kv_heads * head_dim,
-                "decoder_step: layer ", layer, ": q/k/v sizes do not match the head counts");
+    step_products(normed, {ls[0], ls[1], ls[2]}, {q_all, k_all, v_all}, max_int_rows, gemm_rows);
     float* keys = caches[2 * layer].data_ptr<float>();
     float* values = caches[2 * layer + 1].data_ptr<float>();
     for (int64_t m = 0; m < M; ++m) {
-      float* q = qkv[0].data_ptr<float>() + m * heads * head_dim;
-      float* k = qkv[1].data_ptr<float>() + m * kv_heads * head_dim;
-      const float* v = qkv[2].data_ptr<float>() + m * kv_heads * head_dim;
-      rotate_heads(q, heads, head_dim, cos.data_ptr<float>() + m * head_dim, sin.data_ptr<float>() + m * head_dim);
-      rotate_heads(k, kv_heads, head_dim, cos.data_ptr<float>() + m * head_dim, sin.data_ptr<float>() + m * head_dim);
+      float* q = q_all + m * q_width;
+      float* k = k_all + m * kv_width;
+      const float* v = v_all + m * kv_width;
+      rotate_heads(q, heads, head_dim, cos_p + m * head_dim, sin_p + m * head_dim);
+      rotate_heads(k, kv_heads, head_dim, cos_p + m * head_dim, sin_p + m * head_dim);
       for (int64_t g = 0; g < kv_heads; ++g) {
         const int64_t at_pos = ((m * kv_heads + g) * capacity + position) * head_dim;
         std::copy(k + g * head_dim, k + (g + 1) * head_dim, keys + at_pos);
@@ -766,7 +837,7 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
       std::vector<float> scores(position + 1);
       for (int64_t mh = begin; mh < end; ++mh) {
         const int64_t m = mh / heads, head = mh % heads, g = head / group_heads;
-        const float* q = qkv[0].data_ptr<float>() + (m * heads + head) * head_dim;
+        const float* q = q_all + (m * heads + head) * head_dim;
         const float* kbase = keys + (m * kv_heads + g) * capacity * head_dim;
         const float* vbase = values + (m * kv_heads + g) * capacity * head_dim;
         const bool* row_seen = seen + m * seen_stride;
@@ -783,14 +854,16 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
           if (scores[j] != 0.f) add_scaled(out, vbase + j * head_dim, scores[j] / total, head_dim);
       }
     });
-    h.add_(step_products(attended, {ls[3]}, max_int_rows, gemm_rows)[0]);
+    step_products(attended, {ls[3]}, {projected.data()}, max_int_rows, gemm_rows);
+    add_projected();
     // MLP
     rms_norm_rows(hp, M, H, post_norm.data_ptr<float>(), eps, normed.data_ptr<float>());
-    std::vector<at::Tensor> gate_up = step_products(normed, {ls[4], ls[5]}, max_int_rows, gemm_rows);
-    at::silu_(gate_up[0]).mul_(gate_up[1]);  // ATen's vectorised exp: a scalar loop cost ~0.7 ms per token
-    h.add_(step_products(gate_up[0], {ls[6]}, max_int_rows, gemm_rows)[0]);
+    step_products(normed, {ls[4], ls[5]}, {gate, up}, max_int_rows, gemm_rows);
+    silu_mul(gate, up, M * intermediate);
+    step_products(gate_up[0], {ls[6]}, {projected.data()}, max_int_rows, gemm_rows);
+    add_projected();
   }
-  return h;
+  return head.empty() ? h : final_logits(h, head, head_meta, head_eps, max_int_rows, gemm_rows);
 }
 
 }  // namespace
@@ -810,7 +883,7 @@ TORCH_LIBRARY(mfquant, m) {
   m.def("q8_dequantize(Tensor qweight, Tensor scales, int group) -> Tensor");
   m.def("decoder_step(Tensor hidden, Tensor cos, Tensor sin, Tensor visible, Tensor(a!)[] caches, int position, "
         "Tensor[] params, int[] meta, float eps, float scaling, int heads, int kv_heads, int head_dim, "
-        "int max_int_rows, int gemm_rows) -> Tensor");
+        "Tensor[] head, int[] head_meta, float head_eps, int max_int_rows, int gemm_rows) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mfquant, CPU, m) {
