@@ -85,15 +85,34 @@ struct Q4 {
     const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1)));
   }
-  // Integer dot product of the block with 32 int16 inputs, as 8 float partial sums.
+  // Integer dot product of the block with 32 int16 inputs in the order of permute_i16, as 8 float
+  // partial sums, the upper four 256 times too large (undone once per row by finish_i16). The 16 bytes
+  // are read into both halves as eight 16-bit words b[2k] | b[2k+1] << 8; masking each word to its
+  // low nibble (lower half) or to bits 8-11 (upper half), before and after a 4-bit shift, yields all
+  // 32 values in 16-bit lanes without widening shuffles. Products stay below 2^31 and every partial
+  // sum below 2^24 before the factor 256, so the float conversion is exact.
   static inline __m256 dot_i16(const q_t* block, const int16_t* x) {
-    const __m128i m0f = _mm_set1_epi8(0x0F);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
-    const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m0f));
-    const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m0f));
-    const __m256i a = _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
-    const __m256i b = _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
+    const __m256i mask = _mm256_set_epi16(0x0F00, 0x0F00, 0x0F00, 0x0F00, 0x0F00, 0x0F00, 0x0F00, 0x0F00,
+                                          0x000F, 0x000F, 0x000F, 0x000F, 0x000F, 0x000F, 0x000F, 0x000F);
+    const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
+    const __m256i low = _mm256_and_si256(raw, mask), high = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+    const __m256i a = _mm256_madd_epi16(low, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+    const __m256i b = _mm256_madd_epi16(high, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
     return _mm256_cvtepi32_ps(_mm256_add_epi32(a, b));
+  }
+  static inline __m256 finish_i16(__m256 acc) {
+    return _mm256_mul_ps(acc, _mm256_set_ps(1.f / 256, 1.f / 256, 1.f / 256, 1.f / 256, 1.f, 1.f, 1.f, 1.f));
+  }
+  // 32 inputs in dot_i16's order: the even values 0-14, the odd 1-15, the even 16-30, the odd 17-31.
+  static inline void permute_i16(int16_t* x) {
+    int16_t natural[32];
+    std::copy(x, x + 32, natural);
+    for (int k = 0; k < 8; ++k) {
+      x[k] = natural[2 * k];
+      x[8 + k] = natural[2 * k + 1];
+      x[16 + k] = natural[16 + 2 * k];
+      x[24 + k] = natural[17 + 2 * k];
+    }
   }
 #endif
 };
@@ -130,6 +149,8 @@ struct Q8 {
     const __m256i b = _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16)));
     return _mm256_cvtepi32_ps(_mm256_add_epi32(a, b));
   }
+  static inline __m256 finish_i16(__m256 acc) { return acc; }
+  static inline void permute_i16(int16_t*) {}
 #endif
 };
 
@@ -407,7 +428,9 @@ inline float row_dot_int(const Weight<F>& w, int64_t n, const A* xq, const float
     acc1 = _mm256_fmadd_ps(dot(b + 1), _mm256_set1_ps(scales.next() * xd[b + 1]), acc1);
   }
   if (b < blocks) acc0 = _mm256_fmadd_ps(dot(b), _mm256_set1_ps(scales.next() * xd[b]), acc0);
-  return hsum(_mm256_add_ps(acc0, acc1)) + min_term(w, n, xsum);
+  __m256 acc = _mm256_add_ps(acc0, acc1);
+  if constexpr (sizeof(A) == 2) acc = F::finish_i16(acc);
+  return hsum(acc) + min_term(w, n, xsum);
 #else
   float total = 0.f;
   int64_t b = 0;
@@ -427,6 +450,10 @@ void linear_int(const float* x, int64_t M, const std::vector<Weight<F>>& ws, con
   std::vector<A> xq(M * K);
   std::vector<float> xd(M * K / 32);
   for (int64_t m = 0; m < M; ++m) quantize_row<A>(x + m * K, K, xq.data() + m * K, xd.data() + m * K / 32);
+#ifdef MFQ_AVX2
+  if constexpr (sizeof(A) == 2)
+    for (int64_t b = 0; b < M * K / 32; ++b) F::permute_i16(reinterpret_cast<int16_t*>(xq.data()) + b * 32);
+#endif
   const std::vector<float> xsum = group_sums(x, M, ws[0]);
   for_each_output_row(ws, row_grain(K, M), [&](size_t i, int64_t n) {
     const Weight<F>& w = ws[i];
