@@ -203,3 +203,19 @@ def test_a_tied_quantized_head_adds_its_bias(tiny_llama: Path) -> None:
     native = generate(model, IDS)
     assert torch.equal(native.sequences, eager.sequences)
     assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+
+
+def test_a_batch_past_the_gemm_threshold_matches_eager(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """16+ rows take the de-quantised tiles + GEMM inside the step, copied into the step's buffers."""
+    from microformers_quant import kernels
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
+    torch.manual_seed(3)
+    ids = torch.randint(1, 60, (kernels.GEMM_MIN_ROWS + 2, 6))
+    eager = generate(model, ids)
+    model.compile_decode_step()
+    calls = count_native_calls(monkeypatch)
+    native = generate(model, ids)
+    assert len(calls) == 7
+    assert torch.equal(native.sequences, eager.sequences)
+    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
