@@ -26,7 +26,8 @@ Variants:
   is importable (a bench-only dependency, not in requirements-test.txt; no batch8 row);
 * ``--compiled`` adds ``<variant>+compiled`` rows (``compile_decode_step()`` + a static cache; the
   first call's compile time is printed separately). For a quantized variant that is the native step
-  (every layer in one C++ call, nothing compiled); for ``fp32`` it is torch.compile.
+  (every layer, the final norm and the quantized head in one C++ call, nothing compiled); for ``fp32``
+  it is torch.compile.
 
 ``--layers``: CPU time per call of float32 ``F.linear``, the register-blocked row kernels, the
 de-quantised-tile GEMM path and the old torch de-quantise + ``F.linear``, at SmolLM2's MLP shapes, by
