@@ -25,6 +25,13 @@ CASES: list[tuple[dict[str, Any], int | None]] = [
     ({"rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 128}, None),  # scale 1
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 4, "beta_slow": 4}, None),
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "max": 16384}, None),
+    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64}, None),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "max": 16384, "truncate": False}, None),
+    (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 4, "beta_slow": 4,
+         "max": 16384, "truncate": False},
+        None,
+    ),
     (
         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 16, "beta_slow": 2,
          "max": 16384, "head_dim": 128},
