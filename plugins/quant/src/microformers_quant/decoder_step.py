@@ -6,7 +6,8 @@ protocol) builds a :class:`QuantDecoderStep` when every projection of every laye
 ``mfquant::decoder_step`` (csrc/qlinear.cpp): the norms, the q/k/v, output, gate/up and down
 products (the same kernels as the layers' own), the rotary embedding, the write into the static
 cache and attention over the visible stored positions, for all layers, and, when the model's
-final norm is a plain ``RMSNorm`` and its head a plain ``QuantLinear``, those two as well, without
+final norm is a plain ``RMSNorm`` and its head a plain ``QuantLinear`` or the ``TiedQuantHead`` of a
+quantized embedding, those two as well, without
 returning to Python between operations. Per token that saves the ~15 Python and ATen calls per
 layer that the eager step spends around the quantized products.
 
