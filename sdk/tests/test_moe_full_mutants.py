@@ -1,0 +1,53 @@
+"""``microformers_sdk.moe`` behaviour the full mutation run found unasserted (docs/reliability.md, issue #19)."""
+
+from __future__ import annotations
+
+import torch
+
+from microformers_sdk.moe import FusedExpertsSource
+
+
+class _Source(dict):
+    """A checkpoint mapping that, like the kernel's, says which file holds a key."""
+
+    def file_of(self, key: str) -> str:
+        return f"file-of-{key}"
+
+
+def _mixtral_source() -> _Source:
+    # a plain key first: every key is looked at, stacked ones after plain ones included
+    return _Source(
+        {
+            "model.layers.0.mlp.gate.weight": torch.randn(3, 4),
+            "model.layers.0.mlp.experts.gate_up_proj": torch.randn(3, 10, 4),
+            "model.layers.0.mlp.experts.down_proj": torch.randn(3, 4, 5),
+            "model.norm.weight": torch.randn(4),
+        }
+    )
+
+
+def test_plain_keys_read_through_under_their_renamed_names() -> None:
+    source = _mixtral_source()
+    view = FusedExpertsSource(source, "w1", "w3", "w2", 3, renames=((".mlp.", ".block_sparse_moe."),))
+    gate = "model.layers.0.block_sparse_moe.gate.weight"
+    assert gate in view and "model.norm.weight" in view
+    assert view[gate] is source["model.layers.0.mlp.gate.weight"]
+    assert view["model.norm.weight"] is source["model.norm.weight"]
+    assert "model.layers.0.mlp.gate.weight" not in view  # only the renamed name
+    assert "model.layers.0.block_sparse_moe.experts.3.w1.weight" not in view  # only num_experts experts
+    stem = "model.layers.0.block_sparse_moe.experts"
+    expected = {gate, "model.norm.weight"} | {f"{stem}.{e}.{p}.weight" for e in range(3) for p in ("w1", "w3", "w2")}
+    assert set(view) == expected and len(view) == len(expected)
+    torch.testing.assert_close(view[f"{stem}.2.w2.weight"], source["model.layers.0.mlp.experts.down_proj"][2])
+
+
+def test_file_of_names_the_checkpoint_file_of_the_source_key() -> None:
+    view = FusedExpertsSource(_mixtral_source(), "w1", "w3", "w2", 3, renames=((".mlp.", ".block_sparse_moe."),))
+    assert view.file_of("model.layers.0.block_sparse_moe.gate.weight") == "file-of-model.layers.0.mlp.gate.weight"
+    assert (
+        view.file_of("model.layers.0.block_sparse_moe.experts.0.w2.weight")
+        == "file-of-model.layers.0.mlp.experts.down_proj"
+    )
+    assert view.file_of("model.missing.weight") == "file-of-model.missing.weight"  # unknown keys pass through
+    plain = FusedExpertsSource(dict(_mixtral_source()), "w1", "w3", "w2", 3)  # a source that knows no files
+    assert plain.file_of("model.layers.0.mlp.gate.weight") is None
