@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from microformers_sdk.moe import FusedExpertsSource
+from microformers_sdk.moe import FusedExpertsSource, load_balancing_loss
 
 
 class _Source(dict):
@@ -51,3 +51,34 @@ def test_file_of_names_the_checkpoint_file_of_the_source_key() -> None:
     assert view.file_of("model.missing.weight") == "file-of-model.missing.weight"  # unknown keys pass through
     plain = FusedExpertsSource(dict(_mixtral_source()), "w1", "w3", "w2", 3)  # a source that knows no files
     assert plain.file_of("model.layers.0.mlp.gate.weight") is None
+
+
+def test_a_single_expert_checkpoint_reads_each_slice() -> None:
+    gate_up, down = torch.randn(1, 6, 4), torch.randn(1, 4, 3)
+    view = FusedExpertsSource({"m.experts.gate_up_proj": gate_up, "m.experts.down_proj": down}, "w1", "w3", "w2", 1)
+    for _ in range(2):  # read again after the stacked tensors were released
+        assert torch.equal(view["m.experts.0.w2.weight"], down[0])
+        assert torch.equal(view["m.experts.0.w1.weight"], gate_up[0, :3])
+        assert torch.equal(view["m.experts.0.w3.weight"], gate_up[0, 3:])
+
+
+def test_load_balancing_loss_with_one_moe_layer_and_a_mask() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(6, 4)
+    mask = torch.tensor([[1, 1, 0], [0, 1, 1]])
+    expected = load_balancing_loss([logits[mask.reshape(-1).bool()]], 4, 2)
+    torch.testing.assert_close(load_balancing_loss([logits], 4, 2, mask), expected)
+
+
+def test_load_balancing_loss_is_float32_whatever_the_default_dtype() -> None:
+    torch.manual_seed(0)
+    logits = [torch.randn(6, 4), torch.randn(6, 4)]
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    plain, masked = load_balancing_loss(logits, 4, 2), load_balancing_loss(logits, 4, 2, mask)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        torch.testing.assert_close(load_balancing_loss(logits, 4, 2), plain)  # dtype checked too
+        torch.testing.assert_close(load_balancing_loss(logits, 4, 2, mask), masked)
+    finally:
+        torch.set_default_dtype(previous)

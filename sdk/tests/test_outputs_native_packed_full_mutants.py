@@ -94,6 +94,8 @@ def test_refusal_messages_name_the_layer_and_the_way_out() -> None:
         "layer 'proj_X' was packed for float32 on the CPU (pack_linear_weights); load the model again with the "
         "dtype and device you need instead of converting it to torch.bfloat16 on cpu"
     )
+    with torch.no_grad(), pytest.raises(InputError, match=r"^layer '' is packed for float32 inputs"):
+        PackedLinear(nn.Linear(4, 4))(torch.randn(1, 4).half())  # built by hand without a name: an empty one
     with pytest.raises(InputError) as unpackable:
         PackedLinear(nn.Linear(4, 4).to(torch.float16), "half")
     assert str(unpackable.value) == (
