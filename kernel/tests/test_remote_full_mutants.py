@@ -45,6 +45,11 @@ def write_folder(folder: Path, files: dict[str, str], auto_map: dict[str, object
     return folder
 
 
+def private_modules() -> set[str]:
+    """The modules of every private package a load created."""
+    return {name for name in sys.modules if name.startswith("microformers_remote_code.")}
+
+
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -328,12 +333,13 @@ def test_a_blocked_dynamic_import_names_the_module_and_the_allowed_files(tmp_pat
 
 
 def test_a_failing_import_is_reported_and_undone(tmp_path: Path) -> None:
-    folder = write_folder(tmp_path / "m", {"conf.py": CONFIG_SOURCE + "raise RuntimeError('boom')\n"})
-    before = set(sys.modules)
+    failing = "from .helper import W\n" + CONFIG_SOURCE + "raise RuntimeError('boom')\n"
+    folder = write_folder(tmp_path / "m", {"conf.py": failing, "helper.py": "W = 1\n"})
+    before = private_modules()
     with pytest.raises(RemoteCodeError) as info:
         AutoConfig.from_pretrained(folder, trust_remote_code=True)
     assert str(info.value) == f"importing {folder / 'conf.py'} failed: RuntimeError: boom"
-    assert set(sys.modules) - before == set()
+    assert private_modules() - before == set()
     package = write_folder(
         tmp_path / "p", {"pack/__init__.py": "raise RuntimeError('boom')\n"}, {"AutoConfig": "pack.C"}
     )
@@ -344,8 +350,10 @@ def test_a_failing_import_is_reported_and_undone(tmp_path: Path) -> None:
 
 def test_a_missing_class_lists_only_the_classes_the_module_defines(tmp_path: Path) -> None:
     folder = write_folder(tmp_path / "m", {"conf.py": CONFIG_SOURCE}, {"AutoConfig": "conf.Nope"})
+    before = private_modules()
     with pytest.raises(RemoteCodeError) as info:
         AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert private_modules() - before == set()  # the module that was imported to look is forgotten
     assert str(info.value) == (
         f"auto_map names conf.Nope, but {folder / 'conf.py'} defines no class Nope (it defines: RemoteConfig). "
         "Fix auto_map in config.json."
