@@ -6,6 +6,8 @@ import ctypes
 import errno
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +39,33 @@ class _FakeLibc:
 
 def _use_libc(monkeypatch: pytest.MonkeyPatch, renameat2: Callable[..., int] | None) -> None:
     monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: _FakeLibc(renameat2))
+
+
+# -- _lock ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(staging.fcntl is None, reason="no advisory locks on this platform")
+def test_lock_waits_for_a_lock_held_elsewhere_and_takes_it_once_released(tmp_path: Path) -> None:
+    """The two-rename fallback must wait for another save's lock, not fail with BlockingIOError."""
+    folder = _folder(tmp_path / "ckpt")
+    held = staging._lock(folder)
+    results: list[object] = []
+    waiter = threading.Thread(target=lambda: results.append(_lock_or_error(folder)), daemon=True)
+    waiter.start()
+    time.sleep(0.3)  # let the waiter reach the lock while it is still held
+    staging._unlock(held)
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and len(results) == 1 and isinstance(results[0], int), results
+    with pytest.raises(BlockingIOError):  # taken again, now by the waiter
+        staging._lock(folder, wait=False)
+    staging._unlock(results[0])
+
+
+def _lock_or_error(folder: Path) -> int | OSError | None:
+    try:
+        return staging._lock(folder)
+    except OSError as error:
+        return error
 
 
 # -- _exchange ------------------------------------------------------------------------------------
