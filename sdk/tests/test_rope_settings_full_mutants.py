@@ -72,6 +72,11 @@ def test_llama3_settings_arrive_whole() -> None:
     )
     assert _norm(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, **llama3}) == expected
     assert _norm(rope_theta=500000.0, rope_scaling={"type": "llama3", **llama3}) == expected
+    # a top-level original length is LongRoPE's only: llama3 keeps the one in its settings
+    assert (
+        _norm(rope_theta=5e5, rope_scaling={"rope_type": "llama3", **llama3}, original_max_position_embeddings=4)
+        == expected
+    )
     # the original length defaults to max_position_embeddings for llama3 too
     without = {key: value for key, value in llama3.items() if key != "original_max_position_embeddings"}
     assert _norm(rope_scaling={"rope_type": "llama3", **without}).original_max_position_embeddings == 32
@@ -120,6 +125,13 @@ def test_longrope_attention_factor_at_the_edges() -> None:
     )
     assert (one.factor, one.attention_factor) == (1.0, 1.0)
     assert _norm(rope_scaling={**scaling, "factor": 1.0, "original_max_position_embeddings": 1}).attention_factor == 1.0
+    # a factor just above 1 with an original length of 1 is refused as well, and a factor of 2 uses the formula
+    with pytest.raises(ConfigError, match="original_max_position_embeddings=1 leaves"):
+        normalize_rope_settings(
+            head_dim=8, max_position_embeddings=2, rope_scaling=scaling, original_max_position_embeddings=1
+        )
+    doubled = _norm(rope_scaling={**scaling, "original_max_position_embeddings": 16})
+    assert doubled.factor == 2.0 and doubled.attention_factor == pytest.approx(math.sqrt(1.25))
     # a given attention factor is kept even where the default would be undefined
     given = _norm(rope_scaling={**scaling, "original_max_position_embeddings": 1, "attention_factor": 1.5})
     assert given.attention_factor == 1.5
@@ -213,6 +225,14 @@ def test_longrope_factor_lists_are_checked_whole(value: Any, shown: str) -> None
     scaling = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": value}
     assert _refused(rope_scaling=scaling, setting="rope_scaling") == (
         f"rope_scaling.long_factor must be a list of 4 positive numbers (rotary dimension 8 / 2), got {shown}; "
+        "fix config.json"
+    )
+
+
+def test_longrope_short_factor_errors_name_the_setting() -> None:
+    scaling = {"rope_type": "longrope", "short_factor": [1.0] * 2, "long_factor": [1.0] * 2}
+    assert _refused(rope_parameters=scaling, setting="rope_parameters", head_dim=6) == (
+        "rope_parameters.short_factor must be a list of 3 positive numbers (rotary dimension 6 / 2), got 2 values; "
         "fix config.json"
     )
 
