@@ -82,3 +82,10 @@ def test_load_balancing_loss_is_float32_whatever_the_default_dtype() -> None:
         torch.testing.assert_close(load_balancing_loss(logits, 4, 2, mask), masked)
     finally:
         torch.set_default_dtype(previous)
+
+
+def test_load_balancing_loss_takes_the_softmax_in_float32() -> None:
+    torch.manual_seed(0)
+    logits = [torch.randn(16, 8).to(torch.bfloat16), torch.randn(16, 8).to(torch.bfloat16)]  # a bfloat16 model's
+    expected = load_balancing_loss([layer.float() for layer in logits], 8, 2)
+    torch.testing.assert_close(load_balancing_loss(logits, 8, 2), expected)
