@@ -56,14 +56,26 @@ def test_lock_waits_for_a_lock_held_elsewhere_and_takes_it_once_released(tmp_pat
     staging._unlock(held)
     waiter.join(timeout=30)
     assert not waiter.is_alive() and len(results) == 1 and isinstance(results[0], int), results
-    with pytest.raises(BlockingIOError):  # taken again, now by the waiter
-        staging._lock(folder, wait=False)
     staging._unlock(results[0])
 
 
-def _lock_or_error(folder: Path) -> int | OSError | None:
+@pytest.mark.skipif(staging.fcntl is None, reason="no advisory locks on this platform")
+def test_lock_without_waiting_refuses_a_held_lock_at_once(tmp_path: Path) -> None:
+    """What lets a save skip another live save's staging folder instead of hanging on it."""
+    folder = _folder(tmp_path / ".ckpt.microformers-save-live")
+    held = staging._lock(folder)
+    results: list[object] = []
+    attempt = threading.Thread(target=lambda: results.append(_lock_or_error(folder, wait=False)), daemon=True)
+    attempt.start()
+    attempt.join(timeout=30)
+    staging._unlock(held)
+    assert not attempt.is_alive(), "a non-blocking lock attempt waited for the holder"
+    assert len(results) == 1 and isinstance(results[0], BlockingIOError), results
+
+
+def _lock_or_error(folder: Path, wait: bool = True) -> int | OSError | None:
     try:
-        return staging._lock(folder)
+        return staging._lock(folder) if wait else staging._lock(folder, wait=False)  # waiting is the default
     except OSError as error:
         return error
 
