@@ -1,0 +1,112 @@
+"""``microformers_sdk.attention``: behaviour the full mutation run found unasserted (docs/reliability.md,
+"Mutation testing"). Eager attention is checked against the plain formula and against SDPA."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from microformers_sdk import attention
+from microformers_sdk.attention import eager_attention, sdpa_attention
+
+
+def _qkv(
+    q_len: int, kv_len: int, heads: int = 4, kv_heads: int = 2, dim: int = 8, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(2, heads, q_len, dim, generator=generator),
+        torch.randn(2, kv_heads, kv_len, dim, generator=generator),
+        torch.randn(2, kv_heads, kv_len, dim, generator=generator),
+    )
+
+
+def _reference(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None
+) -> torch.Tensor:
+    """Softmax attention written out in float64, ``allowed`` a boolean mask broadcastable to the scores."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, dim=1).double(), value.repeat_interleave(group, dim=1).double()
+    scores = query.double() @ key.transpose(2, 3) / math.sqrt(query.shape[-1])
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, -math.inf)
+    return (scores.softmax(-1) @ value).to(query.dtype)
+
+
+def test_a_torch_without_grouped_query_sdpa_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = F.scaled_dot_product_attention
+
+    def sdpa_before_2_5(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+    ) -> torch.Tensor:  # torch < 2.5 has no enable_gqa argument
+        return real(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa_before_2_5)
+    assert attention._sdpa_supports_gqa() is False
+
+
+@pytest.mark.parametrize("q_len", [2, 3])
+@pytest.mark.parametrize("fn", [eager_attention, sdpa_attention])
+def test_causal_attention_without_a_mask_for_short_prompts(fn: Any, q_len: int) -> None:
+    query, key, value = _qkv(q_len, q_len)
+    causal = torch.ones(q_len, q_len, dtype=torch.bool).tril()
+    torch.testing.assert_close(fn(query, key, value, None, is_causal=True), _reference(query, key, value, causal))
+
+
+def test_eager_causal_attention_aligns_the_queries_with_the_last_keys() -> None:
+    """With a cache (more keys than queries), query ``i`` sees the keys up to ``kv_len - q_len + i``."""
+    query, key, value = _qkv(2, 5)
+    allowed = torch.ones(2, 5, dtype=torch.bool).tril(3)
+    torch.testing.assert_close(
+        eager_attention(query, key, value, None, is_causal=True), _reference(query, key, value, allowed)
+    )
+
+
+@pytest.mark.parametrize("fn", [eager_attention, sdpa_attention])
+def test_an_additive_float_mask_is_added_to_the_scores(fn: Any) -> None:
+    query, key, value = _qkv(4, 6)
+    allowed = torch.rand(2, 1, 4, 6, generator=torch.Generator().manual_seed(1)) > 0.4
+    allowed[..., 0] = True  # every row sees at least one key
+    additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    want = _reference(query, key, value, allowed)
+    torch.testing.assert_close(fn(query, key, value, additive), want)
+    torch.testing.assert_close(fn(query, key, value, allowed), want)
+    bias = torch.linspace(-1.0, 1.0, 6).view(1, 1, 1, 6)  # a soft bias changes the result, as added to the scores
+    scores = query @ key.repeat_interleave(2, dim=1).transpose(2, 3) / math.sqrt(8) + bias
+    expected = scores.softmax(-1) @ value.repeat_interleave(2, dim=1)
+    torch.testing.assert_close(fn(query, key, value, bias), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_eager_attention_in_half_precision_softmaxes_in_float32(dtype: torch.dtype) -> None:
+    query, key, value = (t.to(dtype) for t in _qkv(5, 5, dim=16))
+    output, weights = eager_attention(query, key, value, None, is_causal=True, return_weights=True)
+    assert output.dtype == dtype and weights.dtype == dtype
+    keys, values = key.repeat_interleave(2, dim=1), value.repeat_interleave(2, dim=1)
+    scores = torch.matmul(query, keys.transpose(2, 3)) * 16**-0.5
+    scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), torch.finfo(dtype).min)
+    expected_weights = scores.float().softmax(-1).to(dtype)
+    assert torch.equal(weights, expected_weights)
+    assert torch.equal(output, torch.matmul(expected_weights, values))
+
+
+def test_eager_attention_drops_weights_with_the_dropout_probability() -> None:
+    query, key, value = _qkv(6, 6, dim=16)
+    _, kept = eager_attention(query, key, value, None, return_weights=True)
+    torch.manual_seed(0)
+    output, dropped = eager_attention(query, key, value, None, dropout=0.5, return_weights=True)
+    zeros = dropped == 0
+    assert 0.3 < zeros.float().mean().item() < 0.7
+    torch.testing.assert_close(dropped[~zeros], 2 * kept[~zeros])  # the rest scaled by 1 / (1 - p)
+    repeated = value.repeat_interleave(2, dim=1)
+    torch.testing.assert_close(output, dropped @ repeated)
