@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import logging
 import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from microformers.errors import InputError
-from microformers_sdk import PackedLinear, pack_linear_weights
+from microformers_sdk import PackedLinear, native, pack_linear_weights
 from microformers_sdk.packed import refuse_packed
 from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 
@@ -140,3 +143,59 @@ def test_refuse_packed_names_the_action_the_count_and_the_first_layer() -> None:
         "pack_linear_weights, which torch.compile cannot lower; decode eagerly, or load the model again "
         "without packing to compile it"
     )
+
+
+def _no_build(name: str, source: Path) -> Exception | None:
+    raise AssertionError(f"built {name} from {source} again")
+
+
+def test_an_op_already_registered_is_used_without_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(3, 40), torch.randn(24, 40), torch.randn(24)
+    assert native.few_rows_linear(x, weight, bias) is not None, "CI builds the op (g++ and ninja are installed)"
+    monkeypatch.setattr(native, "build_ops", _no_build)
+    for setting in (None, "1"):  # unset or anything but "0": on
+        if setting is None:
+            monkeypatch.delenv("MICROFORMERS_NATIVE", raising=False)
+        else:
+            monkeypatch.setenv("MICROFORMERS_NATIVE", setting)
+        monkeypatch.setattr(native, "_built", {})  # a fresh decision, as in another process that loaded it
+        out = native.few_rows_linear(x, weight, bias)
+        assert out is not None
+        torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
+
+
+def test_a_failed_build_is_logged_once_and_torch_is_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    built: list[tuple[str, Path]] = []
+
+    def no_compiler(name: str, source: Path) -> Exception | None:
+        built.append((name, source))
+        return OSError("no C++ compiler")
+
+    monkeypatch.delenv("MICROFORMERS_NATIVE", raising=False)
+    monkeypatch.setattr(native, "_built", {})
+    monkeypatch.setattr(native, "torch", SimpleNamespace(ops=SimpleNamespace()))  # no op registered yet
+    monkeypatch.setattr(native, "build_ops", no_compiler)
+    with caplog.at_level(logging.DEBUG, logger="microformers"):
+        for _ in range(2):
+            assert native.few_rows_linear(torch.randn(2, 8), torch.randn(4, 8), None) is None
+    assert built == [("microformers_sdk_ops", Path(native.__file__).with_name("csrc") / "few_rows.cpp")]
+    assert built[0][1].is_file()
+    assert [record.getMessage() for record in caplog.records] == [
+        "microformers-sdk: native few-row products unavailable (no C++ compiler); using torch's"
+    ]
+
+
+def test_a_row_narrower_than_one_vector_is_the_plain_float32_sum() -> None:
+    """Below 8 inputs every output is x0*w0 + x1*w1 + ... in float32, each product rounded on its own (no fused
+    multiply-add contracted in by the compiler), the same on every machine."""
+    torch.manual_seed(0)
+    x, weight = torch.randn(4, 7), torch.randn(6, 7)
+    out = native.few_rows_linear(x, weight, None)
+    assert out is not None, "CI builds the op (g++ and ninja are installed)"
+    expected = torch.zeros(4, 6)
+    for k in range(7):
+        expected = expected + x[:, k : k + 1] * weight[:, k]
+    assert torch.equal(out, expected)
