@@ -73,6 +73,28 @@ def test_lock_without_waiting_refuses_a_held_lock_at_once(tmp_path: Path) -> Non
     assert len(results) == 1 and isinstance(results[0], BlockingIOError), results
 
 
+@pytest.mark.skipif(staging.fcntl is None, reason="no advisory locks on this platform")
+def test_unlock_releases_the_lock(tmp_path: Path) -> None:
+    folder = _folder(tmp_path / "ckpt")
+    staging._unlock(staging._lock(folder))
+    again = staging._lock(folder, wait=False)  # free again: no BlockingIOError
+    assert isinstance(again, int)
+    staging._unlock(again)
+    staging._unlock(None)  # what _lock gives where there are no advisory locks
+
+
+def test_without_advisory_locks_staging_folders_of_other_saves_are_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows: a staging folder cannot be told live or dead without locks, so none is removed."""
+    target = _folder(tmp_path / "ckpt", **{"config.json": "{}"})
+    other = _folder(tmp_path / ".ckpt.microformers-save-other", **{"model.safetensors": "half written"})
+    inside = _folder(target / ".microformers-save-other")
+    monkeypatch.setattr(staging, "fcntl", None)
+    staging._remove_stale(target)
+    assert other.is_dir() and inside.is_dir() and _contents(other) == {"model.safetensors": "half written"}
+
+
 def _lock_or_error(folder: Path, wait: bool = True) -> int | OSError | None:
     try:
         return staging._lock(folder) if wait else staging._lock(folder, wait=False)  # waiting is the default
