@@ -547,3 +547,11 @@ def test_a_model_object_without_parameters_is_not_checked(heads: Registry) -> No
         config = FakeConfig()
 
     check_model_head(Holder(), "rec", ("AutoModelForA",))
+
+
+def test_a_torch_module_without_a_config_is_not_checked(heads: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_model_head(OtherHead(), "rec", ("AutoModelForA",))
+    Loads(monkeypatch)
+    model = OtherHead()
+    built = pipeline("rec", model=model, tokenizer="tok")
+    assert built.model is model and built.tokenizer == "tokenizer of tok"
