@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
-from microformers_sdk.moe import FusedExpertsSource, load_balancing_loss
+from microformers.errors import ConfigError
+from microformers_sdk.moe import FusedExpertsSource, check_expert_counts, load_balancing_loss
 
 
 class _Source(dict):
@@ -89,3 +93,10 @@ def test_load_balancing_loss_takes_the_softmax_in_float32() -> None:
     logits = [torch.randn(16, 8).to(torch.bfloat16), torch.randn(16, 8).to(torch.bfloat16)]  # a bfloat16 model's
     expected = load_balancing_loss([layer.float() for layer in logits], 8, 2)
     torch.testing.assert_close(load_balancing_loss(logits, 8, 2), expected)
+
+
+def test_zero_experts_are_refused_unless_allowed() -> None:
+    with pytest.raises(
+        ConfigError, match="num_experts=0 and num_experts_per_tok=0 in SimpleNamespace must be positive"
+    ):
+        check_expert_counts(SimpleNamespace(num_experts=0, num_experts_per_tok=0), "num_experts")

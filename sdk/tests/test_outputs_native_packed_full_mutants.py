@@ -199,3 +199,14 @@ def test_a_row_narrower_than_one_vector_is_the_plain_float32_sum() -> None:
     for k in range(7):
         expected = expected + x[:, k : k + 1] * weight[:, k]
     assert torch.equal(out, expected)
+
+
+def test_build_ops_returns_the_build_error_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
+    source = tmp_path / "broken.cpp"
+    source.write_text("this is not C++\n")
+    error = native.build_ops("microformers_test_broken_ops", source)
+    assert isinstance(error, Exception) and "microformers_test_broken_ops" in str(error)
+    assert capfd.readouterr() == ("", "")  # no build log on the terminal
