@@ -11,6 +11,10 @@ from microformers_sdk.gguf import (
     Meta,
     Reshape,
     Rotary,
+    Target,
+    Transpose,
+    decoder_tensors,
+    linear,
 )
 
 
@@ -41,3 +45,55 @@ def test_reshape_fills_in_a_leading_free_dimension_from_every_input_dimension() 
     shape = reshape.shape((2, 6), {})
     assert shape == (3, 4) and all(type(d) is int for d in shape)
     assert reshape.apply(torch.arange(12).view(2, 6), {}).shape == (3, 4)
+
+
+# -- tensor names -----------------------------------------------------------------------------------
+
+
+def test_linear_maps_weight_and_bias_and_transposes_only_the_weight() -> None:
+    assert linear("blk.{bid}.ffn_up", "h.{bid}.mlp.c_fc") == {
+        "blk.{bid}.ffn_up.weight": "h.{bid}.mlp.c_fc.weight",
+        "blk.{bid}.ffn_up.bias": "h.{bid}.mlp.c_fc.bias",
+    }
+    assert linear("blk.{bid}.ffn_up", "h.{bid}.mlp.c_fc", Transpose()) == {
+        "blk.{bid}.ffn_up.weight": Target("h.{bid}.mlp.c_fc.weight", (Transpose(),)),
+        "blk.{bid}.ffn_up.bias": "h.{bid}.mlp.c_fc.bias",
+    }
+    rotary = Rotary("num_attention_heads")
+    assert linear("blk.{bid}.attn_q", "q", rotary, params=("weight",)) == {
+        "blk.{bid}.attn_q.weight": Target("q.weight", (rotary,))
+    }
+    assert linear("a", "b", rotary, params=("bias",)) == {"a.bias": Target("b.bias", (rotary,))}
+
+
+def _llama_like(q: tuple[object, ...] = (), k: tuple[object, ...] = ()) -> dict[str, object]:
+    """The llama.cpp names of a Llama checkpoint, written out (``q``/``k``: transforms of the projections)."""
+    block = "model.layers.{bid}"
+    expected: dict[str, object] = {
+        "token_embd.weight": "model.embed_tokens.weight",
+        "output_norm.weight": "model.norm.weight",
+        "output.weight": "lm_head.weight",
+        "blk.{bid}.attn_norm.weight": f"{block}.input_layernorm.weight",
+        "blk.{bid}.ffn_norm.weight": f"{block}.post_attention_layernorm.weight",
+    }
+    for gguf, hf, transforms in (
+        ("attn_q", "q_proj", q),
+        ("attn_k", "k_proj", k),
+        ("attn_v", "v_proj", ()),
+        ("attn_output", "o_proj", ()),
+    ):
+        for param in ("weight", "bias"):
+            name = f"{block}.self_attn.{hf}.{param}"
+            expected[f"blk.{{bid}}.{gguf}.{param}"] = Target(name, transforms) if transforms else name
+    for gguf, hf in (("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")):
+        expected[f"blk.{{bid}}.{gguf}.weight"] = f"{block}.mlp.{hf}.weight"
+    return expected
+
+
+def test_decoder_tensors_name_every_llama_tensor() -> None:
+    assert decoder_tensors() == _llama_like()
+
+
+def test_decoder_tensors_put_the_rotary_transforms_on_queries_and_keys() -> None:
+    q, k = Rotary("num_attention_heads"), Rotary("num_key_value_heads")
+    assert decoder_tensors(q=(q,), k=(k,)) == _llama_like(q=(q,), k=(k,))
