@@ -11,6 +11,7 @@ from microformers_sdk.gguf import (
     Meta,
     Reshape,
     Rotary,
+    Shift,
     Target,
     Transpose,
     decoder_tensors,
@@ -38,6 +39,16 @@ def test_rotary_refuses_a_head_count_that_is_not_positive(heads: int) -> None:
     with pytest.raises(ValueError) as info:
         Rotary("num_key_value_heads").rows(8, {"num_key_value_heads": heads})
     assert str(info.value) == f"cannot split 8 attention rows into {heads} heads of rotary pairs (num_key_value_heads)"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_shift_adds_in_float32_and_keeps_the_dtype(dtype: torch.dtype) -> None:
+    """Gemma's norms: llama.cpp stores ``1 + w``; ``Shift(-1.0)`` gives ``w`` back in the tensor's own dtype."""
+    stored = torch.tensor([1.0, 1.5, 0.25, 3.0]).to(dtype)
+    out = Shift(-1.0).apply(stored, {})
+    assert out.dtype == dtype
+    assert torch.equal(out, (stored.float() - 1.0).to(dtype))
+    assert Shift(-1.0).shape((4,), {}) == (4,)
 
 
 def test_reshape_fills_in_a_leading_free_dimension_from_every_input_dimension() -> None:

@@ -95,6 +95,28 @@ def test_without_advisory_locks_staging_folders_of_other_saves_are_left_alone(
     assert other.is_dir() and inside.is_dir() and _contents(other) == {"model.safetensors": "half written"}
 
 
+@pytest.mark.skipif(staging.fcntl is None, reason="no advisory locks on this platform")
+def test_remove_stale_skips_live_saves_without_waiting_and_removes_dead_ones(tmp_path: Path) -> None:
+    target = _folder(tmp_path / "ckpt", **{"config.json": "{}"})
+    live = _folder(tmp_path / ".ckpt.microformers-save-live")
+    live_inside = _folder(target / ".microformers-save-live")
+    dead = _folder(tmp_path / ".ckpt.microformers-save-dead", **{"model.safetensors": "half written"})
+    dead_inside = _folder(target / ".microformers-save-dead")
+    unrelated = _folder(tmp_path / ".other.microformers-save-x")  # another target's staging folder
+    locks = [staging._lock(live), staging._lock(live_inside)]  # saves in progress elsewhere
+    try:
+        cleaner = threading.Thread(target=staging._remove_stale, args=(target,), daemon=True)
+        cleaner.start()
+        cleaner.join(timeout=30)
+        assert not cleaner.is_alive(), "the cleanup waited for a live save"
+    finally:
+        for lock in locks:
+            staging._unlock(lock)
+    assert live.is_dir() and live_inside.is_dir() and unrelated.is_dir()
+    assert not dead.exists() and not dead_inside.exists()
+    assert _contents(target) == {"config.json": "{}"}
+
+
 def _lock_or_error(folder: Path, wait: bool = True) -> int | OSError | None:
     try:
         return staging._lock(folder) if wait else staging._lock(folder, wait=False)  # waiting is the default
