@@ -1,0 +1,41 @@
+"""``microformers_sdk.layers``: behaviour the full mutation run found unasserted (docs/reliability.md,
+"Mutation testing"). Activations are checked against the reference's (``transformers.activations``, a test
+oracle only); norms and linear products against the formulas they stand for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from microformers_sdk.layers import ACTIVATIONS, OffsetRMSNorm, RMSNorm, ScaledEmbedding
+
+X = torch.linspace(-5.0, 5.0, 101)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_every_activation_matches_the_reference(name: str) -> None:
+    from transformers.activations import ACT2FN
+
+    torch.testing.assert_close(ACTIVATIONS[name](X), ACT2FN[name](X), atol=1e-6, rtol=1e-6)
+
+
+def test_norms_print_their_size_and_epsilon() -> None:
+    assert repr(RMSNorm(8, eps=1e-5)) == "RMSNorm((8,), eps=1e-05)"
+    assert repr(OffsetRMSNorm(6, eps=0.25)) == "OffsetRMSNorm((6,), eps=0.25)"
+
+
+def test_offset_rms_norm_adds_epsilon_over_the_last_dimension() -> None:
+    norm = OffsetRMSNorm(4, eps=0.5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([0.0, 0.5, -0.5, 1.0]))
+    x = torch.arange(24.0).view(2, 3, 4) / 10
+    want = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 0.5) * (1 + norm.weight)
+    torch.testing.assert_close(norm(x), want)
+
+
+def test_scaled_embedding_is_unscaled_by_default_and_prints_its_scale() -> None:
+    embedding = ScaledEmbedding(10, 4, padding_idx=0)
+    ids = torch.tensor([[3, 0, 7]])
+    assert torch.equal(embedding(ids), embedding.weight[ids])
+    assert repr(embedding) == "ScaledEmbedding(10, 4, padding_idx=0, embed_scale=1)"
+    assert repr(ScaledEmbedding(10, 4, embed_scale=2.5)) == "ScaledEmbedding(10, 4, embed_scale=2.5)"
