@@ -234,6 +234,9 @@ def test_pin_refusals_say_what_changed_and_what_already_ran(tmp_path: Path) -> N
     with pytest.raises(RemoteCodeError) as info:
         AutoConfig.from_pretrained(folder, trust_remote_code=True, code_sha256=pins)
     assert str(info.value).endswith(f"It was not run. {ran}")
+    with pytest.raises(RemoteCodeError) as info:  # a file of the entry being loaded
+        AutoConfig.from_pretrained(folder, trust_remote_code=True, code_sha256={**pins, "helper.py": "0" * 64})
+    assert str(info.value).startswith(f"{helper} has SHA-256") and str(info.value).endswith(f"It was not run. {ran}")
     with pytest.raises(RemoteCodeError) as info:
         AutoConfig.from_pretrained(folder, trust_remote_code=True, code_sha256={"model.py": sha(model)})
     assert str(info.value) == (
@@ -301,6 +304,15 @@ def test_the_private_package_is_named_after_the_folder_and_its_content(tmp_path:
     (folder / "conf.py").write_text(CONFIG_SOURCE.replace("width: int = 4", "width: int = 5"))
     second = AutoConfig.from_pretrained(folder, trust_remote_code=True)
     assert type(second) is not first and second.width == 5  # changed code: a new package, not the stale one
+
+
+def test_two_folders_with_the_same_code_get_packages_of_their_own(tmp_path: Path) -> None:
+    one = write_folder(tmp_path / "one" / "m", {"conf.py": CONFIG_SOURCE})
+    two = write_folder(tmp_path / "two" / "m", {"conf.py": CONFIG_SOURCE})
+    first = type(AutoConfig.from_pretrained(one, trust_remote_code=True))
+    second = type(AutoConfig.from_pretrained(two, trust_remote_code=True))
+    assert first is not second
+    assert sys.modules[second.__module__].__file__ == str(two / "conf.py")
 
 
 def test_remote_code_is_compiled_with_its_own_future_flags(tmp_path: Path) -> None:
