@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -210,3 +211,28 @@ def test_build_ops_returns_the_build_error_quietly(
     error = native.build_ops("microformers_test_broken_ops", source)
     assert isinstance(error, Exception) and "microformers_test_broken_ops" in str(error)
     assert capfd.readouterr() == ("", "")  # no build log on the terminal
+
+
+def test_concurrent_first_calls_decide_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[str] = []
+    results: list[torch.Tensor | None] = []
+
+    def second_caller() -> None:
+        results.append(native.few_rows_linear(torch.randn(1, 8), torch.randn(4, 8), None))
+
+    other = threading.Thread(target=second_caller)
+
+    def slow_failing_build(name: str, source: Path) -> Exception | None:
+        builds.append(name)
+        if len(builds) == 1:  # another thread asks while this one builds: it waits for this decision
+            other.start()
+            other.join(timeout=0.5)
+        return OSError("no C++ compiler")
+
+    monkeypatch.delenv("MICROFORMERS_NATIVE", raising=False)
+    monkeypatch.setattr(native, "_built", {})
+    monkeypatch.setattr(native, "torch", SimpleNamespace(ops=SimpleNamespace()))  # no op registered yet
+    monkeypatch.setattr(native, "build_ops", slow_failing_build)
+    assert native.few_rows_linear(torch.randn(2, 8), torch.randn(4, 8), None) is None
+    other.join()
+    assert results == [None] and builds == ["microformers_sdk_ops"]
