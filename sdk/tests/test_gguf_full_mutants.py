@@ -8,6 +8,7 @@ import torch
 from microformers_sdk.gguf import (
     OPTIONAL,
     REQUIRED,
+    GGUFArchitecture,
     Meta,
     Reshape,
     Rotary,
@@ -49,6 +50,10 @@ def test_shift_adds_in_float32_and_keeps_the_dtype(dtype: torch.dtype) -> None:
     assert out.dtype == dtype
     assert torch.equal(out, (stored.float() - 1.0).to(dtype))
     assert Shift(-1.0).shape((4,), {}) == (4,)
+
+
+def test_rotary_accepts_a_single_head() -> None:
+    assert Rotary("num_key_value_heads").rows(4, {"num_key_value_heads": 1}).tolist() == [0, 2, 1, 3]
 
 
 def test_reshape_fills_in_a_leading_free_dimension_from_every_input_dimension() -> None:
@@ -108,3 +113,18 @@ def test_decoder_tensors_name_every_llama_tensor() -> None:
 def test_decoder_tensors_put_the_rotary_transforms_on_queries_and_keys() -> None:
     q, k = Rotary("num_attention_heads"), Rotary("num_key_value_heads")
     assert decoder_tensors(q=(q,), k=(k,)) == _llama_like(q=(q,), k=(k,))
+
+
+def test_an_architecture_refuses_a_tensor_target_of_another_type_naming_it() -> None:
+    with pytest.raises(TypeError) as info:
+        GGUFArchitecture(
+            gguf_name="toyarch",
+            model_type="toy",
+            architectures=("ToyForCausalLM",),
+            config={},
+            tensors={"token_embd.weight": ("model.embed_tokens.weight",)},
+        )
+    assert str(info.value) == (
+        "GGUFArchitecture('toyarch').tensors['token_embd.weight'] is ('model.embed_tokens.weight',): "
+        "use a name, Target, Experts or Part"
+    )

@@ -117,6 +117,24 @@ def test_remove_stale_skips_live_saves_without_waiting_and_removes_dead_ones(tmp
     assert _contents(target) == {"config.json": "{}"}
 
 
+@pytest.mark.skipif(staging.fcntl is None, reason="no advisory locks on this platform")
+def test_a_dead_save_is_not_mistaken_for_the_old_folder_of_an_empty_target(tmp_path: Path) -> None:
+    """Only an ``-old-`` folder is put back; a killed save's half-written staging folder is removed."""
+    target = _folder(tmp_path / "ckpt")  # empty: just created by this save
+    dead = _folder(tmp_path / ".ckpt.microformers-save-dead", **{"model.safetensors": "half written"})
+    staging._remove_stale(target)
+    assert target.is_dir() and list(target.iterdir()) == [] and not dead.exists()
+
+
+@pytest.mark.skipif(staging.fcntl is None, reason="no advisory locks on this platform")
+def test_a_stray_file_named_like_a_staging_folder_does_not_break_a_save(tmp_path: Path) -> None:
+    target = _folder(tmp_path / "ckpt", **{"config.json": "old"})
+    (tmp_path / ".ckpt.microformers-save-stray").write_text("not a folder")
+    with staging.staged_folder(target) as folder:
+        (folder / "config.json").write_text("new")
+    assert _contents(target) == {"config.json": "new"}
+
+
 def _lock_or_error(folder: Path, wait: bool = True) -> int | OSError | None:
     try:
         return staging._lock(folder) if wait else staging._lock(folder, wait=False)  # waiting is the default
@@ -192,3 +210,31 @@ def test_move_in_replaces_a_folder_of_the_target_with_the_staged_one(tmp_path: P
     _folder(target / "tokenizer", **{"vocab.json": "old", "merges.txt": "old"})
     staging._move_in(staged, target, ())
     assert _contents(target / "tokenizer") == {"vocab.json": "new"}  # the old folder's files do not linger
+
+
+# -- _fsync_tree --------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to name the flushed descriptors")
+def test_fsync_tree_flushes_every_staged_file_and_folder_once_and_no_link_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not ours")
+    folder = _folder(tmp_path / "staged", **{f"model-{i}.safetensors": "w" for i in range(4)})
+    (folder / "a-link.txt").symlink_to(outside)
+    (folder / "z-link.txt").symlink_to(outside)
+    _folder(folder / "tokenizer", **{"vocab.json": "{}"})
+    flushed: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(staging.os, "fsync", recording_fsync)
+    monkeypatch.chdir(tmp_path)  # relative names would resolve here, not in the staged folder
+    staging._fsync_tree(folder)
+    expected = [str(folder), str(folder / "tokenizer"), str(folder / "tokenizer" / "vocab.json")]
+    expected += [str(folder / f"model-{i}.safetensors") for i in range(4)]
+    assert sorted(flushed) == sorted(expected)
