@@ -212,6 +212,36 @@ def test_move_in_replaces_a_folder_of_the_target_with_the_staged_one(tmp_path: P
     assert _contents(target / "tokenizer") == {"vocab.json": "new"}  # the old folder's files do not linger
 
 
+# -- _carry_over ------------------------------------------------------------------------------------
+
+
+def test_carry_over_keeps_every_old_file_the_new_save_did_not_write(tmp_path: Path) -> None:
+    shards = {f"model-{i:05d}.safetensors": "old" for i in range(30)}
+    old = _folder(tmp_path / "old", **shards, **{"README.md": "r", "LICENSE": "l", "notes.txt": "n"})
+    new = _folder(tmp_path / "new", **{name: "new" for name in shards})
+    staging._carry_over(old, new, ())
+    assert _contents(new) == {**{name: "new" for name in shards}, "README.md": "r", "LICENSE": "l", "notes.txt": "n"}
+
+
+def test_carry_over_keeps_a_file_the_new_save_wrote_where_the_old_folder_had_a_folder(tmp_path: Path) -> None:
+    old = _folder(tmp_path / "old")
+    _folder(old / "tokenizer", **{"vocab.json": "old"})
+    new = _folder(tmp_path / "new", tokenizer="a file now")
+    staging._carry_over(old, new, (), top=True)
+    assert _contents(new) == {"tokenizer": "a file now"}
+
+
+def test_carry_over_skips_staging_names_only_at_the_top(tmp_path: Path) -> None:
+    """A save's own in-folder staging folder is left behind; a sub-folder's file of that name is content."""
+    old = _folder(tmp_path / "old")
+    _folder(old / ".microformers-save-abc", **{"model.safetensors": "half written"})
+    _folder(old / "extra", **{".microformers-save-notes": "kept"})
+    new = _folder(tmp_path / "new")
+    staging._carry_over(old, new, (), top=True)
+    assert sorted(p.name for p in new.iterdir()) == ["extra"]
+    assert _contents(new / "extra") == {".microformers-save-notes": "kept"}
+
+
 # -- _fsync_tree --------------------------------------------------------------------------------------
 
 
