@@ -10,6 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from microformers import MicroformersError
+from microformers.plugins import Registry
 from microformers_sdk import attention
 from microformers_sdk.attention import eager_attention, sdpa_attention
 
@@ -110,3 +112,23 @@ def test_eager_attention_drops_weights_with_the_dropout_probability() -> None:
     torch.testing.assert_close(dropped[~zeros], kept[~zeros] / 0.75)  # the rest scaled by 1 / (1 - p)
     repeated = value.repeat_interleave(2, dim=1)
     torch.testing.assert_close(output, dropped @ repeated)
+
+
+def test_an_implementation_registered_under_a_builtin_name_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    import microformers.plugins
+
+    def my_eager(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return eager_attention(*args, **kwargs)
+
+    registry = Registry()
+    registry.add("attention", "eager", my_eager)  # registered in this process: it wins over the SDK's
+    monkeypatch.setattr(microformers.plugins, "registry", registry)
+    assert attention.get_attention_function("eager") is my_eager
+    assert attention.get_attention_function("sdpa") is sdpa_attention
+
+
+def test_an_unknown_implementation_error_lists_the_installed_ones() -> None:
+    with pytest.raises(MicroformersError) as info:
+        attention.get_attention_function("no_such_attention")
+    installed = str(info.value).split("Installed: ")[1]
+    assert "eager" in installed and "sdpa" in installed

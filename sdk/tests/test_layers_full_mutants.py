@@ -39,3 +39,11 @@ def test_scaled_embedding_is_unscaled_by_default_and_prints_its_scale() -> None:
     assert torch.equal(embedding(ids), embedding.weight[ids])
     assert repr(embedding) == "ScaledEmbedding(10, 4, padding_idx=0, embed_scale=1)"
     assert repr(ScaledEmbedding(10, 4, embed_scale=2.5)) == "ScaledEmbedding(10, 4, embed_scale=2.5)"
+
+
+def test_scaled_embedding_passes_the_embedding_arguments_on() -> None:
+    embedding = ScaledEmbedding(10, 4, padding_idx=2, embed_scale=3.0, dtype=torch.float64)
+    assert embedding.weight.shape == (10, 4) and embedding.weight.dtype == torch.float64
+    assert torch.equal(embedding.weight[2], torch.zeros(4, dtype=torch.float64))  # the padding row starts at zero
+    ids = torch.tensor([[2, 5]])
+    assert torch.equal(embedding(ids), embedding.weight[ids] * 3.0)
