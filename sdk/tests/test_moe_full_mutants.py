@@ -100,3 +100,9 @@ def test_zero_experts_are_refused_unless_allowed() -> None:
         ConfigError, match="num_experts=0 and num_experts_per_tok=0 in SimpleNamespace must be positive"
     ):
         check_expert_counts(SimpleNamespace(num_experts=0, num_experts_per_tok=0), "num_experts")
+
+
+def test_one_expert_is_accepted_and_no_experts_is_not_positive() -> None:
+    check_expert_counts(SimpleNamespace(num_local_experts=1, num_experts_per_tok=1), "num_local_experts")
+    with pytest.raises(ConfigError, match="num_local_experts=0 and num_experts_per_tok=1 in SimpleNamespace must be"):
+        check_expert_counts(SimpleNamespace(num_local_experts=0, num_experts_per_tok=1), "num_local_experts")
