@@ -16,6 +16,7 @@ import packaging
 import pytest
 
 from microformers import AutoConfig, AutoModelForCausalLM, FileMissingError, RemoteCodeError
+from microformers import remote as remote_module
 from microformers.remote import (
     RegisterForAutoClass,
     check_requirements,
@@ -313,6 +314,21 @@ def test_two_folders_with_the_same_code_get_packages_of_their_own(tmp_path: Path
     second = type(AutoConfig.from_pretrained(two, trust_remote_code=True))
     assert first is not second
     assert sys.modules[second.__module__].__file__ == str(two / "conf.py")
+
+
+def test_the_code_that_runs_is_the_code_that_was_hashed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = write_folder(tmp_path / "m", {"conf.py": CONFIG_SOURCE})
+    hashed = sha(folder / "conf.py")
+    checked: list[Path] = []
+
+    def change_after_hashing(path: Path) -> None:  # stands in for a write between hashing and importing
+        checked.append(path)
+        (folder / "conf.py").write_text(CONFIG_SOURCE.replace("width: int = 4", "width: int = 9"))
+
+    monkeypatch.setattr(remote_module, "check_requirements", change_after_hashing)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True, code_sha256={"conf.py": hashed})
+    assert checked == [folder / "requirements.txt"]
+    assert config.width == 4 and type(config)._microformers_code_sha256 == {"conf.py": hashed}
 
 
 def test_remote_code_is_compiled_with_its_own_future_flags(tmp_path: Path) -> None:
