@@ -6,9 +6,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 from microformers.errors import ConfigError
-from microformers_sdk.moe import FusedExpertsSource, check_expert_counts, load_balancing_loss
+from microformers_sdk.layers import GatedMLP
+from microformers_sdk.moe import (
+    FusedExpertsSource,
+    SparseMoeBlock,
+    check_expert_counts,
+    load_balancing_loss,
+    run_experts,
+)
 
 
 class _Source(dict):
@@ -106,3 +114,43 @@ def test_one_expert_is_accepted_and_no_experts_is_not_positive() -> None:
     check_expert_counts(SimpleNamespace(num_local_experts=1, num_experts_per_tok=1), "num_local_experts")
     with pytest.raises(ConfigError, match="num_local_experts=0 and num_experts_per_tok=1 in SimpleNamespace must be"):
         check_expert_counts(SimpleNamespace(num_local_experts=0, num_experts_per_tok=1), "num_local_experts")
+
+
+def _routed_by_hand(
+    block: SparseMoeBlock, hidden: torch.Tensor, top_k: int, normalize: bool, dtype: torch.dtype
+) -> torch.Tensor:
+    """The block's output from its parts: softmax in float32, top-k, optional renormalisation, weights in dtype."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    probabilities = torch.softmax(nn.functional.linear(flat, block.gate.weight).float(), dim=-1)
+    weights, index = probabilities.topk(top_k, dim=-1)
+    if normalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    return run_experts(flat, block.experts, index, weights.to(dtype)).reshape(hidden.shape)
+
+
+def _moe_block(normalize: bool, **kwargs: object) -> SparseMoeBlock:
+    torch.manual_seed(0)
+    block = SparseMoeBlock(8, [GatedMLP(8, 4) for _ in range(4)], 2, normalize=normalize, **kwargs)
+    nn.init.normal_(block.gate.weight)
+    return block
+
+
+def test_block_renormalises_the_chosen_weights_when_asked() -> None:
+    hidden = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        for normalize in (True, False):
+            block = _moe_block(normalize)
+            out, logits = block(hidden)
+            torch.testing.assert_close(out, _routed_by_hand(block, hidden, 2, normalize, torch.float32))
+            assert logits.shape == (6, 4)
+
+
+def test_block_weights_take_the_model_dtype_unless_float32_weights() -> None:
+    """Qwen2-MoE (the default) rounds the routing weights to a bfloat16 model's dtype; Mixtral keeps float32."""
+    hidden = torch.randn(2, 3, 8).to(torch.bfloat16)
+    with torch.no_grad():
+        for float32_weights, dtype in ((None, torch.bfloat16), (True, torch.float32)):
+            kwargs = {} if float32_weights is None else {"float32_weights": float32_weights}
+            block = _moe_block(True, **kwargs).to(torch.bfloat16)
+            out, _ = block(hidden)
+            assert torch.equal(out, _routed_by_hand(block, hidden, 2, True, dtype)), float32_weights
