@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -555,3 +556,27 @@ def test_a_torch_module_without_a_config_is_not_checked(heads: Registry, monkeyp
     model = OtherHead()
     built = pipeline("rec", model=model, tokenizer="tok")
     assert built.model is model and built.tokenizer == "tokenizer of tok"
+
+
+def test_a_refused_checkpoint_lists_every_saved_and_fitting_class(heads: Registry) -> None:
+    heads.add("models", ("fake", "AutoModelForC"), "pkg.modeling:ThirdHead")
+    heads.add("architectures", "ThirdHead", "pkg.modeling:ThirdHead", model_type="fake")
+    heads.add("architectures", "Saved", "pkg.modeling:Saved", model_type="fake")
+    with pytest.raises(ConfigError) as info:
+        check_checkpoint_head(
+            FakeConfig(architectures=["OtherHead", "Saved"]), "t", ("AutoModelForC", "AutoModelForA"), "n"
+        )
+    assert str(info.value) == (
+        "task 't' needs a model with a AutoModelForC or AutoModelForA head, but 'n' was saved as OtherHead, Saved "
+        "(its config.json 'architectures'); loading it for this task would leave the head untrained. "
+        "Use a checkpoint trained for 't' (FakeHead, ThirdHead)."
+    )
+
+
+def test_a_config_like_object_without_the_fields_is_not_checked(heads: Registry) -> None:
+    check_checkpoint_head(SimpleNamespace(), "rec", ("AutoModelForA",), "n")
+    check_checkpoint_head(SimpleNamespace(architectures=["OtherHead"]), "rec", ("AutoModelForA",), "n")  # no type
+    with pytest.raises(ConfigError, match="was saved as OtherHead"):
+        check_checkpoint_head(
+            SimpleNamespace(architectures=["OtherHead"], model_type="fake"), "rec", ("AutoModelForA",), "n"
+        )
