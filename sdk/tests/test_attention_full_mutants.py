@@ -132,3 +132,13 @@ def test_an_unknown_implementation_error_lists_the_installed_ones() -> None:
         attention.get_attention_function("no_such_attention")
     installed = str(info.value).split("Installed: ")[1]
     assert "eager" in installed and "sdpa" in installed
+
+
+def test_soft_capped_sdpa_applies_the_dropout() -> None:
+    query, key, value = _qkv(6, 6, dim=16)
+    torch.manual_seed(0)
+    want = eager_attention(query, key, value, None, dropout=0.25, softcap=2.0)
+    torch.manual_seed(0)
+    got = sdpa_attention(query, key, value, None, dropout=0.25, softcap=2.0)
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, eager_attention(query, key, value, None, softcap=2.0))

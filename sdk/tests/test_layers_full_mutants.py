@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from microformers_sdk import layers
 from microformers_sdk.layers import ACTIVATIONS, OffsetRMSNorm, RMSNorm, ScaledEmbedding
 
 X = torch.linspace(-5.0, 5.0, 101)
@@ -47,3 +49,19 @@ def test_scaled_embedding_passes_the_embedding_arguments_on() -> None:
     assert torch.equal(embedding.weight[2], torch.zeros(4, dtype=torch.float64))  # the padding row starts at zero
     ids = torch.tensor([[2, 5]])
     assert torch.equal(embedding(ids), embedding.weight[ids] * 3.0)
+
+
+@pytest.mark.parametrize("shape", [(2, 40), (3, 1, 40), (1, 4, 40), (2, 2, 40)])
+def test_the_opt_in_few_rows_product_without_the_native_op(
+    shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(layers, "SMALL_ROWS", 4)  # MICROFORMERS_SMALL_ROWS=4
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # as without a compiler
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(96, 40), torch.randn(96), torch.randn(*shape)
+    with torch.no_grad():
+        out = layers.row_linear(x, weight, bias)
+    assert out.shape == (*shape[:-1], 96) and out.is_contiguous()
+    torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    trained = layers.row_linear(x, weight.requires_grad_(), bias)  # autograd on: the plain product
+    assert torch.equal(trained, F.linear(x, weight, bias))
