@@ -377,13 +377,14 @@ def test_a_failing_import_is_reported_and_undone(tmp_path: Path) -> None:
 
 
 def test_a_missing_class_lists_only_the_classes_the_module_defines(tmp_path: Path) -> None:
-    folder = write_folder(tmp_path / "m", {"conf.py": CONFIG_SOURCE}, {"AutoConfig": "conf.Nope"})
+    source = CONFIG_SOURCE + "\n\nclass Extra:\n    pass\n"
+    folder = write_folder(tmp_path / "m", {"conf.py": source}, {"AutoConfig": "conf.Nope"})
     before = private_modules()
     with pytest.raises(RemoteCodeError) as info:
         AutoConfig.from_pretrained(folder, trust_remote_code=True)
     assert private_modules() - before == set()  # the module that was imported to look is forgotten
     assert str(info.value) == (
-        f"auto_map names conf.Nope, but {folder / 'conf.py'} defines no class Nope (it defines: RemoteConfig). "
+        f"auto_map names conf.Nope, but {folder / 'conf.py'} defines no class Nope (it defines: Extra, RemoteConfig). "
         "Fix auto_map in config.json."
     )
     empty = write_folder(tmp_path / "e", {"conf.py": "VALUE = 1\n"}, {"AutoConfig": "conf.Nope"})
