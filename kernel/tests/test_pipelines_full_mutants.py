@@ -580,3 +580,15 @@ def test_a_config_like_object_without_the_fields_is_not_checked(heads: Registry)
         check_checkpoint_head(
             SimpleNamespace(architectures=["OtherHead"], model_type="fake"), "rec", ("AutoModelForA",), "n"
         )
+
+
+def test_a_custom_pipeline_for_a_model_object_without_a_name(tasks: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    Loads(monkeypatch)
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(remote_module, "load_remote_class", lambda *args: calls.append(args) or Recorder)
+    model = OtherHead()
+    model.config = FakeConfig(custom_pipelines={"mine": {"impl": "code.Mine"}})
+    built = pipeline("mine", model=model, pipeline_class=Modelless)
+    assert type(built) is Modelless and built.model is model and calls == []
+    built = pipeline("mine", model=model, tokenizer="tok")
+    assert type(built) is Recorder and calls[0][:2] == ("code.Mine", None)  # no name to look in
