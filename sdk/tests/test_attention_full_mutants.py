@@ -142,3 +142,33 @@ def test_soft_capped_sdpa_applies_the_dropout() -> None:
     got = sdpa_attention(query, key, value, None, dropout=0.25, softcap=2.0)
     torch.testing.assert_close(got, want)
     assert not torch.allclose(got, eager_attention(query, key, value, None, softcap=2.0))
+
+
+def test_sdpa_uses_the_given_scaling() -> None:
+    query, key, value = _qkv(4, 4)
+    got = sdpa_attention(query, key, value, None, scaling=0.3)
+    torch.testing.assert_close(got, eager_attention(query, key, value, None, scaling=0.3))
+    assert not torch.allclose(got, sdpa_attention(query, key, value, None), atol=1e-3)
+
+
+def test_sdpa_applies_the_dropout() -> None:
+    query, key, value = _qkv(6, 6, dim=16)
+    torch.manual_seed(0)
+    first = sdpa_attention(query, key, value, None, dropout=0.25)
+    torch.manual_seed(0)
+    assert torch.equal(sdpa_attention(query, key, value, None, dropout=0.25), first)  # seeded: reproducible
+    assert not torch.allclose(first, sdpa_attention(query, key, value, None), atol=1e-3)
+
+
+@pytest.mark.parametrize("fn", [eager_attention, sdpa_attention])
+def test_one_causal_query_sees_every_key(fn: Any) -> None:
+    """A decoding step: the new token attends to the whole cache."""
+    query, key, value = _qkv(1, 5)
+    torch.testing.assert_close(fn(query, key, value, None, is_causal=True), _reference(query, key, value, None))
+
+
+@pytest.mark.parametrize("fn", [eager_attention, sdpa_attention])
+def test_query_heads_must_be_a_multiple_of_the_key_value_heads(fn: Any) -> None:
+    query, key, value = _qkv(3, 3, heads=3, kv_heads=2)
+    with pytest.raises(ValueError, match="^query has 3 heads, which is not a multiple of the 2 key/value heads$"):
+        fn(query, key, value, None)
