@@ -13,6 +13,7 @@ from microformers_sdk.layers import GatedMLP
 from microformers_sdk.moe import (
     FusedExpertsSource,
     SparseMoeBlock,
+    TopKRouter,
     check_expert_counts,
     load_balancing_loss,
     run_experts,
@@ -154,3 +155,42 @@ def test_block_weights_take_the_model_dtype_unless_float32_weights() -> None:
             block = _moe_block(True, **kwargs).to(torch.bfloat16)
             out, _ = block(hidden)
             assert torch.equal(out, _routed_by_hand(block, hidden, 2, True, dtype)), float32_weights
+
+
+def test_router_weights_default_to_the_logits_dtype_and_its_repr_names_its_settings() -> None:
+    torch.manual_seed(0)
+    router = TopKRouter(8, 4, 2, normalize=True)
+    nn.init.normal_(router.weight)
+    _, weights, _ = router.to(torch.bfloat16)(torch.randn(3, 8).to(torch.bfloat16))
+    assert weights.dtype == torch.bfloat16
+    assert repr(router) == "TopKRouter(experts=4, top_k=2, normalize=True)"
+
+
+def test_run_experts_on_several_tokens_of_width_one() -> None:
+    torch.manual_seed(0)
+    experts = [GatedMLP(1, 4) for _ in range(3)]
+    hidden = torch.randn(4, 1)
+    index = torch.tensor([[0, 2], [1, 0], [2, 1], [1, 2]])
+    weights = torch.rand(4, 2)
+    with torch.no_grad():
+        every = torch.stack([expert(hidden) for expert in experts], dim=1)  # (tokens, experts, 1)
+        expected = (every.gather(1, index[..., None]) * weights[..., None]).sum(1)
+        torch.testing.assert_close(run_experts(hidden, experts, index, weights), expected)
+
+
+def test_one_token_sums_its_experts_in_ascending_order_in_its_own_dtype() -> None:
+    """Decoding one token: expert outputs are added in ascending expert order (the reference's), whatever order
+    the router ranked them in, and the sum stays in the hidden states' dtype with float32 routing weights."""
+    torch.manual_seed(0)
+    experts = [GatedMLP(16, 8) for _ in range(4)]
+    hidden = torch.randn(1, 16)
+    index = torch.tensor([[3, 0, 2]])  # ranked by probability, not by expert
+    weights = torch.tensor([[0.5, 0.3, 0.2]])
+    with torch.no_grad():
+        expected = experts[0](hidden) * 0.3
+        expected = expected + experts[2](hidden) * 0.2
+        expected = expected + experts[3](hidden) * 0.5
+        assert torch.equal(run_experts(hidden, experts, index, weights), expected)
+        low = [expert.to(torch.bfloat16) for expert in experts]
+        out = run_experts(hidden.to(torch.bfloat16), low, index, weights)  # Mixtral: float32 weights
+    assert out.dtype == torch.bfloat16
