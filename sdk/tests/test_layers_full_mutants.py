@@ -4,9 +4,13 @@ oracle only); norms and linear products against the formulas they stand for."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import ClassVar
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from microformers_sdk import layers
 from microformers_sdk.layers import ACTIVATIONS, OffsetRMSNorm, RMSNorm, ScaledEmbedding
@@ -65,3 +69,51 @@ def test_the_opt_in_few_rows_product_without_the_native_op(
     torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
     trained = layers.row_linear(x, weight.requires_grad_(), bias)  # autograd on: the plain product
     assert torch.equal(trained, F.linear(x, weight, bias))
+
+
+def test_rms_norm_of_a_bfloat16_input_with_a_float32_weight() -> None:
+    """Mixed precision: the normalised input is cast back to bfloat16, then the float32 weight multiplies it."""
+    norm = RMSNorm(8, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 8))
+    x = (torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0)) * 3).to(torch.bfloat16)
+    out = norm(x)
+    xf = x.float()
+    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, norm.weight * normed)
+
+
+class _GroupedLinear(nn.Linear):
+    """A layer type computing several layers of one input in one call (as quantized layers do)."""
+
+    group_calls: ClassVar[list[int]] = []
+
+    @staticmethod
+    def linear_group(modules: Sequence[nn.Module], x: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        if len(modules) < 2:
+            return None  # cannot group: the layers are called one by one
+        _GroupedLinear.group_calls.append(len(modules))
+        weight = torch.cat([m.weight for m in modules])
+        return tuple(F.linear(x, weight).split([m.out_features for m in modules], dim=-1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forward_calls = getattr(self, "forward_calls", 0) + 1
+        return super().forward(x)
+
+
+def test_apply_linears_uses_the_first_layer_types_group_call() -> None:
+    torch.manual_seed(0)
+    q, k = _GroupedLinear(6, 4, bias=False), nn.Linear(6, 2, bias=False)
+    x = torch.randn(3, 6)
+    _GroupedLinear.group_calls.clear()
+    with torch.no_grad():
+        outputs = layers.apply_linears((q, k), x)
+        single = layers.apply_linears((q,), x)  # the group declines: the layer is called
+    assert _GroupedLinear.group_calls == [2] and q.forward_calls == 1
+    assert len(outputs) == 2 and outputs[0].shape == (3, 4) and outputs[1].shape == (3, 2)
+    torch.testing.assert_close(outputs[0], F.linear(x, q.weight))
+    torch.testing.assert_close(outputs[1], F.linear(x, k.weight))
+    torch.testing.assert_close(single[0], F.linear(x, q.weight))
+    plain = layers.apply_linears((k, q), x)  # the first layer's type decides: no group call
+    assert _GroupedLinear.group_calls == [2] and q.forward_calls == 2 and len(plain) == 2
