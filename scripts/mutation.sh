@@ -12,6 +12,7 @@
 #       loaded machine the default constant (1 s) turns slow-but-passing runs into false "timeouts".
 #   MUTATION_NICE=0                          # scheduling niceness of the run (default 10); at 10 on a machine
 #                                            # busy with other work at 0 each mutant waits minutes for CPU
+#   TORCH_EXTENSIONS_DIR=...                # native-op build cache (default: private to the workspace)
 #   MUTATION_COVERED_ONLY=false              # also mutate lines the judging tests never run (they show as
 #                                            # "no tests"); default true (mutmut's mutate_only_covered_lines)
 #   MUTATION_EXTRA_TESTS="tests/integration/test_remote_code.py plugins/gpt2/tests"
@@ -134,6 +135,10 @@ cd "$WORK"
 printf '%s\n' torch numpy safetensors safetensors.torch jinja2 pluggy attrs packaging huggingface_hub tokenizers \
     transformers pytest ${MUTATION_PRELOAD:-} > preload.txt
 export PYTHONDONTWRITEBYTECODE=1
+# The SDK's native op is built from the workspace's own copy of its source: a private extension cache keeps
+# workspaces and the project's own test runs from rebuilding it for one another (and from waiting on a lock
+# file that a worker killed mid-build leaves behind in the shared cache).
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$WORK/torch_extensions}"
 read -r -a chosen <<< "${MUTATION_ONLY:-}"
 if [ -n "${MUTATION_SAMPLE:-}" ]; then
     # Generate the mutants only (the first steps of mutmut's `run`), list them, and draw the sample.
