@@ -38,6 +38,10 @@ STATE="$ROOT/.mutation"
 NAME="${MUTATION_NAME:-work}"  # a separate workspace per name, so two runs can proceed side by side
 WORK="$STATE/$NAME"
 VENV="$STATE/venv"
+# The SDK's native op is built from the workspace's own copy of its source: a private extension cache keeps
+# workspaces and the project's own test runs from rebuilding it for one another (and from waiting on a lock
+# file that a worker killed mid-build leaves behind in the shared cache).
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$WORK/torch_extensions}"
 DEFAULT_MODULES=(
     microformers/configuration.py
     microformers/plugins.py
@@ -135,10 +139,6 @@ cd "$WORK"
 printf '%s\n' torch numpy safetensors safetensors.torch jinja2 pluggy attrs packaging huggingface_hub tokenizers \
     transformers pytest ${MUTATION_PRELOAD:-} > preload.txt
 export PYTHONDONTWRITEBYTECODE=1
-# The SDK's native op is built from the workspace's own copy of its source: a private extension cache keeps
-# workspaces and the project's own test runs from rebuilding it for one another (and from waiting on a lock
-# file that a worker killed mid-build leaves behind in the shared cache).
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$WORK/torch_extensions}"
 read -r -a chosen <<< "${MUTATION_ONLY:-}"
 if [ -n "${MUTATION_SAMPLE:-}" ]; then
     # Generate the mutants only (the first steps of mutmut's `run`), list them, and draw the sample.
