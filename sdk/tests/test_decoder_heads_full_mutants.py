@@ -348,3 +348,27 @@ def test_pooling_without_pad_id_or_ids() -> None:
     assert torch.equal(
         pool_last_tokens(three, torch.tensor([[1, 0], [1, 1], [0, 1]]), 0, "T"), three[[0, 1, 2], [0, 1, 1]]
     )
+
+
+def test_no_cache_is_returned_without_use_cache_even_when_one_is_given() -> None:
+    torch.manual_seed(0)
+    model = ToyMoeModel(_config()).eval()
+    with torch.no_grad():
+        out = model(IDS, past_key_values=DynamicCache(), use_cache=False)
+    assert out.past_key_values is None
+
+
+def test_sequence_classification_passes_the_mask_and_cache_and_names_itself() -> None:
+    torch.manual_seed(0)
+    model = ToyMoeForSequenceClassification(_config(num_labels=2, pad_token_id=0)).eval()
+    with torch.no_grad():
+        first = model(IDS, attention_mask=MASK)
+        seen = model.model.layers[1].seen[-1]
+        assert _same_mask(seen["mask"], build_attention_mask(MASK, 5, 0, sliding_window=2))
+        longer = torch.cat((MASK, torch.ones(2, 1, dtype=MASK.dtype)), 1)
+        step = model(torch.tensor([[12], [13]]), attention_mask=longer, past_key_values=first.past_key_values)
+    assert step.past_key_values is first.past_key_values and first.past_key_values.get_seq_length() == 6
+    assert _same_mask(model.model.layers[1].seen[-1]["mask"], build_attention_mask(longer, 1, 5, sliding_window=2))
+    model.config.pad_token_id = None
+    with pytest.raises(InputError, match=r"^ToyMoeForSequenceClassification needs config\.pad_token_id"):
+        model(IDS)
