@@ -406,6 +406,21 @@ def test_a_custom_pipeline_in_the_config(tasks: Registry, monkeypatch: pytest.Mo
     assert type(built) is Modelless and len(calls) == 2
 
 
+def test_a_custom_pipeline_without_a_model_folder(tasks: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No folder to load the code from: a clear error (was an UnboundLocalError, or a Hub lookup of 'None')."""
+    config = FakeConfig(custom_pipelines={"mine": {"impl": "code.Mine"}})
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(remote_module, "load_remote_class", lambda *args: calls.append(args) or Recorder)
+    for model in (None, OtherHead()):
+        with pytest.raises(ConfigError) as info:
+            pipeline("mine", model=model, config=config, trust_remote_code=True)
+        assert "custom_pipelines['mine']" in str(info.value) and "model='<folder or Hub id>'" in str(info.value)
+    assert calls == []
+    with pytest.raises(ConfigError, match="task 'mine' has no default model"):  # a given class: no code to load
+        pipeline("mine", config=config, pipeline_class=Recorder)
+    assert type(pipeline("mine", config=config, pipeline_class=Modelless)) is Modelless
+
+
 # -- task inference -----------------------------------------------------------------------------------
 def test_a_model_object_without_a_config_needs_a_task(tasks: Registry) -> None:
     with pytest.raises(ConfigError) as info:
@@ -590,5 +605,6 @@ def test_a_custom_pipeline_for_a_model_object_without_a_name(tasks: Registry, mo
     model.config = FakeConfig(custom_pipelines={"mine": {"impl": "code.Mine"}})
     built = pipeline("mine", model=model, pipeline_class=Modelless)
     assert type(built) is Modelless and built.model is model and calls == []
-    built = pipeline("mine", model=model, tokenizer="tok")
-    assert type(built) is Recorder and calls[0][:2] == ("code.Mine", None)  # no name to look in
+    with pytest.raises(ConfigError, match="no folder or Hub id"):  # no name to look the code up in
+        pipeline("mine", model=model, tokenizer="tok")
+    assert calls == []

@@ -150,14 +150,21 @@ def pipeline(
     custom = (getattr(config, "custom_pipelines", None) or {}).get(task)
     if custom is not None:  # saved by Pipeline.save_pretrained: its code runs only with trust_remote_code=True
         source = model if isinstance(model, (str, os.PathLike)) else getattr(model, "name_or_path", None)
+        if not source and pipeline_class is None:
+            raise ConfigError(
+                f"config.custom_pipelines['{task}'] names code kept in a model folder, but no folder or Hub id was "
+                "given to load it from: pass model='<folder or Hub id>' (or pipeline_class=)"
+            )
         heads = _head_names(custom.get("pt")) or ("AutoModel",)
         cls = pipeline_class or _custom_class(custom, task, source, trust_remote_code, load_kwargs)
+        default_model = None
     else:
         task, reg = PIPELINE_REGISTRY.check_task(task)
         heads = _head_names(reg.meta.get("model_class")) or ("AutoModel",)
         cls = pipeline_class or reg.load()
+        default_model = reg.meta.get("default_model")
     if model is None:
-        model = reg.meta.get("default_model")
+        model = default_model
         if model is None and cls.needs_model:
             raise ConfigError(
                 f"task '{task}' has no default model: pass model='<folder, Hub id or alias>' "
