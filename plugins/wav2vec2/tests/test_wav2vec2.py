@@ -90,6 +90,10 @@ class TestWav2Vec2LayerNormConformance(_AudioInputs, ModelConformanceTests):
     config_class = Wav2Vec2Config
     config_kwargs = {**TINY, "feat_extract_norm": "layer", "do_stable_layer_norm": True}
     model_classes = (Wav2Vec2Model, Wav2Vec2ForCTC)
+    # On CPUs with AMX/AVX512-BF16, oneDNN's bfloat16 convolutions put this model's output 4.25 eps of the scale
+    # from float32 (0.121 of 3.64), exactly as far as the reference implementation's bfloat16 model on the same
+    # weights; 1.1 eps with oneDNN off, and on CPUs without those units.
+    cast_eps_multiple = 6.0
 
 
 class TestWav2Vec2GroupNormConformance(_AudioInputs, ModelConformanceTests):
