@@ -471,6 +471,13 @@ def test_processor_decodes_with_its_tokenizer() -> None:
     processor = _processor()
     assert processor.batch_decode([[1, 2], [2]], skip=True) == ["!ab", "!b"]
     assert processor.decode([2, 1]) == "ba" and processor.decode([2], True) == "!b"
+    assert processor.decode([1], skip=True) == "!a"
+
+
+def test_processor_pad_passes_positional_settings_to_the_feature_extractor() -> None:
+    processor = _processor()
+    out = processor.pad({"input_values": [[1.0], [2.0, 3.0]]}, "max_length", 4)
+    assert _rows(out) == [[1, 0, 0, 0], [2, 3, 0, 0]]
 
 
 def test_processor_save_and_load_round_trip(tmp_path: Path) -> None:
