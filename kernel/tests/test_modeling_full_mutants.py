@@ -1,0 +1,136 @@
+"""Behaviour of ``microformers.modeling`` that the full mutation run (workspace hmod) found unasserted.
+
+See docs/reliability.md, "Mutation testing": each test here fails with at least one mutant of
+``kernel/src/microformers/modeling.py`` that the other judging tests let survive, and passes on the real code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from microformers import ConfigError, PretrainedConfig
+from microformers import modeling as modeling_module
+from microformers.plugins import Registry
+
+# -- num_parameters, get_memory_footprint ---------------------------------------------------------------
+
+
+def test_num_parameters_counts_frozen_parameters_by_default(toy_model: torch.nn.Module) -> None:
+    total = sum(p.numel() for p in toy_model.parameters())
+    toy_model.get_input_embeddings().weight.requires_grad_(False)
+    assert toy_model.num_parameters() == total
+
+
+def test_memory_footprint_counts_parameters_and_buffers_unless_told_not_to(toy_model: torch.nn.Module) -> None:
+    params = sum(p.numel() * p.element_size() for p in toy_model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in toy_model.buffers())
+    assert buffers > 0  # the toy's blocks hold a (non-persistent) scale buffer each
+    assert toy_model.get_memory_footprint() == params + buffers
+    assert toy_model.get_memory_footprint(return_buffers=True) == params + buffers
+    assert toy_model.get_memory_footprint(return_buffers=False) == params
+    toy_model.half()
+    assert toy_model.get_memory_footprint(return_buffers=False) == params // 2
+
+
+# -- push_to_hub ----------------------------------------------------------------------------------------
+
+
+def test_push_to_hub_is_refused_with_how_to_upload(toy_model: torch.nn.Module) -> None:
+    with pytest.raises(ConfigError, match=r"^push_to_hub=True: microformers does not upload to the Hub\. "):
+        toy_model.push_to_hub("me/my-model")
+
+
+# -- gradient checkpointing -----------------------------------------------------------------------------
+
+
+class _Inner(modeling_module.PreTrainedModel):
+    config_class = PretrainedConfig
+    supports_gradient_checkpointing = True
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.linear = torch.nn.Linear(3, 3)
+
+
+class _Outer(modeling_module.PreTrainedModel):
+    config_class = PretrainedConfig
+    supports_gradient_checkpointing = True
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.inner = _Inner(config)
+
+
+def test_gradient_checkpointing_disable_turns_it_off_everywhere_and_is_harmless_when_off() -> None:
+    model = _Outer(PretrainedConfig())
+    model.gradient_checkpointing_disable()  # never enabled: nothing to do, no error
+    assert not model.is_gradient_checkpointing
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing and model.inner.is_gradient_checkpointing
+    model.gradient_checkpointing_disable()
+    assert not model.is_gradient_checkpointing and not model.inner.is_gradient_checkpointing
+
+
+# -- adapters: every call goes to the adapter plugin's manager, arguments and results unchanged ---------------
+
+
+class _Manager:
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.calls: list[tuple[Any, ...]] = []
+
+    def add_adapter(self, config: object, name: str | None) -> None:
+        self.calls.append(("add", name))
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        def record(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+            self.calls.append((method, args, kwargs))
+            return (method, args, kwargs)
+
+        return record
+
+
+def test_each_adapter_method_is_handed_to_the_manager_with_its_arguments(
+    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
+) -> None:
+    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
+    toy_model.add_adapter({"peft_type": "LORA"}, "a")
+    manager = toy_model._adapter_manager
+    state = {"w": torch.zeros(1)}
+    assert toy_model.active_adapters() == ("active_adapters", (), {})
+    assert toy_model.get_adapter_state_dict("a", state) == ("get_adapter_state_dict", ("a", state), {})
+    assert toy_model.merge_and_unload(progressbar=False) == ("merge_and_unload", (), {"progressbar": False})
+    toy_model.disable_adapters()
+    toy_model.enable_adapters()
+    toy_model.delete_adapter(["a"])
+    toy_model.merge_adapter(["a"])
+    toy_model.unmerge_adapter()
+    toy_model.print_trainable_parameters()
+    assert manager.calls[4:] == [
+        ("disable_adapters", (), {}),
+        ("enable_adapters", (), {}),
+        ("delete_adapter", (["a"],), {}),
+        ("merge_adapter", (["a"],), {}),
+        ("unmerge_adapter", (), {}),
+        ("print_trainable_parameters", (), {}),
+    ]
+
+
+def test_load_adapter_with_a_peft_config_needs_no_folder_and_without_either_is_refused(
+    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
+) -> None:
+    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
+    with pytest.raises(
+        ConfigError, match=r"^load_adapter needs the adapter folder, or peft_config= and adapter_state_dict=$"
+    ):
+        toy_model.load_adapter(adapter_name="a")
+    config, state = {"peft_type": "LORA"}, {"w": torch.zeros(1)}
+    result = toy_model.load_adapter(adapter_name="a", peft_config=config, adapter_state_dict=state)
+    assert result == ("load_adapter", (None, "a"), {"peft_config": config, "adapter_state_dict": state})
