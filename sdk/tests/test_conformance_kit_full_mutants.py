@@ -1,0 +1,303 @@
+"""``microformers_sdk.testing`` (the conformance kit): behaviour the full mutation run of ``checks.py``,
+``suite.py`` and ``plugin_checks.py`` found unasserted (docs/reliability.md, workspace ``htst``).
+
+The kit is what plugin authors run, so most tests here hand a check a model or plugin that is broken in
+one precise way and expect the check to fail, naming what broke."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import types
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from torch import nn
+
+import microformers
+from microformers import PretrainedConfig, PreTrainedModel
+from microformers_sdk.outputs import CausalLMOutputWithPast
+from microformers_sdk.testing import ModelConformanceTests, PluginConformanceTests, checks, plugin_checks
+
+
+# -- plugin_checks ----------------------------------------------------------------------------------
+def test_check_plugin_passes_an_installed_plugin_and_names_a_missing_entry_point() -> None:
+    plugin_checks.check_plugin("sdk")
+    with pytest.raises(AssertionError, match=r"no entry point 'no-such-plugin' in group 'microformers' \(installed: "):
+        plugin_checks.check_plugin("no-such-plugin")
+
+
+def test_a_missing_entry_point_lists_the_installed_ones_sorted() -> None:
+    with pytest.raises(AssertionError) as raised:
+        plugin_checks.entry_point("no-such-plugin")
+    names = sorted(ep.name for ep in importlib.metadata.entry_points(group="microformers"))
+    assert f"(installed: {names}); check pyproject" in str(raised.value)
+    assert plugin_checks.entry_point("sdk").name == "sdk"
+
+
+def test_heavy_imports_are_reported_and_a_failing_import_is_named() -> None:
+    assert plugin_checks.heavy_imports_of("json", ("json", "torch")) == ["json"]
+    with pytest.raises(AssertionError, match=r"importing no_such_module_xyz failed in a fresh interpreter:\n.*"):
+        plugin_checks.heavy_imports_of("no_such_module_xyz")
+
+
+def _fake_entry_point(monkeypatch: pytest.MonkeyPatch, value: str, module: Any = None) -> None:
+    def fake(plugin_name: str) -> Any:
+        return SimpleNamespace(name=plugin_name, value=value, load=lambda: module)
+
+    monkeypatch.setattr(plugin_checks, "entry_point", fake)
+
+
+def test_an_entry_module_that_imports_torch_fails_the_lightness_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_entry_point(monkeypatch, "microformers_sdk.testing:PluginConformanceTests")
+    with pytest.raises(
+        AssertionError,
+        match=r"^importing microformers_sdk.testing \(the 'heavy' entry point\) imports \['torch'\]; plugin discovery",
+    ):
+        plugin_checks.check_entry_module_is_light("heavy")
+
+
+def test_a_module_without_api_version_fails_the_declaration_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_entry_point(monkeypatch, "bad", types.ModuleType("bad"))
+    with pytest.raises(AssertionError, match=r"^plugin 'bad': it does not declare MICROFORMERS_API_VERSION"):
+        plugin_checks.check_declaration("bad")
+
+
+def test_discovery_failures_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert plugin_checks.discovered("sdk").name == "sdk"
+    calls: list[str] = []
+    plugins = {"broken": SimpleNamespace(broken=True, error="ImportError: boom")}
+    fake = SimpleNamespace(discover=lambda: calls.append("discover"), plugins=plugins)
+    monkeypatch.setattr(microformers, "registry", fake)
+    with pytest.raises(AssertionError, match=r"^plugin 'broken' failed to load: ImportError: boom$"):
+        plugin_checks.discovered("broken")
+    with pytest.raises(AssertionError, match=r"^discovery did not find plugin 'gone'$"):
+        plugin_checks.discovered("gone")
+    assert calls == ["discover", "discover"]
+
+
+class _Promises(PluginConformanceTests):
+    plugin_name = "sdk"
+    registers = (("attention", "sdpa"), ("attention", "no-such-attention"))
+
+
+def test_a_promised_registration_that_is_missing_is_named() -> None:
+    with pytest.raises(
+        AssertionError,
+        match=r"^plugin 'sdk' does not register \[\('attention', 'no-such-attention'\)\]; it does: \[.*'sdpa'",
+    ):
+        _Promises().test_registers_what_it_promises()
+
+
+def test_registrations_with_names_of_mixed_types_are_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind may hold tuple names (``("llama", "AutoModel")``) beside plain ones: the message still lists them."""
+    registrations = [
+        SimpleNamespace(kind="models", name=("toy", "AutoModel")),
+        SimpleNamespace(kind="models", name="toy"),
+    ]
+    monkeypatch.setattr(plugin_checks, "discovered", lambda name: SimpleNamespace(registrations=registrations))
+    with pytest.raises(
+        AssertionError, match=r"it does: \[\('models', 'toy'\), \('models', \('toy', 'AutoModel'\)\)\]$"
+    ):
+        _Promises().test_registers_what_it_promises()
+
+
+# -- suite --------------------------------------------------------------------------------------
+class _KitConfig(PretrainedConfig):
+    model_type = "conformance-kit-full-mutants"
+
+    def __init__(self, vocab_size: int = 11, hidden_size: int = 4, **kwargs: Any) -> None:
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+
+
+class _Tiny(PreTrainedModel):
+    """An embedding, a layer norm and a head (the norm's name marks its weight as a norm weight)."""
+
+    config_class = _KitConfig
+    base_model_prefix = "model"
+
+    def __init__(self, config: _KitConfig) -> None:
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.final_norm = nn.LayerNorm(config.hidden_size)
+        self.head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> CausalLMOutputWithPast:
+        return CausalLMOutputWithPast(logits=self.head(self.final_norm(self.embed(input_ids))))
+
+
+class _Plain(nn.Module):
+    """A model class whose forward takes no labels and no cache."""
+
+    def forward(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": torch.zeros(*input_ids.shape, 2)}
+
+
+class _Full(nn.Module):
+    """A model class whose forward takes labels and a cache (so every suite test applies)."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Any = None,
+        labels: Any = None,
+        past_key_values: Any = None,
+        use_cache: Any = None,
+    ) -> dict[str, torch.Tensor]:
+        return {"logits": torch.zeros(*input_ids.shape, 2)}
+
+
+class _Recorded(ModelConformanceTests):
+    """Every knob set away from its default; the checks are replaced by recorders."""
+
+    config_class = _KitConfig
+    config_kwargs: ClassVar[dict[str, Any]] = {"vocab_size": 13, "pad_token_id": 3}
+    model_classes = (_Full,)
+    padding_side = "left"
+    batch_size = 2
+    seq_length = 5
+    atol = 3e-4
+    cast_dtype = torch.float16
+    cast_eps_multiple = 6.0
+    parameters_without_gradient = (r"^frozen\.",)
+
+    def make_model(self, model_class: type, config: Any) -> Any:
+        model = model_class()
+        model.config = config
+        return model
+
+
+def _record(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple, dict]]:
+    seen: list[tuple[str, tuple, dict]] = []
+    for name in (
+        "check_save_load_round_trip",
+        "check_dtype_casting",
+        "check_batch_consistency",
+        "check_padding_invariance",
+        "check_cache_equivalence",
+        "check_loss",
+        "check_gradients_flow",
+    ):
+        monkeypatch.setattr(checks, name, lambda *args, _name=name, **kwargs: seen.append((_name, args, kwargs)))
+    return seen
+
+
+def test_each_suite_test_hands_its_check_the_class_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen = _record(monkeypatch)
+    kit = _Recorded()
+    kit.test_save_load_round_trip(_Full, tmp_path)
+    kit.test_dtype_casting(_Full, tmp_path)
+    kit.test_batch_matches_single(_Full)
+    kit.test_padding_invariance(_Full)
+    kit.test_cache_equivalence(_Full)
+    kit.test_loss_with_labels(_Full)
+    kit.test_gradients_flow(_Full)
+    by_name = {name: (args, kwargs) for name, args, kwargs in seen}
+    assert len(seen) == len(by_name) == 7
+
+    args, kwargs = by_name["check_save_load_round_trip"]
+    assert isinstance(args[0], _Full) and args[2] == tmp_path / "saved" and kwargs == {}
+    assert args[1]["input_ids"].shape == (2, 5)
+    args, kwargs = by_name["check_dtype_casting"]
+    assert isinstance(args[0], _Full) and args[2] == tmp_path / "saved"
+    assert kwargs == {"dtype": torch.float16, "eps_multiple": 6.0}
+    args, kwargs = by_name["check_batch_consistency"]
+    assert isinstance(args[0], _Full) and args[1]["input_ids"].shape == (2, 5) and kwargs == {"atol": 3e-4}
+    args, kwargs = by_name["check_padding_invariance"]
+    assert isinstance(args[1], _KitConfig) and args[1].vocab_size == 13
+    assert kwargs == {"padding_side": "left", "pad_token_id": 3, "atol": 3e-4}
+    args, kwargs = by_name["check_cache_equivalence"]
+    assert isinstance(args[0], _Full) and isinstance(args[1], _KitConfig) and args[1].vocab_size == 13
+    assert kwargs == {"pad_token_id": 3, "atol": 3e-4}
+    args, kwargs = by_name["check_loss"]
+    assert isinstance(args[0], _Full) and args[1]["input_ids"].shape == (2, 5)
+    assert set(args[2]) == {"labels"} and args[2]["labels"].shape == (2, 5)
+    args, kwargs = by_name["check_gradients_flow"]
+    assert isinstance(args[0], _Full) and args[1]["input_ids"].shape == (2, 5)
+    assert set(args[2]) == {"labels"} and args[3] == (r"^frozen\.",)
+
+
+def test_make_config_needs_a_config_class() -> None:
+    with pytest.raises(TypeError, match=r"^ModelConformanceTests must set config_class \(or override make_config\)$"):
+        ModelConformanceTests().make_config()
+    config = _Recorded().make_config()
+    assert isinstance(config, _KitConfig) and config.vocab_size == 13 and config.pad_token_id == 3
+
+
+def test_make_inputs_are_the_class_shape_and_avoid_the_pad_token() -> None:
+    config = _KitConfig(vocab_size=3, pad_token_id=1)
+    inputs = _Recorded().make_inputs(config)
+    assert set(inputs) == {"input_ids", "attention_mask"}
+    ids = inputs["input_ids"]
+    assert ids.shape == (2, 5) and ids.dtype == torch.long
+    assert not bool((ids == 1).any()) and bool((ids >= 0).all()) and bool((ids < 3).all())
+    assert torch.equal(inputs["attention_mask"], torch.ones(2, 5, dtype=torch.long))
+    default = ModelConformanceTests().make_inputs(_KitConfig())
+    assert default["input_ids"].shape == (3, 7)
+
+
+def test_make_labels_only_for_classes_that_take_labels() -> None:
+    inputs = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+    assert _Recorded().make_labels(_Plain(), inputs) == {}
+
+    class WithLabels(nn.Module):
+        def forward(self, input_ids: torch.Tensor, labels: Any = None) -> dict[str, torch.Tensor]:
+            return {"logits": torch.zeros(*input_ids.shape, 6)}
+
+    labels = _Recorded().make_labels(WithLabels(), inputs)
+    assert set(labels) == {"labels"} and labels["labels"].shape == (2, 4)
+    assert torch.equal(labels["labels"], checks.default_labels(WithLabels(), inputs, seed=0)["labels"])
+
+
+def test_the_default_model_is_built_by_build_model() -> None:
+    config = _KitConfig(pad_token_id=0)
+    model = ModelConformanceTests().make_model(_Tiny, config)
+    expected = checks.build_model(_Tiny, config)
+    assert not model.training
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), expected.parameters(), strict=True))
+
+
+class _Metafunc:
+    def __init__(self, function: Any, fixturenames: list[str]) -> None:
+        self.function = function
+        self.fixturenames = fixturenames
+        self.calls: list[tuple[str, list[Any], list[str]]] = []
+
+    def parametrize(self, name: str, values: list[Any], ids: list[str]) -> None:
+        self.calls.append((name, values, ids))
+
+
+def test_parametrisation_by_model_class() -> None:
+    kit = _Recorded()
+    untouched = _Metafunc(_Recorded.test_batch_matches_single, ["tmp_path"])
+    kit.pytest_generate_tests(untouched)  # type: ignore[arg-type]
+    assert untouched.calls == []
+    metafunc = _Metafunc(_Recorded.test_batch_matches_single, ["model_class"])
+    kit.pytest_generate_tests(metafunc)  # type: ignore[arg-type]
+    assert metafunc.calls == [("model_class", [_Full], ["_Full"])]
+
+    class NoClasses(ModelConformanceTests):
+        config_class = _KitConfig
+
+    with pytest.raises(TypeError, match=r"^NoClasses must list its model_classes$"):
+        NoClasses().pytest_generate_tests(_Metafunc(NoClasses.test_gradients_flow, ["model_class"]))  # type: ignore[arg-type]
+    # a subclass that has not listed its classes yet keeps every test (the error above names what is missing)
+    assert callable(NoClasses.test_cache_equivalence) and callable(NoClasses.test_loss_with_labels)
+
+
+def test_each_unresolvable_registration_is_listed_on_its_own_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(message: str) -> Any:
+        def load() -> None:
+            raise microformers.PluginError(message)
+
+        return SimpleNamespace(load=load)
+
+    registrations = [failing("cannot import 'a:A'"), SimpleNamespace(load=object), failing("cannot import 'b:B'")]
+    monkeypatch.setattr(plugin_checks, "discovered", lambda name: SimpleNamespace(registrations=registrations))
+    with pytest.raises(AssertionError, match=r"^cannot import 'a:A'\ncannot import 'b:B'$"):
+        plugin_checks.check_registrations_resolve("any")
