@@ -1,0 +1,468 @@
+"""``microformers_sdk.encoder`` behaviour the full mutation run found unasserted (docs/reliability.md).
+
+A tiny BERT-style family is built from the SDK's mixins the way a plugin builds one (same parameter names as
+BERT), so its numbers are checked against ``transformers``' BERT (an oracle only) with the same weights, and
+its errors, head pruning, head masks and heads are checked through the public ``forward`` / ``prune_heads``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from microformers import PretrainedConfig, PreTrainedModel
+from microformers.errors import ConfigError, InputError
+from microformers_sdk.attention import get_attention_function
+from microformers_sdk.encoder import (
+    EncoderEmbeddings,
+    EncoderForMaskedLM,
+    EncoderForQuestionAnswering,
+    EncoderForSequenceClassification,
+    EncoderForTokenClassification,
+    EncoderModelMixin,
+    EncoderPreTrainedMixin,
+    EncoderSelfAttention,
+    layer_head_masks,
+    mirror_output_bias,
+    run_encoder,
+)
+
+SETTINGS: dict[str, Any] = {
+    "vocab_size": 30,
+    "hidden_size": 8,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 12,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+    "max_position_embeddings": 10,
+    "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12,
+    "classifier_dropout": None,
+    "pad_token_id": 0,
+}
+
+
+class ToyConfig(PretrainedConfig):
+    model_type = "encoder-full-mutants-toy"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**SETTINGS, **kwargs})
+
+
+class ToyInputError(InputError):
+    """The toy family's own input error."""
+
+
+class ToyPreTrained(EncoderPreTrainedMixin, PreTrainedModel):
+    config_class = ToyConfig
+    base_model_prefix = "toy"
+    input_error = ToyInputError
+
+
+class ToyModel(EncoderModelMixin, ToyPreTrained):
+    def __init__(self, config: ToyConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        embeddings = EncoderEmbeddings(
+            config.vocab_size, config.hidden_size, config.max_position_embeddings, config.type_vocab_size,
+            config.layer_norm_eps, config.hidden_dropout_prob, config.pad_token_id, error=ToyInputError,
+        )  # fmt: skip
+        self._build_encoder(embeddings, add_pooling_layer)
+        self.post_init()
+
+
+ToyPreTrained.base_model_class = ToyModel
+
+
+class ToyForMaskedLM(EncoderForMaskedLM, ToyPreTrained):
+    def __init__(self, config: ToyConfig) -> None:
+        super().__init__(config)
+        self.toy = ToyModel(config, add_pooling_layer=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def _mlm_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden_states)
+
+
+class ToyForSequenceClassification(EncoderForSequenceClassification, ToyPreTrained):
+    def __init__(self, config: ToyConfig) -> None:
+        super().__init__(config)
+        self.toy = ToyModel(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def _logits(self, encoded: Any) -> torch.Tensor:
+        return self.classifier(encoded.pooler_output)
+
+
+class ToyForTokenClassification(EncoderForTokenClassification, ToyPreTrained):
+    pass
+
+
+class ToyForQuestionAnswering(EncoderForQuestionAnswering, ToyPreTrained):
+    pass
+
+
+def toy(cls: type = ToyModel, **settings: Any) -> Any:
+    torch.manual_seed(0)
+    return cls(ToyConfig(**settings)).eval()
+
+
+IDS = torch.tensor([[2, 7, 9, 4, 11, 3], [2, 5, 8, 3, 0, 0]])
+MASK = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+SEGMENTS = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+
+
+# -- the base model against transformers' BERT -------------------------------------------------------------
+def test_base_model_matches_the_reference_bert_with_the_same_weights() -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(1)
+    reference_config = transformers.BertConfig(**SETTINGS, attn_implementation="eager")
+    reference = transformers.BertModel(reference_config).eval()
+    model = ToyModel(ToyConfig())
+    missing, unexpected = model.load_state_dict(reference.state_dict(), strict=False)
+    assert missing == [] and set(unexpected) <= {"embeddings.position_ids", "embeddings.token_type_ids"}
+    model.eval()
+    with torch.no_grad():
+        ours = model(
+            IDS, attention_mask=MASK, token_type_ids=SEGMENTS, output_hidden_states=True, output_attentions=True
+        )
+        theirs = reference(
+            IDS, attention_mask=MASK, token_type_ids=SEGMENTS, output_hidden_states=True, output_attentions=True
+        )
+    torch.testing.assert_close(ours.last_hidden_state, theirs.last_hidden_state)
+    torch.testing.assert_close(ours.pooler_output, theirs.pooler_output)
+    assert len(ours.hidden_states) == 3 and len(ours.attentions) == 2
+    for mine, reference_state in zip(ours.hidden_states, theirs.hidden_states, strict=True):
+        torch.testing.assert_close(mine, reference_state)
+    for mine, reference_weights in zip(ours.attentions, theirs.attentions, strict=True):
+        torch.testing.assert_close(mine, reference_weights)
+
+
+def test_tuple_output_and_config_defaults_for_optional_outputs() -> None:
+    model = toy(output_hidden_states=True, output_attentions=True, return_dict=False)
+    with torch.no_grad():
+        last, pooled, hidden, attentions = model(IDS)
+    assert last.shape == (2, 6, 8) and pooled.shape == (2, 8)
+    assert len(hidden) == 3 and len(attentions) == 2 and attentions[0].shape == (2, 2, 6, 6)
+    with torch.no_grad():
+        plain = model(IDS, output_hidden_states=False, output_attentions=False, return_dict=True)
+    assert plain.hidden_states is None and plain.attentions is None
+    torch.testing.assert_close(plain.last_hidden_state, last)
+
+
+# -- input errors: the plugin's error class, messages that name the argument -------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "ToyModel.forward needs exactly one of input_ids or inputs_embeds"),
+        ({"input_ids": IDS, "inputs_embeds": torch.zeros(2, 6, 8)}, "needs exactly one of input_ids or inputs_embeds"),
+        ({"input_ids": torch.full((1, 11), 5)}, r"the input has 11 tokens but this model has max_position_embeddings=10; truncate"),
+        ({"input_ids": IDS, "position_ids": torch.tensor([[0, 1, 2, 3, 4, 10]])}, r"position_ids must lie in \[0, 10\) \(max_position_embeddings\)"),
+        ({"input_ids": IDS, "position_ids": torch.tensor([[-1, 1, 2, 3, 4, 5]])}, r"position_ids must lie in \[0, 10\)"),
+        ({"input_ids": IDS, "token_type_ids": torch.zeros(2, 5, dtype=torch.long)},
+         r"token_type_ids has shape \(2, 5\) but the input is \(2, 6\); pass one segment id per token"),
+        ({"input_ids": IDS, "token_type_ids": torch.full((2, 6), 2)},
+         r"token_type_ids must lie in \[0, 2\) \(type_vocab_size\); this model has no embedding for a higher segment id"),
+        ({"input_ids": IDS, "attention_mask": torch.ones(2, 5)},
+         "attention_mask has 5 columns but the input has 6 tokens; pass the mask the tokenizer returned"),
+        ({"input_ids": IDS, "head_mask": torch.ones(3)},
+         r"head_mask has shape \(3,\); pass \(2,\) for every layer or \(2, 2\), 1.0 to keep a head and 0.0 to mask it"),
+        ({"input_ids": IDS, "head_mask": torch.ones(3, 2)}, r"head_mask has shape \(3, 2\)"),
+    ],
+)  # fmt: skip
+def test_bad_inputs_raise_the_plugins_input_error(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ToyInputError, match=message):
+        toy()(**kwargs)
+
+
+def test_the_longest_input_and_the_last_position_fit() -> None:
+    model = toy()
+    with torch.no_grad():
+        out = model(torch.full((1, 10), 5), position_ids=torch.arange(10).unsqueeze(0))
+        default = model(torch.full((1, 10), 5))
+    torch.testing.assert_close(out.last_hidden_state, default.last_hidden_state)
+    with torch.no_grad():
+        highest_segment = model(IDS, token_type_ids=torch.ones(2, 6, dtype=torch.long))
+    assert highest_segment.last_hidden_state.shape == (2, 6, 8)
+
+
+def test_token_types_default_to_zero_and_models_without_them_refuse_them() -> None:
+    model = toy()
+    with torch.no_grad():
+        default = model(IDS).last_hidden_state
+        zeros = model(IDS, token_type_ids=torch.zeros(2, 6, dtype=torch.long)).last_hidden_state
+        ones = model(IDS, token_type_ids=torch.ones(2, 6, dtype=torch.long)).last_hidden_state
+    torch.testing.assert_close(default, zeros)
+    assert not torch.allclose(default, ones)
+    untyped = toy(type_vocab_size=0)
+    assert not hasattr(untyped.embeddings, "token_type_embeddings")
+    with pytest.raises(ToyInputError, match="this model has no token type embeddings; do not pass token_type_ids"):
+        untyped(IDS, token_type_ids=torch.zeros(2, 6, dtype=torch.long))
+    with torch.no_grad():
+        assert untyped(IDS).last_hidden_state.shape == (2, 6, 8)
+
+
+def test_inputs_embeds_give_the_same_result_as_input_ids() -> None:
+    model = toy()
+    with torch.no_grad():
+        from_ids = model(IDS, attention_mask=MASK).last_hidden_state
+        from_embeds = model(inputs_embeds=model.get_input_embeddings()(IDS), attention_mask=MASK).last_hidden_state
+    torch.testing.assert_close(from_ids, from_embeds)
+
+
+@pytest.mark.parametrize(("pad", "expected"), [(0, 0), (29, 29), (30, None), (-1, None), (None, None), ("0", None)])
+def test_padding_index_is_the_pad_token_when_it_is_a_vocabulary_id(pad: Any, expected: int | None) -> None:
+    embeddings = EncoderEmbeddings(30, 8, 10, 2, 1e-12, 0.0, pad)
+    assert embeddings.word_embeddings.padding_idx == expected
+
+
+def test_embeddings_normalise_with_the_given_epsilon_and_drop_out_in_training() -> None:
+    embeddings = EncoderEmbeddings(30, 8, 10, 2, 1e-3, 0.5)
+    assert embeddings.LayerNorm.eps == 1e-3 and embeddings.dropout.p == 0.5
+    assert embeddings.position_embeddings.num_embeddings == 10 and embeddings.token_type_embeddings.num_embeddings == 2
+    assert embeddings.word_embeddings.embedding_dim == 8 and embeddings.error is InputError
+
+
+# -- head masks and head pruning -------------------------------------------------------------------------
+def test_layer_head_masks_expand_one_row_to_every_layer() -> None:
+    assert layer_head_masks(None, 3, 2) == [None, None, None]
+    every = layer_head_masks([1.0, 0.0], 3, 2)
+    assert len(every) == 3 and all(row.tolist() == [1.0, 0.0] for row in every)
+    per_layer = layer_head_masks(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), 3, 2)
+    assert [row.tolist() for row in per_layer] == [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    with pytest.raises(ToyInputError, match=r"head_mask has shape \(2, 2\); pass \(2,\) for every layer or \(3, 2\)"):
+        layer_head_masks(torch.ones(2, 2), 3, 2, ToyInputError)
+    with pytest.raises(InputError, match=r"head_mask has shape \(3,\)"):
+        layer_head_masks(torch.ones(3), 3, 2)
+
+
+def test_a_masked_head_is_silenced_in_output_and_attentions_like_a_pruned_one() -> None:
+    model = toy()
+    with torch.no_grad():
+        full = model(IDS, attention_mask=MASK, output_attentions=True)
+        masked = model(
+            IDS, attention_mask=MASK, output_attentions=True, head_mask=torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+        )
+        half = model(IDS, attention_mask=MASK, head_mask=torch.tensor([0.5, 1.0])).last_hidden_state
+    assert torch.all(masked.attentions[0][:, 1] == 0) and torch.allclose(
+        masked.attentions[0][:, 0], full.attentions[0][:, 0]
+    )
+    torch.testing.assert_close(masked.attentions[1].sum(-1), torch.ones(2, 2, 6))
+    assert not torch.allclose(half, full.last_hidden_state) and not torch.allclose(half, masked.last_hidden_state)
+    model.prune_heads({0: [1]})
+    with torch.no_grad():
+        pruned = model(IDS, attention_mask=MASK, output_attentions=True)
+        # a head mask names the original heads: head 0 of the pruned layer is still original head 0
+        pruned_masked = model(IDS, attention_mask=MASK, head_mask=torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+    torch.testing.assert_close(pruned.last_hidden_state, masked.last_hidden_state)
+    torch.testing.assert_close(pruned_masked.last_hidden_state, masked.last_hidden_state)
+    assert pruned.attentions[0].shape == (2, 1, 6, 6) and pruned.attentions[1].shape == (2, 2, 6, 6)
+
+
+def test_pruning_records_heads_in_the_config_and_a_config_with_pruned_heads_builds_pruned() -> None:
+    model = toy()
+    model.prune_heads({1: [0]})
+    model.prune_heads({"1": [1], 0: [0]})
+    assert model.config.pruned_heads == {"1": [0, 1], "0": [0]}
+    attention = model.encoder.layer[0].attention
+    assert attention.self.num_heads == 1 and attention.self.kept_heads == [1]
+    assert attention.self.query.weight.shape == (4, 8) and attention.output.dense.weight.shape == (8, 4)
+    assert model.encoder.layer[1].attention.self.num_heads == 0
+    assert model.encoder.layer[1].attention.self.query.weight.shape == (0, 8)
+    assert model.encoder.layer[1].attention.output.dense.weight.shape == (8, 0)
+    rebuilt = ToyModel(ToyConfig(pruned_heads={"0": [0]}))
+    assert rebuilt.encoder.layer[0].attention.self.kept_heads == [1]
+    assert rebuilt.encoder.layer[1].attention.self.kept_heads == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("heads", "message"),
+    [
+        ({2: [0]}, r"prune_heads: layer 2 does not exist \(2 layers\)"),
+        ({-1: [0]}, r"prune_heads: layer -1 does not exist \(2 layers\)"),
+        ({0: [0, 2]}, r"prune_heads: heads \[2\] do not exist \(2 heads\)"),
+        ({1: [-1, 1]}, r"prune_heads: heads \[-1\] do not exist \(2 heads\)"),
+    ],
+)
+def test_pruning_heads_that_do_not_exist_is_refused(heads: dict[int, list[int]], message: str) -> None:
+    model = toy()
+    with pytest.raises(ToyInputError, match=message):
+        model.prune_heads(heads)
+    assert getattr(model.config, "pruned_heads", None) in (None, {})
+    assert model.encoder.layer[0].attention.self.num_heads == 2
+
+
+def test_pruning_the_same_head_twice_changes_nothing() -> None:
+    model = toy()
+    model.prune_heads({0: [1]})
+    before = model.encoder.layer[0].attention.output.dense
+    model.prune_heads({0: [1]})
+    assert model.encoder.layer[0].attention.output.dense is before
+    assert model.config.pruned_heads == {"0": [1]}
+
+
+def test_self_attention_with_its_own_output_projection_prunes_it_and_keeps_grad_settings() -> None:
+    torch.manual_seed(0)
+    attention = EncoderSelfAttention(8, 2, 0.0, names=("q", "k", "v"), output="o")
+    attention.k.weight.requires_grad_(False)
+    x = torch.randn(1, 3, 8)
+    from_eager = get_attention_function(ToyConfig(attn_implementation="eager"))
+    with torch.no_grad():
+        masked, weights = attention(x, None, from_eager, True, torch.tensor([0.0, 1.0]))
+    attention.prune({0})
+    with torch.no_grad():
+        pruned, pruned_weights = attention(x, None, from_eager, True)
+    torch.testing.assert_close(pruned, masked)
+    torch.testing.assert_close(pruned_weights, weights[:, 1:])
+    assert attention.k.weight.requires_grad is False and attention.q.weight.requires_grad is True
+    assert attention.o.bias.shape == (8,) and attention.q.bias.shape == (4,)
+    assert attention.o.weight.shape == (8, 4) and attention.kept_heads == [1]
+
+
+# -- the pre-trained mixin: refused settings, checkpoint names -------------------------------------------
+@pytest.mark.parametrize("setting", ["is_decoder", "add_cross_attention"])
+def test_decoder_settings_are_refused_naming_the_setting_config_and_model(setting: str) -> None:
+    message = (
+        f"{setting}=True in the ToyConfig asks for a causal or cross-attending encoder, which ToyModel does not "
+        "provide; set it to false for the bidirectional encoder"
+    )
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ToyModel(ToyConfig(**{setting: True}))
+    assert ToyModel(ToyConfig(**{setting: False})).config.num_hidden_layers == 2
+
+
+def test_the_output_bias_gets_both_of_its_names() -> None:
+    renamed = {"lm_head.bias": "lm_head.bias", "x.cls.decoder.bias": "x.cls.decoder.bias", "lm_head.weight": "w"}
+    assert mirror_output_bias(dict(renamed), "lm_head") == {**renamed, "lm_head.decoder.bias": "lm_head.bias"}
+    assert mirror_output_bias(dict(renamed), "cls") == {**renamed, "x.cls.bias": "x.cls.decoder.bias"}
+    both = {"lm_head.bias": "a", "lm_head.decoder.bias": "b"}
+    assert mirror_output_bias(dict(both), "lm_head") == both
+    assert mirror_output_bias({"head.bias": "head.bias"}, "lm_head") == {"head.bias": "head.bias"}
+
+
+# -- heads -------------------------------------------------------------------------------------------------
+def test_labelled_heads_give_logits_losses_extras_and_tuples() -> None:
+    model = toy(ToyForMaskedLM)
+    labels = torch.full((2, 6), -100)
+    labels[0, 2] = 7
+    with torch.no_grad():
+        out = model(IDS, attention_mask=MASK, labels=labels, output_hidden_states=True, output_attentions=True)
+        bare = model(IDS, attention_mask=MASK)
+        as_tuple = model(IDS, attention_mask=MASK, labels=labels, return_dict=False)
+        base = model.toy(IDS, attention_mask=MASK)
+    assert type(out).__name__ == "MaskedLMOutput" and out.logits.shape == (2, 6, 30)
+    torch.testing.assert_close(out.logits, model.lm_head(base.last_hidden_state))
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[0, 2:3], torch.tensor([7])))
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+    assert bare.loss is None and bare.hidden_states is None and bare.attentions is None
+    assert len(as_tuple) == 2 and torch.equal(as_tuple[0], out.loss)
+    model.config.return_dict = False
+    with torch.no_grad():
+        by_config = model(IDS, attention_mask=MASK)
+    assert isinstance(by_config, tuple) and torch.equal(by_config[0], bare.logits)
+
+
+def test_heads_pass_the_head_mask_and_inputs_on_to_the_base_model() -> None:
+    model = toy(ToyForTokenClassification, num_labels=3)
+    mask = torch.tensor([0.0, 1.0])
+    with torch.no_grad():
+        masked = model(IDS, attention_mask=MASK, token_type_ids=SEGMENTS, head_mask=mask).logits
+        base = model.toy(IDS, attention_mask=MASK, token_type_ids=SEGMENTS, head_mask=mask).last_hidden_state
+        embeds = model(inputs_embeds=model.get_input_embeddings()(IDS), attention_mask=MASK, token_type_ids=SEGMENTS)
+        moved = model(IDS[:, :4], position_ids=torch.tensor([[3, 4, 5, 6]])).logits
+        plain = model(IDS[:, :4]).logits
+    torch.testing.assert_close(masked, model.classifier(base))
+    torch.testing.assert_close(embeds.logits, model(IDS, attention_mask=MASK, token_type_ids=SEGMENTS).logits)
+    assert not torch.allclose(moved, plain)
+
+
+def test_token_classification_head_and_its_loss() -> None:
+    model = toy(ToyForTokenClassification, num_labels=3, classifier_dropout=0.25, hidden_dropout_prob=0.125)
+    assert model.num_labels == 3 and model.classifier.out_features == 3 and model.dropout.p == 0.25
+    assert model.toy.pooler is None
+    assert toy(ToyForTokenClassification, hidden_dropout_prob=0.125).dropout.p == 0.125
+    labels = torch.tensor([[0, 1, 2, -100, -100, -100], [2, 2, 1, 0, -100, -100]])
+    with torch.no_grad():
+        out = model(IDS, attention_mask=MASK, labels=labels)
+    assert type(out).__name__ == "TokenClassifierOutput"
+    expected = torch.nn.functional.cross_entropy(out.logits.reshape(-1, 3), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+    assert model.get_input_embeddings() is model.toy.embeddings.word_embeddings
+    replacement = nn.Embedding(30, 8)
+    model.set_input_embeddings(replacement)
+    assert model.toy.embeddings.word_embeddings is replacement and model.get_input_embeddings() is replacement
+
+
+def test_sequence_classification_loss_follows_the_problem_type() -> None:
+    model = toy(ToyForSequenceClassification, num_labels=3)
+    with torch.no_grad():
+        out = model(IDS, attention_mask=MASK, labels=torch.tensor([2, 0]))
+        multi = model(IDS, attention_mask=MASK, labels=torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))
+    assert type(out).__name__ == "SequenceClassifierOutput" and out.logits.shape == (2, 3)
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([2, 0])))
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(
+        multi.logits, torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    )
+    torch.testing.assert_close(multi.loss, expected)
+
+
+def test_question_answering_splits_logits_and_scores_spans_only_with_both_positions() -> None:
+    model = toy(ToyForQuestionAnswering, num_labels=2)
+    assert model.num_labels == 2 and model.qa_outputs.out_features == 2 and model.toy.pooler is None
+    start, end = torch.tensor([1, 2]), torch.tensor([3, 9])
+    with torch.no_grad():
+        out = model(IDS, attention_mask=MASK, start_positions=start, end_positions=end, output_attentions=True)
+        only_start = model(IDS, attention_mask=MASK, start_positions=start)
+        as_tuple = model(IDS, attention_mask=MASK, return_dict=False)
+        logits = model.qa_outputs(model.toy(IDS, attention_mask=MASK).last_hidden_state)
+    torch.testing.assert_close(out.start_logits, logits[..., 0])
+    torch.testing.assert_close(out.end_logits, logits[..., 1])
+    expected = (
+        torch.nn.functional.cross_entropy(out.start_logits, start)
+        + torch.nn.functional.cross_entropy(out.end_logits, end.clamp(0, 6), ignore_index=6)
+    ) / 2
+    torch.testing.assert_close(out.loss, expected)
+    assert len(out.attentions) == 2 and out.hidden_states is None
+    assert only_start.loss is None and len(as_tuple) == 2
+    with pytest.raises(ConfigError, match=r"ToyForQuestionAnswering needs num_labels=2 .* has num_labels=3; drop"):
+        ToyForQuestionAnswering(ToyConfig(num_labels=3))
+
+
+# -- the layer loop --------------------------------------------------------------------------------------
+def test_layers_run_through_gradient_checkpointing_when_it_is_on() -> None:
+    model = toy()
+    calls: list[int] = []
+    model.encoder.layer[0].register_forward_pre_hook(lambda *_: calls.append(0))
+    model.gradient_checkpointing_enable()
+    model.train()
+    model(IDS, attention_mask=MASK).last_hidden_state.sum().backward()
+    assert len(calls) == 2  # the forward pass, then its recomputation during backward
+    model.eval()
+    calls.clear()
+    with torch.no_grad():
+        model(IDS)
+    assert len(calls) == 1
+
+
+def test_run_encoder_returns_every_hidden_state_and_takes_an_additive_mask() -> None:
+    model = toy()
+    embedded = model.embeddings(IDS, None, None, None)
+    additive = torch.zeros(2, 1, 6, 6)
+    additive[1, ..., 4:] = torch.finfo(torch.float32).min
+    with torch.no_grad():
+        last, states, attentions = run_encoder(model, model.encoder.layer, embedded, additive, True)
+        reference = model(IDS, attention_mask=MASK, output_hidden_states=True, output_attentions=True)
+        quiet_last, _, none = run_encoder(model, model.encoder.layer, embedded, MASK, False, [None, None])
+    assert len(states) == 3 and states[0] is embedded and states[-1] is last and len(attentions) == 2
+    torch.testing.assert_close(last, reference.last_hidden_state)
+    torch.testing.assert_close(attentions[1], reference.attentions[1])
+    torch.testing.assert_close(quiet_last, last) and none == []
+    with pytest.raises(ToyInputError, match="attention_mask has 5 columns but the input has 6 tokens"):
+        run_encoder(model, model.encoder.layer, embedded, torch.ones(2, 5), False, error=ToyInputError)
