@@ -1,0 +1,183 @@
+"""``microformers_sdk.layers``: the norms, MLP construction, activation lookup and linear products that the
+sixth mutation pass judged in full (docs/reliability.md, "Mutation testing"). Norms are checked against
+their formulas; products against ``F.linear`` and, for the native few-row product, against each row alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from microformers.errors import ConfigError
+from microformers_sdk import layers
+from microformers_sdk.layers import ACTIVATIONS, GatedMLP, RMSNorm, apply_linear, get_activation, row_linear
+from microformers_sdk.native import FEW_ROWS_MAX
+
+
+def rms_formula(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as Llama-family checkpoints were trained: float32 statistics, cast back, then the weight."""
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+# -- activations by name ------------------------------------------------------------------------------
+def test_an_unknown_activation_names_the_setting_and_the_choices() -> None:
+    choices = sorted(ACTIVATIONS)
+    with pytest.raises(ConfigError) as info:
+        get_activation("gelu_exact")
+    assert str(info.value) == f"hidden_act='gelu_exact' is not a supported activation; use one of {choices}"
+    with pytest.raises(ConfigError) as info:
+        get_activation("nope", setting="hidden_activation")
+    assert str(info.value).startswith("hidden_activation='nope' is not a supported activation; use one of [")
+    with pytest.raises(ConfigError, match=r"^hidden_act=\['silu'\] is not a supported activation"):
+        get_activation(["silu"])  # type: ignore[arg-type]  # unhashable: still a ConfigError
+    assert get_activation("gelu_new") is ACTIVATIONS["gelu_new"]
+
+
+# -- RMSNorm ----------------------------------------------------------------------------------------------
+def test_rms_norm_starts_at_ones_with_the_llama_epsilon() -> None:
+    norm = RMSNorm(6)
+    assert isinstance(norm.weight, nn.Parameter) and torch.equal(norm.weight, torch.ones(6))
+    assert norm.variance_epsilon == 1e-6
+    assert [name for name, _ in norm.named_parameters()] == ["weight"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rms_norm_normalises_each_last_axis_row_with_its_epsilon(dtype: torch.dtype) -> None:
+    norm = RMSNorm(8, eps=0.5)  # a large epsilon, so leaving it out or negating it shows
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(-1.5, 2.0, 8))
+    norm = norm.to(dtype)
+    # rows of very different size along every axis: statistics over the wrong axis differ
+    x = (torch.arange(2 * 3 * 8, dtype=torch.float32).view(2, 3, 8) % 7 - 3) * torch.tensor([[[0.1]], [[4.0]]])
+    x = x.to(dtype)
+    with torch.no_grad():
+        out = norm(x)
+    assert out.dtype == dtype and out.shape == (2, 3, 8)
+    want = rms_formula(x, norm.weight, 0.5)
+    if dtype == torch.float32:  # one fused kernel: the same formula up to rounding
+        torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
+    else:
+        assert torch.equal(out, want)
+
+
+def test_rms_norm_of_a_float32_input_with_a_half_precision_weight() -> None:
+    norm = RMSNorm(8, eps=1e-5).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 8))
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1)) * 3
+    with torch.no_grad():
+        out = norm(x)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, rms_formula(x, norm.weight, 1e-5))
+
+
+# -- GatedMLP ---------------------------------------------------------------------------------------------
+def test_gated_mlp_layers_have_the_checkpoint_shapes_and_biases() -> None:
+    plain = GatedMLP(4, 6)
+    assert plain.gate_proj.weight.shape == (6, 4) and plain.up_proj.weight.shape == (6, 4)
+    assert plain.down_proj.weight.shape == (4, 6)
+    assert plain.gate_proj.bias is None and plain.up_proj.bias is None and plain.down_proj.bias is None
+    assert plain.act_fn is F.silu
+    biased = GatedMLP(4, 6, act="gelu_new", bias=True)
+    assert biased.act_fn is ACTIVATIONS["gelu_new"]
+    assert biased.gate_proj.bias.shape == (6,) and biased.up_proj.bias.shape == (6,)
+    assert biased.down_proj.bias.shape == (4,)
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = biased(x)
+        gate, up = F.linear(x, biased.gate_proj.weight, biased.gate_proj.bias), biased.up_proj(x)
+        want = F.linear(ACTIVATIONS["gelu_new"](gate) * up, biased.down_proj.weight, biased.down_proj.bias)
+    torch.testing.assert_close(out, want)
+    with pytest.raises(ConfigError, match="^hidden_act='geluu' is not a supported activation"):
+        GatedMLP(4, 6, act="geluu")
+
+
+# -- apply_linear ---------------------------------------------------------------------------------------
+def test_apply_linear_keeps_the_bias_and_honours_pre_hooks() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(8, 6)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(apply_linear(linear, x), F.linear(x, linear.weight, linear.bias))
+        torch.testing.assert_close(apply_linear(linear, x[:1]), F.linear(x[:1], linear.weight, linear.bias))
+        linear.register_forward_pre_hook(lambda _m, args: (args[0] * 0,))  # an adapter zeroing the input
+        assert torch.equal(apply_linear(linear, x), linear.bias.expand(3, 6))
+
+
+# -- row_linear -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(96, 40), (7, 13)])
+def test_each_row_is_computed_the_same_alone_and_in_a_batch(shape: tuple[int, int], bias: bool) -> None:
+    """Batch-1 and batch-n decoding give bit-identical rows for one to FEW_ROWS_MAX float32 rows."""
+    torch.manual_seed(shape[0])
+    weight = torch.randn(*shape)
+    b = torch.randn(shape[0]) if bias else None
+    x = torch.randn(FEW_ROWS_MAX, shape[1])
+    with torch.no_grad():
+        alone = torch.cat([row_linear(x[i : i + 1], weight, b) for i in range(FEW_ROWS_MAX)])
+        for rows in range(1, FEW_ROWS_MAX + 1):
+            out = row_linear(x[:rows], weight, b)
+            assert torch.equal(out, alone[:rows]), rows
+            torch.testing.assert_close(out, F.linear(x[:rows], weight, b), rtol=1e-5, atol=1e-4)
+        batched = row_linear(x[:6].view(2, 3, shape[1]), weight, b)
+        assert torch.equal(batched, alone[:6].view(2, 3, shape[0]))
+        single = row_linear(x[0], weight, b)  # one row without a batch axis
+        assert single.shape == (shape[0],) and torch.equal(single, alone[0])
+
+
+def test_a_strided_bias_gives_the_plain_product() -> None:
+    torch.manual_seed(0)
+    weight, x = torch.randn(24, 16), torch.randn(3, 16)
+    bias = torch.randn(48)[::2]  # not contiguous
+    with torch.no_grad():
+        torch.testing.assert_close(row_linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(row_linear(x[:1], weight, bias), F.linear(x[:1], weight, bias))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(40,), (1, 40), (1, 1, 40)])
+def test_one_row_without_the_native_op_keeps_its_shape(
+    shape: tuple[int, ...], bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # as without a compiler: the row split
+    torch.manual_seed(0)
+    weight, x = torch.randn(96, 40), torch.randn(*shape)
+    b = torch.randn(96) if bias else None
+    with torch.no_grad():
+        out = row_linear(x, weight, b)
+    assert out.shape == (*shape[:-1], 96)
+    torch.testing.assert_close(out, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 40), (1, 3, 40)])
+def test_the_opt_in_few_rows_product_without_a_bias(shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layers, "SMALL_ROWS", 4)  # MICROFORMERS_SMALL_ROWS=4
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)
+    torch.manual_seed(0)
+    weight, x = torch.randn(96, 40), torch.randn(*shape)
+    with torch.no_grad():
+        out = row_linear(x, weight)
+    assert out.shape == (*shape[:-1], 96)
+    torch.testing.assert_close(out, F.linear(x, weight), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_inside_torch_compile_one_row_is_a_multiply_and_sum(bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While compiling (faked: the eager ops are the ones inductor traces) one row is summed over the weight,
+    and more rows are left to ``F.linear``, never the native op."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.manual_seed(0)
+    weight = torch.randn(96, 40)
+    b = torch.randn(96) if bias else None
+    with torch.no_grad():
+        for shape in ((40,), (1, 40), (1, 1, 40)):
+            x = torch.randn(*shape)
+            out = row_linear(x, weight, b)
+            want = (x.unsqueeze(-2) * weight).sum(-1)
+            assert out.shape == (*shape[:-1], 96)
+            assert torch.equal(out, want if b is None else want + b)
+        rows = torch.randn(3, 40)
+        assert torch.equal(row_linear(rows, weight, b), F.linear(rows, weight, b))
