@@ -6,7 +6,9 @@ See docs/reliability.md, "Mutation testing": each test here fails with at least 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,7 +86,7 @@ class _Manager:
         self.calls: list[tuple[Any, ...]] = []
 
     def add_adapter(self, config: object, name: str | None) -> None:
-        self.calls.append(("add", name))
+        self.calls.append(("add", config, name))
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method.startswith("_"):
@@ -134,3 +136,45 @@ def test_load_adapter_with_a_peft_config_needs_no_folder_and_without_either_is_r
     config, state = {"peft_type": "LORA"}, {"w": torch.zeros(1)}
     result = toy_model.load_adapter(adapter_name="a", peft_config=config, adapter_state_dict=state)
     assert result == ("load_adapter", (None, "a"), {"peft_config": config, "adapter_state_dict": state})
+
+
+class _PeftType(enum.Enum):
+    LORA = "LORA"
+    IA3 = "IA3"
+
+
+class _PeftConfig:
+    """A peft-style config object (not a mapping): its ``peft_type`` is an enum whose value names the type."""
+
+    def __init__(self, peft_type: _PeftType) -> None:
+        self.peft_type = peft_type
+
+
+def test_an_adapter_config_object_picks_the_manager_by_its_peft_type_value_and_is_handed_on(
+    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
+) -> None:
+    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
+    config = _PeftConfig(_PeftType.LORA)
+    toy_model.add_adapter(config, "a")
+    assert toy_model._adapter_manager.calls == [("add", config, "a")]
+    assert toy_model._adapter_manager.model is toy_model
+
+
+def test_an_adapter_type_no_plugin_provides_is_named_in_the_error(
+    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
+) -> None:
+    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
+    with pytest.raises(Exception, match=r"^No installed plugin provides adapter type \(peft_type\) 'IA3'\. "):
+        toy_model.add_adapter(_PeftConfig(_PeftType.IA3), "a")
+    assert "_adapter_manager" not in toy_model.__dict__
+    with pytest.raises(Exception, match=r"^No installed plugin provides adapter type \(peft_type\) 'None'\. "):
+        toy_model.add_adapter(object(), "a")  # no peft_type at all
+
+
+def test_a_malformed_adapter_config_is_named_as_such(
+    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry], tmp_path: Path
+) -> None:
+    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
+    (tmp_path / "adapter_config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"adapter_config\.json \(adapter configuration\) is not valid JSON"):
+        toy_model.load_adapter(tmp_path, "a")
