@@ -301,3 +301,78 @@ def test_each_unresolvable_registration_is_listed_on_its_own_line(monkeypatch: p
     monkeypatch.setattr(plugin_checks, "discovered", lambda name: SimpleNamespace(registrations=registrations))
     with pytest.raises(AssertionError, match=r"^cannot import 'a:A'\ncannot import 'b:B'$"):
         plugin_checks.check_registrations_resolve("any")
+
+
+# -- checks -------------------------------------------------------------------------------------
+class _Shifted(nn.Module):
+    """Mixes each row with the next one: a token shift done along the batch dimension instead of the sequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(11, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Any = None) -> dict[str, torch.Tensor]:
+        hidden = self.embed(input_ids)
+        following = torch.cat([hidden[1:], torch.zeros_like(hidden[:1])], dim=0)
+        return {"logits": hidden + following}
+
+
+def test_batch_check_catches_a_row_that_sees_the_next_row() -> None:
+    torch.manual_seed(0)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    with pytest.raises(AssertionError, match=r"^batch row 0 vs alone: 'logits' differs by"):
+        checks.check_batch_consistency(_Shifted(), {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+
+
+class _MaskPositions(nn.Module):
+    """Needs its attention mask: positions counted from it (as left padding requires), outputs mean-pooled over it."""
+
+    def __init__(self, vocab_size: int = 11, leak: float = 0.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(vocab_size, 4)
+        self.positions = nn.Embedding(8, 4)
+        self.leak = leak
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} for input_ids {tuple(input_ids.shape)}")
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        hidden = self.embed(input_ids) + self.positions(positions)
+        kept = attention_mask[..., None].to(hidden.dtype)
+        pooled = (hidden * kept).sum(1) / kept.sum(1)
+        padding = (hidden * (1 - kept)).sum(1, keepdim=True)  # a correct model ignores it: leak = 0
+        return {"logits": hidden + self.leak * padding, "pooled": pooled}
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padding_check_passes_a_model_that_needs_its_integer_mask(side: str) -> None:
+    config = SimpleNamespace(vocab_size=11)
+    checks.check_padding_invariance(_MaskPositions(), config, padding_side=side, pad_token_id=0)
+
+
+def test_padding_check_catches_a_small_leak_of_the_padding() -> None:
+    config = SimpleNamespace(vocab_size=11)
+    with pytest.raises(AssertionError, match=r"^left-padded row 1 vs unpadded: 'logits' differs by 0\.0"):
+        checks.check_padding_invariance(_MaskPositions(leak=0.01), config, padding_side="left", pad_token_id=0)
+
+
+class _PoolsBeforeFirstPad(nn.Module):
+    """Pools the token before the first pad id (GPT-2's sequence classifier once did; -1 wraps to the last token)."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(3, 5)
+        self.pad_token_id = pad_token_id
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Any = None) -> dict[str, torch.Tensor]:
+        last = (input_ids == self.pad_token_id).int().argmax(-1) - 1
+        return {"logits": self.embed(input_ids)[torch.arange(len(input_ids)), last]}
+
+
+def test_padding_check_keeps_the_pad_id_out_of_the_real_tokens() -> None:
+    """Real text never holds the pad id: a model that finds its real tokens by id must still pass."""
+    for pad in (0, 2):
+        config = SimpleNamespace(vocab_size=3)
+        checks.check_padding_invariance(_PoolsBeforeFirstPad(pad), config, padding_side="left", pad_token_id=pad)
