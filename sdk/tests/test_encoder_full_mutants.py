@@ -466,3 +466,38 @@ def test_run_encoder_returns_every_hidden_state_and_takes_an_additive_mask() -> 
     torch.testing.assert_close(quiet_last, last) and none == []
     with pytest.raises(ToyInputError, match="attention_mask has 5 columns but the input has 6 tokens"):
         run_encoder(model, model.encoder.layer, embedded, torch.ones(2, 5), False, error=ToyInputError)
+
+
+def test_pruned_projections_are_proper_linears_with_their_bias_and_grad_settings() -> None:
+    torch.manual_seed(0)
+    attention = EncoderSelfAttention(8, 2, 0.0)
+    attention.value.bias.requires_grad_(False)
+    dense = nn.Linear(8, 6, bias=False)
+    biased = nn.Linear(8, 6)
+    pruned_dense = attention.prune({1}, dense)
+    assert pruned_dense is not None and pruned_dense.bias is None
+    assert (pruned_dense.in_features, pruned_dense.out_features) == (4, 6)
+    torch.testing.assert_close(pruned_dense.weight, dense.weight[:, :4])
+    value = attention.value
+    assert (value.in_features, value.out_features) == (8, 4) and value.bias.requires_grad is False
+    assert attention.query.bias.requires_grad is True
+    second = EncoderSelfAttention(8, 2, 0.0)
+    kept_bias = second.prune({0}, biased)
+    assert kept_bias is not None and (kept_bias.in_features, kept_bias.out_features) == (4, 6)
+    torch.testing.assert_close(kept_bias.bias, biased.bias)  # the output bias is not per head: kept whole
+    torch.testing.assert_close(kept_bias.weight, biased.weight[:, 4:])
+    assert attention.prune({5}, biased) is biased  # nothing to remove: the projection is returned as it is
+
+
+def test_attention_dropout_applies_in_training_only() -> None:
+    model = toy(attention_probs_dropout_prob=0.5)
+    assert model.encoder.layer[0].attention.self.attention_dropout == 0.5
+    with torch.no_grad():
+        evaluated = model(IDS).last_hidden_state
+        torch.manual_seed(3)
+        trained = model.train()(IDS).last_hidden_state
+    assert not torch.allclose(evaluated, trained)
+    still = toy(attention_probs_dropout_prob=None).train()
+    assert still.encoder.layer[0].attention.self.attention_dropout == 0.0
+    with torch.no_grad():
+        torch.testing.assert_close(still(IDS).last_hidden_state, still.eval()(IDS).last_hidden_state)
