@@ -178,3 +178,52 @@ def test_a_malformed_adapter_config_is_named_as_such(
     (tmp_path / "adapter_config.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"adapter_config\.json \(adapter configuration\) is not valid JSON"):
         toy_model.load_adapter(tmp_path, "a")
+
+
+# -- from_config, gradient_checkpointing_enable ------------------------------------------------------------
+
+
+def test_from_config_takes_dtype_or_torch_dtype_and_attn_implementation(toy_model: torch.nn.Module) -> None:
+    cls, config = type(toy_model), toy_model.config
+    assert {p.dtype for p in cls.from_config(config).parameters()} == {torch.float32}
+    assert type(cls.from_config(config, attn_implementation=None)) is cls  # None: the default, as in the reference
+    assert {p.dtype for p in cls.from_config(config, dtype="bfloat16").parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in cls.from_config(config, torch_dtype=torch.float16).parameters()} == {torch.float16}
+    model = cls.from_config(config, attn_implementation="eager")
+    assert model.config._attn_implementation == "eager"
+    with pytest.raises(Exception, match=r"attention implementation \(attn_implementation\) 'nope'"):
+        cls.from_config(config, attn_implementation="nope")
+
+
+def test_from_config_refuses_other_arguments_naming_them(toy_model: torch.nn.Module) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^from_config\(\) does not take hidden_size, num_layers; set such values on the config$"
+    ):
+        type(toy_model).from_config(toy_model.config, num_layers=2, hidden_size=8)
+
+
+def test_gradient_checkpointing_enable_refuses_a_model_without_support(toy_model: torch.nn.Module) -> None:
+    with pytest.raises(ConfigError, match=r"^ToyForCausalLM does not support gradient checkpointing$"):
+        toy_model.gradient_checkpointing_enable()
+
+
+def test_gradient_checkpointing_hands_its_options_to_torch_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.utils.checkpoint
+
+    seen: list[dict[str, Any]] = []
+    real = torch.utils.checkpoint.checkpoint
+
+    def recording(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", recording)
+    model = _Outer(PretrainedConfig()).train()
+    hidden = torch.randn(2, 3, requires_grad=True)
+    model.gradient_checkpointing_enable()
+    out = model.inner._call_layer(model.inner.linear, hidden)
+    torch.testing.assert_close(out, model.inner.linear(hidden))
+    model.gradient_checkpointing_enable({"use_reentrant": True, "preserve_rng_state": False})
+    model.inner._call_layer(model.inner.linear, hidden).sum().backward()
+    assert seen == [{"use_reentrant": False}, {"use_reentrant": True, "preserve_rng_state": False}]
+    assert model.inner.linear.weight.grad is not None
