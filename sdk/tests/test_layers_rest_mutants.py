@@ -63,14 +63,16 @@ def test_rms_norm_normalises_each_last_axis_row_with_its_epsilon(dtype: torch.dt
         assert torch.equal(out, want)
 
 
-def test_rms_norm_of_a_float32_input_with_a_half_precision_weight() -> None:
-    norm = RMSNorm(8, eps=1e-5).to(torch.bfloat16)
+@pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float64])
+def test_rms_norm_of_a_float32_input_with_another_weight_dtype(weight_dtype: torch.dtype) -> None:
+    """The product takes the usual type promotion, as the reference's ``LlamaRMSNorm`` (float64 stays float64)."""
+    norm = RMSNorm(8, eps=1e-5).to(weight_dtype)
     with torch.no_grad():
         norm.weight.copy_(torch.linspace(0.5, 1.5, 8))
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1)) * 3
     with torch.no_grad():
         out = norm(x)
-    assert out.dtype == torch.float32
+    assert out.dtype == torch.promote_types(weight_dtype, torch.float32)
     assert torch.equal(out, rms_formula(x, norm.weight, 1e-5))
 
 
@@ -105,6 +107,19 @@ def test_apply_linear_keeps_the_bias_and_honours_pre_hooks() -> None:
         torch.testing.assert_close(apply_linear(linear, x[:1]), F.linear(x[:1], linear.weight, linear.bias))
         linear.register_forward_pre_hook(lambda _m, args: (args[0] * 0,))  # an adapter zeroing the input
         assert torch.equal(apply_linear(linear, x), linear.bias.expand(3, 6))
+
+
+def test_a_gated_mlp_gives_each_row_the_same_alone_and_in_a_batch() -> None:
+    """Its plain ``nn.Linear`` layers go through ``row_linear``: decoding one sequence or a batch of them gives
+    bit-identical rows."""
+    torch.manual_seed(0)
+    mlp = GatedMLP(40, 96)
+    x = torch.randn(5, 40)
+    with torch.no_grad():
+        alone = torch.cat([mlp(x[i : i + 1]) for i in range(5)])
+        assert torch.equal(mlp(x), alone)
+        gate = torch.cat([apply_linear(mlp.gate_proj, x[i : i + 1]) for i in range(4)])
+        assert torch.equal(apply_linear(mlp.gate_proj, x[:4].view(2, 2, 40)), gate.view(2, 2, 96))
 
 
 # -- row_linear -------------------------------------------------------------------------------------------
