@@ -1,0 +1,87 @@
+"""``microformers.remote``: behaviour that the sixth mutation pass (the functions the fifth pass did not judge:
+``_relative_imports``, ``_module_file``, ``collect_code_files``, ``check_requirements``, ``_ReviewedCode.find_spec``
+and ``import_isolated``) found unasserted (docs/reliability.md, "Mutation testing").
+
+Folders with their own code (``auto_map``) are built in ``tmp_path``; each test uses folders of its own, so the
+private packages a load creates never collide between tests.
+"""
+
+from __future__ import annotations
+
+import json
+import locale
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from microformers import AutoConfig, RemoteCodeError
+from microformers.remote import check_requirements
+
+CONFIG_SOURCE = (
+    "from microformers import PretrainedConfig\n\n\n"
+    "class RemoteConfig(PretrainedConfig):\n"
+    "    model_type = 'remote_rest'\n\n"
+    "    def __init__(self, width: int = 4, **kwargs):\n"
+    "        self.width = width\n"
+    "        super().__init__(**kwargs)\n"
+)
+
+
+def write_folder(folder: Path, files: dict[str, str], auto_map: dict[str, object] | None = None) -> Path:
+    """A model folder holding ``files`` (relative names) and a ``config.json`` with ``auto_map``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+    config = {"model_type": "remote_rest", "auto_map": auto_map or {"AutoConfig": "conf.RemoteConfig"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def private_modules() -> set[str]:
+    """The modules of every private package a load created."""
+    return {name for name in sys.modules if name.startswith("microformers_remote_code.")}
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """A process whose locale says ASCII (``LC_CTYPE=C`` without Python's UTF-8 coercion)."""
+    previous = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, previous)
+
+
+# -- requirements.txt ----------------------------------------------------------------------------------
+def test_requirements_are_read_as_utf8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# für die Übersetzung\npackaging\n", encoding="utf-8")
+    check_requirements(requirements)  # no UnicodeDecodeError
+    requirements.write_text("# café\nsurely-not-installed-pkg-rest\n", encoding="utf-8")
+    with pytest.raises(RemoteCodeError, match=r"surely-not-installed-pkg-rest \(not installed\)"):
+        check_requirements(requirements)
+
+
+# -- the private package ---------------------------------------------------------------------------------
+def test_a_compile_time_error_names_the_file_and_leaves_no_module(tmp_path: Path) -> None:
+    # ast.parse accepts a top-level return; compiling it (while importing) fails
+    source = "from .helper import H\n" + CONFIG_SOURCE + "return 1\n"
+    folder = write_folder(tmp_path / "m", {"conf.py": source, "helper.py": "H = 1\n"})
+    before = private_modules()
+    with pytest.raises(RemoteCodeError) as info:
+        AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert str(info.value) == f"{folder / 'conf.py'} has a syntax error at line 11: 'return' outside function"
+    assert private_modules() - before == set()  # neither the package nor the helper that was imported first
+
+
+def test_the_private_package_is_an_empty_package(tmp_path: Path) -> None:
+    """No finder can list or import a file of the folder through the package (``__path__`` is empty)."""
+    folder = write_folder(tmp_path / "m", {"conf.py": CONFIG_SOURCE})
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    package_name = type(config).__module__.rpartition(".")[0]
+    package = sys.modules[package_name]
+    assert package.__path__ == [] and package.__package__ == package_name
