@@ -7,6 +7,8 @@ See docs/reliability.md, "Mutation testing": each test here fails with at least 
 from __future__ import annotations
 
 import enum
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from microformers import ConfigError, PretrainedConfig
+from microformers import CheckpointError, ConfigError, PretrainedConfig
 from microformers import modeling as modeling_module
 from microformers.plugins import Registry
 
@@ -227,3 +229,122 @@ def test_gradient_checkpointing_hands_its_options_to_torch_checkpoint(monkeypatc
     model.inner._call_layer(model.inner.linear, hidden).sum().backward()
     assert seen == [{"use_reentrant": False}, {"use_reentrant": True, "preserve_rng_state": False}]
     assert model.inner.linear.weight.grad is not None
+
+
+# -- loading: which missing tensors are errors --------------------------------------------------------------
+
+
+class _Flat(modeling_module.PreTrainedModel):
+    """No base-model prefix; a top-level parameter, a submodule and a persistent buffer."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.scale = torch.nn.Parameter(torch.ones(3))
+        self.inner = torch.nn.Linear(3, 3)
+        self.register_buffer("table", torch.arange(3.0))
+        self.post_init()
+
+
+def test_a_missing_top_level_parameter_or_persistent_buffer_is_an_error_unless_not_strict(tmp_path: Path) -> None:
+    model = _Flat(PretrainedConfig())
+    model.save_pretrained(tmp_path, state_dict={k: v for k, v in model.state_dict().items() if k.startswith("inner.")})
+    with pytest.raises(CheckpointError, match=r"is missing 2 tensor\(s\) the model needs: scale, table\. "):
+        _Flat.from_pretrained(tmp_path, config=PretrainedConfig())
+    loaded, info = _Flat.from_pretrained(tmp_path, config=PretrainedConfig(), strict=False, output_loading_info=True)
+    assert info["missing_keys"] == ["scale", "table"]
+    torch.testing.assert_close(loaded.inner.weight, model.inner.weight)
+
+
+def test_a_base_model_missing_its_own_tensors_is_an_error_but_a_head_model_missing_its_head_is_not(
+    toy_model: torch.nn.Module, tmp_path: Path
+) -> None:
+    from microformers_test_toy.modeling_toy import ToyConfig, ToyForCausalLM, ToyModel
+
+    config = ToyConfig(vocab_size=40, hidden_size=24, num_layers=2, tie_word_embeddings=False)
+    base = ToyModel(config)
+    state = base.state_dict()
+    base.save_pretrained(tmp_path / "base")
+    base.save_pretrained(tmp_path / "holed", state_dict={k: v for k, v in state.items() if k != "blocks.1.proj.weight"})
+    with pytest.raises(CheckpointError, match=r"is missing 1 tensor\(s\) the model needs: blocks\.1\.proj\.weight\. "):
+        ToyModel.from_pretrained(tmp_path / "holed")
+    head, info = ToyForCausalLM.from_pretrained(tmp_path / "base", output_loading_info=True)  # untied head: new
+    assert info["missing_keys"] == ["lm_head.weight"]
+    torch.testing.assert_close(head.model.embed.weight, base.embed.weight)
+    assert not head.lm_head.weight.is_meta
+
+
+def test_get_input_embeddings_of_a_model_without_them_says_so() -> None:
+    with pytest.raises(NotImplementedError, match=r"^_Flat does not define get_input_embeddings\(\)$"):
+        _Flat(PretrainedConfig()).get_input_embeddings()
+
+
+# -- a format that carries the configuration in its weights file (as GGUF does) ----------------------------
+
+
+class _OneFile:
+    """A stand-in checkpoint format: one JSON file holding the config and the tensors."""
+
+    expected = "a .onefile file"
+
+    def find(self, folder: Path, **_: Any) -> list[Path]:
+        return sorted(Path(folder).glob("*.onefile"))
+
+    def load_config(self, files: list[Path]) -> dict[str, Any]:
+        return json.loads(files[0].read_text())["config"]
+
+    def load(self, files: list[Path], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        tensors = json.loads(files[0].read_text())["tensors"]
+        return {name: torch.tensor(value, dtype=dtype) for name, value in tensors.items()}
+
+
+@pytest.fixture
+def onefile_folder(toy_model: torch.nn.Module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from microformers.plugins import registry
+
+    registry.discover()
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))  # the registration below is undone
+    registry.add("checkpoint_formats", "onefile", _OneFile(), priority=1000)
+    config = {"model_type": "toy", "vocab_size": 40, "hidden_size": 24, "num_layers": 3}
+    tensors = {k: v.tolist() for k, v in toy_model.state_dict().items() if k != "lm_head.weight"}
+    (tmp_path / "model.onefile").write_text(json.dumps({"config": config, "tensors": tensors}))
+    return tmp_path
+
+
+def test_a_format_that_carries_the_config_is_read_with_the_overrides(
+    toy_model: torch.nn.Module, onefile_folder: Path
+) -> None:
+    assert not (onefile_folder / "config.json").exists()
+    model = type(toy_model).from_pretrained(onefile_folder, flavour="spicy")
+    assert (model.config.hidden_size, model.config.num_layers, model.config.flavour) == (24, 3, "spicy")
+    torch.testing.assert_close(model.model.embed.weight, toy_model.model.embed.weight)
+
+
+def test_a_bad_config_in_the_weights_file_names_that_file(toy_model: torch.nn.Module, onefile_folder: Path) -> None:
+    path = onefile_folder / "model.onefile"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "config": {**data["config"], "id2label": [1]}}))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))} holds a value ToyConfig cannot use"):
+        type(toy_model).from_pretrained(onefile_folder)
+    path.write_text(json.dumps({**data, "config": {**data["config"], "num_layers": -2}}))
+    with pytest.raises(ConfigError, match=rf"^num_layers=-2 in {re.escape(str(path))} must be a non-negative integer"):
+        type(toy_model).from_pretrained(onefile_folder)
+
+
+def test_a_model_class_without_config_class_needs_a_config(tmp_path: Path) -> None:
+    class _NoConfigClass(_Flat):
+        config_class = None
+
+    _Flat(PretrainedConfig()).save_pretrained(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"^_NoConfigClass has no config_class; pass config=\.\.\. to from_pretrained$"
+    ):
+        _NoConfigClass.from_pretrained(tmp_path)
+
+
+def test_config_settings_passed_to_from_pretrained_reach_the_config(
+    toy_model: torch.nn.Module, saved_toy: Path
+) -> None:
+    model = type(toy_model).from_pretrained(saved_toy, flavour="spicy", output_hidden_states=True)
+    assert model.config.flavour == "spicy" and model.config.output_hidden_states is True
