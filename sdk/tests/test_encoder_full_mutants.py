@@ -8,10 +8,12 @@ its errors, head pruning, head masks and heads are checked through the public ``
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from microformers import PretrainedConfig, PreTrainedModel
@@ -30,6 +32,7 @@ from microformers_sdk.encoder import (
     mirror_output_bias,
     run_encoder,
 )
+from microformers_sdk.weights import KeyRenamer
 
 SETTINGS: dict[str, Any] = {
     "vocab_size": 30,
@@ -79,11 +82,25 @@ class ToyModel(EncoderModelMixin, ToyPreTrained):
 ToyPreTrained.base_model_class = ToyModel
 
 
+class ToyLMHead(nn.Module):
+    """BERT's layout: ``decoder`` (weight and bias) plus the same bias again as ``bias``."""
+
+    def __init__(self, config: ToyConfig) -> None:
+        super().__init__()
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(hidden_states)
+
+
 class ToyForMaskedLM(EncoderForMaskedLM, ToyPreTrained):
+    legacy_names = KeyRenamer([(r"LayerNorm\.gamma$", "LayerNorm.weight"), (r"LayerNorm\.beta$", "LayerNorm.bias")])
+
     def __init__(self, config: ToyConfig) -> None:
         super().__init__(config)
         self.toy = ToyModel(config, add_pooling_layer=False)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.lm_head = ToyLMHead(config)
         self.post_init()
 
     def _mlm_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -93,7 +110,7 @@ class ToyForMaskedLM(EncoderForMaskedLM, ToyPreTrained):
 class ToyForSequenceClassification(EncoderForSequenceClassification, ToyPreTrained):
     def __init__(self, config: ToyConfig) -> None:
         super().__init__(config)
-        self.toy = ToyModel(config)
+        self.toy = self._backbone()  # with the pooler
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -358,7 +375,7 @@ def test_labelled_heads_give_logits_losses_extras_and_tuples() -> None:
         as_tuple = model(IDS, attention_mask=MASK, labels=labels, return_dict=False)
         base = model.toy(IDS, attention_mask=MASK)
     assert type(out).__name__ == "MaskedLMOutput" and out.logits.shape == (2, 6, 30)
-    torch.testing.assert_close(out.logits, model.lm_head(base.last_hidden_state))
+    torch.testing.assert_close(out.logits, model.lm_head.decoder(base.last_hidden_state))
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[0, 2:3], torch.tensor([7])))
     assert len(out.hidden_states) == 3 and len(out.attentions) == 2
     assert bare.loss is None and bare.hidden_states is None and bare.attentions is None
@@ -501,3 +518,32 @@ def test_attention_dropout_applies_in_training_only() -> None:
     assert still.encoder.layer[0].attention.self.attention_dropout == 0.0
     with torch.no_grad():
         torch.testing.assert_close(still(IDS).last_hidden_state, still.eval()(IDS).last_hidden_state)
+
+
+# -- loading: old parameter names and the output bias under either name --------------------------------
+def test_checkpoints_with_legacy_names_and_one_output_bias_load_every_weight(tmp_path: Path) -> None:
+    model = toy(ToyForMaskedLM)
+    with torch.no_grad():
+        model.lm_head.decoder.bias.copy_(torch.linspace(-1, 1, 30))
+        model.lm_head.bias.copy_(torch.linspace(-1, 1, 30))
+        model.toy.embeddings.LayerNorm.bias.fill_(0.25)
+    model.save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    old = {re.sub(r"LayerNorm\.weight$", "LayerNorm.gamma", re.sub(r"LayerNorm\.bias$", "LayerNorm.beta", k)): v
+           for k, v in tensors.items() if k != "lm_head.decoder.bias"}  # fmt: skip
+    assert "toy.embeddings.LayerNorm.gamma" in old and "lm_head.bias" in old
+    save_file(old, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    loaded = ToyForMaskedLM.from_pretrained(tmp_path).eval()
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, msg=name)
+    decoder_only = {k: v for k, v in tensors.items() if k != "lm_head.bias"}
+    save_file(decoder_only, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    torch.testing.assert_close(ToyForMaskedLM.from_pretrained(tmp_path).lm_head.bias, model.lm_head.bias)
+
+
+def test_a_base_model_round_trips_through_its_files(tmp_path: Path) -> None:
+    model = toy()
+    model.save_pretrained(tmp_path)
+    loaded = ToyModel.from_pretrained(tmp_path).eval()
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, msg=name)
