@@ -101,6 +101,10 @@ def test_to_casts_floats_moves_devices_and_refuses_bad_arguments() -> None:
     assert batch["values"].dtype == torch.float64
     batch.to(device="cpu", non_blocking=True)
     assert batch["values"].device.type == "cpu" and batch["values"].dtype == torch.float64
+    batch.to("meta")  # a device every machine has, other than the tensors' own
+    assert batch["values"].device.type == "meta" and batch["ids"].device.type == "meta"
+    moved = BatchFeature({"values": torch.ones(1)}).to(device=torch.device("meta"), dtype=torch.float16)
+    assert moved["values"].device.type == "meta" and moved["values"].dtype == torch.float16
     with pytest.raises(InputError) as info:
         batch.to(devise="cpu", copy=True)
     assert str(info.value) == "BatchFeature.to() got unexpected arguments ['copy', 'devise']; pass a device or dtype"
@@ -185,6 +189,11 @@ def test_from_dict_overrides_and_names_every_known_setting() -> None:
         "SequenceFeatureExtractor.from_pretrained() got unexpected arguments ['alpha', 'zeta']; "
         "settings of this feature extractor: feature_size, padding_value, sampling_rate, vendor"
     )
+    with pytest.raises(ConfigError) as info:  # a stray "kwargs" key of a file is not offered as a setting
+        SequenceFeatureExtractor.from_dict({"kwargs": {}, "vendor": 1}, zeta=1)
+    assert str(info.value).endswith(
+        "settings of this feature extractor: feature_size, padding_value, sampling_rate, vendor"
+    )
 
 
 def test_get_feature_extractor_dict_reads_either_file(tmp_path: Path) -> None:
@@ -199,6 +208,19 @@ def test_get_feature_extractor_dict_reads_either_file(tmp_path: Path) -> None:
     (tmp_path / "list" / "preprocessor_config.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"preprocessor_config\.json \(feature extractor configuration\)"):
         FeatureExtractionMixin.get_feature_extractor_dict(tmp_path / "list")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "processor_config.json").write_text("{oops")
+    with pytest.raises(ConfigError) as info:
+        FeatureExtractionMixin.get_feature_extractor_dict(tmp_path / "bad")
+    assert str(info.value).startswith(
+        f"{tmp_path / 'bad' / 'processor_config.json'} (processor configuration) is not valid JSON"
+    )
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileMissingError) as missing:
+        FeatureExtractionMixin.get_feature_extractor_dict(tmp_path / "empty")
+    assert str(missing.value).startswith(f"{tmp_path / 'empty'} has no preprocessor_config.json (nor a ")
+    assert FeatureExtractionMixin.get_feature_extractor_dict(tmp_path, subfolder="proc") == {"sampling_rate": 1}
+    assert FeatureExtractionMixin.get_feature_extractor_dict(tmp_path, subfolder="pre") == {"sampling_rate": 8000}
     (tmp_path / "flat").mkdir()
     (tmp_path / "flat" / "processor_config.json").write_text('{"feature_extractor": "name"}')
     with pytest.raises(FileMissingError) as missing:
@@ -215,6 +237,8 @@ def test_from_pretrained_accepts_hub_and_remote_code_arguments(tmp_path: Path) -
         tmp_path, trust_remote_code=True, local_files_only=True, sampling_rate=8000
     )
     assert isinstance(fe, SequenceFeatureExtractor) and fe.sampling_rate == 8000 and fe.vendor == 1
+    _extractor(vendor=2).save_pretrained(tmp_path / "sub")
+    assert SequenceFeatureExtractor.from_pretrained(tmp_path, subfolder="sub").vendor == 2
 
 
 # -- SequenceFeatureExtractor ------------------------------------------------------------------------
@@ -230,6 +254,10 @@ def test_sequence_extractor_defaults_and_settings() -> None:
     }
     assert _extractor(return_attention_mask=False, extra=1).to_dict()["return_attention_mask"] is False
     assert _extractor(padding_side="right").padding_side == "right"
+    assert _extractor(padding_side="left").padding_side == "left"
+    with pytest.raises(ConfigError) as info:
+        _extractor(padding_side="middle")
+    assert str(info.value) == "padding_side='middle': use 'left' or 'right'"
 
 
 def test_pad_longest_right_left_mask_and_dtypes() -> None:
@@ -243,6 +271,8 @@ def test_pad_longest_right_left_mask_and_dtypes() -> None:
     )
     assert _rows(left) == [[1.0, 2.0], [-1.0, 3.0]]
     assert [row.tolist() for row in left["attention_mask"]] == [[1, 1], [0, 1]]
+    single = _extractor().pad([{"input_values": [1.0, 2.0]}])
+    assert _rows(single) == [[1.0, 2.0]] and set(single) == {"input_values", "attention_mask"}
     ints = _extractor().pad({"input_values": [np.array([1, 2], dtype=np.int64), np.array([3], dtype=np.int64)]})
     assert ints["input_values"][0].dtype == np.int64
 
