@@ -7,6 +7,7 @@ one precise way and expect the check to fail, naming what broke."""
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import types
 from pathlib import Path
 from types import SimpleNamespace
@@ -376,3 +377,78 @@ def test_padding_check_keeps_the_pad_id_out_of_the_real_tokens() -> None:
     for pad in (0, 2):
         config = SimpleNamespace(vocab_size=3)
         checks.check_padding_invariance(_PoolsBeforeFirstPad(pad), config, padding_side="left", pad_token_id=pad)
+
+
+class _Heads(nn.Module):
+    """A body, ``heads`` extra linear layers and maybe a frozen layer; ``heads_in_loss``: "trained", "absent"
+    (not in the loss), "zero" (in it times zero) or "nan" (with non-finite gradients)."""
+
+    def __init__(self, heads: int = 0, frozen: bool = False, heads_in_loss: str = "trained") -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.frozen = nn.Linear(3, 3).requires_grad_(False) if frozen else None  # first in named_parameters()
+        self.body = nn.Linear(3, 3)
+        self.extra = nn.ModuleList(nn.Linear(3, 3) for _ in range(heads))
+        self.heads_in_loss = heads_in_loss
+
+    def forward(self, input_ids: torch.Tensor, labels: Any = None) -> dict[str, Any]:
+        features = input_ids.float()[..., None].expand(-1, -1, 3)
+        hidden = self.body(features) if self.frozen is None else self.body(features) + self.frozen(features)
+        aux = sum((head(hidden) for head in self.extra), torch.zeros(()))
+        out: dict[str, Any] = {"loss": None, "logits": hidden, "aux": hidden + aux}
+        if labels is not None:
+            out["loss"] = hidden.pow(2).mean()
+            if self.heads_in_loss == "trained":
+                out["loss"] = out["loss"] + aux.pow(2).mean()
+            elif self.heads_in_loss == "zero":
+                out["loss"] = out["loss"] + 0.0 * aux.sum()
+            elif self.heads_in_loss == "nan":
+                out["loss"] = out["loss"] + sum(torch.sqrt(param * 0.0).sum() for param in self.extra.parameters())
+        return out
+
+
+_IDS = {"input_ids": torch.tensor([[1, 2], [3, 4]])}
+_LABELS = {"labels": torch.tensor([[1, 2], [3, 4]])}
+
+
+def test_gradient_check_follows_the_loss_not_the_outputs() -> None:
+    """An auxiliary head that the loss never trains is caught even though it shows in the outputs."""
+    checks.check_gradients_flow(_Heads(heads=1), _IDS, _LABELS)
+    with pytest.raises(AssertionError, match=r"^no gradient reached \['extra.0.weight', 'extra.0.bias'\]$"):
+        checks.check_gradients_flow(_Heads(heads=1, heads_in_loss="absent"), _IDS, _LABELS)
+
+
+def test_gradient_check_without_labels_backpropagates_the_outputs() -> None:
+    checks.check_gradients_flow(_Heads(heads=1, heads_in_loss="absent"), _IDS, {})
+
+
+def test_gradient_check_skips_frozen_parameters_and_checks_the_rest() -> None:
+    checks.check_gradients_flow(_Heads(heads=1, frozen=True), _IDS, _LABELS)
+    with pytest.raises(AssertionError, match=r"^no gradient reached \['extra.0.weight', 'extra.0.bias'\]$"):
+        checks.check_gradients_flow(_Heads(heads=1, frozen=True, heads_in_loss="absent"), _IDS, _LABELS)
+    exempt = (r"^body\.",)
+    checks.check_gradients_flow(_Heads(heads=1), _IDS, _LABELS, exempt=exempt)
+    with pytest.raises(AssertionError, match=r"^no gradient reached \['extra.0.weight', 'extra.0.bias'\]$"):
+        checks.check_gradients_flow(_Heads(heads=1, heads_in_loss="absent"), _IDS, _LABELS, exempt=exempt)
+
+
+@pytest.mark.parametrize(
+    ("heads_in_loss", "problem"),
+    [("absent", "no gradient reached"), ("zero", "all-zero gradients in"), ("nan", "non-finite gradients in")],
+)
+def test_gradient_check_lists_at_most_eight_parameters(heads_in_loss: str, problem: str) -> None:
+    names = [f"extra.{i}.{kind}" for i in range(4) for kind in ("weight", "bias")]
+    with pytest.raises(AssertionError, match=rf"^{problem} {re.escape(str(names))}$"):
+        checks.check_gradients_flow(_Heads(heads=5, heads_in_loss=heads_in_loss), _IDS, _LABELS)
+
+
+def test_gradient_check_ignores_stale_gradients_and_leaves_none_behind() -> None:
+    """A gradient left over from an earlier step must not hide a parameter the loss does not reach."""
+    model = _Heads(heads=1, heads_in_loss="absent")
+    for param in model.parameters():
+        param.grad = torch.ones_like(param)
+    with pytest.raises(AssertionError, match=r"^no gradient reached \['extra.0.weight', 'extra.0.bias'\]$"):
+        checks.check_gradients_flow(model, _IDS, _LABELS)
+    model = _Heads(heads=1)
+    checks.check_gradients_flow(model, _IDS, _LABELS)
+    assert all(param.grad is None for param in model.parameters())
