@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from microformers import AutoConfig, RemoteCodeError
-from microformers.remote import check_requirements
+from microformers.remote import check_requirements, collect_code_files
 
 CONFIG_SOURCE = (
     "from microformers import PretrainedConfig\n\n\n"
@@ -54,6 +54,34 @@ def ascii_locale() -> Iterator[None]:
         yield
     finally:
         locale.setlocale(locale.LC_CTYPE, previous)
+
+
+# -- which files would run ---------------------------------------------------------------------------
+def test_files_no_import_can_reach_are_not_listed(tmp_path: Path) -> None:
+    """A file named ``.py``, or ``*.py`` beside a star import, is no module of the folder: it is neither listed
+    for consent nor hashed."""
+    folder = write_folder(
+        tmp_path / "m",
+        {
+            "conf.py": "from . import helper\nfrom .pkg import *\n",
+            "helper.py": "H = 1\n",
+            "pkg/__init__.py": "P = 1\n",
+            ".py": "raise RuntimeError('not a module')\n",
+            "pkg/*.py": "raise RuntimeError('not a module')\n",
+        },
+    )
+    assert collect_code_files("conf", folder, {}) == {
+        name: folder / name for name in ("conf.py", "helper.py", "pkg/__init__.py")
+    }
+
+
+def test_a_syntax_error_found_while_listing_keeps_the_file_name_for_tracebacks(tmp_path: Path) -> None:
+    folder = write_folder(tmp_path / "m", {"conf.py": "from .helper import H\n", "helper.py": "x = 1\ny = = 2\n"})
+    with pytest.raises(RemoteCodeError) as info:
+        collect_code_files("conf", folder, {})
+    assert str(info.value).startswith(f"{folder / 'helper.py'} has a syntax error at line 2")
+    cause = info.value.__cause__
+    assert isinstance(cause, SyntaxError) and cause.filename == str(folder / "helper.py") and cause.lineno == 2
 
 
 # -- requirements.txt ----------------------------------------------------------------------------------
