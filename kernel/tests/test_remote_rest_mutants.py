@@ -84,6 +84,16 @@ def test_a_syntax_error_found_while_listing_keeps_the_file_name_for_tracebacks(t
     assert isinstance(cause, SyntaxError) and cause.filename == str(folder / "helper.py") and cause.lineno == 2
 
 
+def test_a_file_with_a_nul_byte_is_refused_naming_it(tmp_path: Path) -> None:
+    """Python 3.10's parser raises ValueError for it, later ones SyntaxError: the same refusal either way."""
+    folder = write_folder(tmp_path / "m", {"conf.py": "from .helper import H\n", "helper.py": "H = 1\n\0\n"})
+    with pytest.raises(RemoteCodeError) as info:
+        collect_code_files("conf", folder, {})
+    message = str(info.value)
+    assert message.startswith(f"{folder / 'helper.py'} has a syntax error")
+    assert "null bytes" in message and message.endswith(". It was not run; fix the file.")
+
+
 # -- requirements.txt ----------------------------------------------------------------------------------
 def test_requirements_are_read_as_utf8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
     requirements = tmp_path / "requirements.txt"
