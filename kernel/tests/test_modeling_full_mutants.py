@@ -193,8 +193,9 @@ def test_from_config_takes_dtype_or_torch_dtype_and_attn_implementation(toy_mode
     assert {p.dtype for p in cls.from_config(config, torch_dtype=torch.float16).parameters()} == {torch.float16}
     model = cls.from_config(config, attn_implementation="eager")
     assert model.config._attn_implementation == "eager"
-    with pytest.raises(Exception, match=r"attention implementation \(attn_implementation\) 'nope'"):
+    with pytest.raises(Exception, match=r"attention implementation \(attn_implementation\) 'nope'") as info:
         cls.from_config(config, attn_implementation="nope")
+    assert re.search(r"Installed: (.*, )?eager, sdpa\b", str(info.value))  # the registered ones are listed
 
 
 def test_from_config_refuses_other_arguments_naming_them(toy_model: torch.nn.Module) -> None:
@@ -348,3 +349,231 @@ def test_config_settings_passed_to_from_pretrained_reach_the_config(
 ) -> None:
     model = type(toy_model).from_pretrained(saved_toy, flavour="spicy", output_hidden_states=True)
     assert model.config.flavour == "spicy" and model.config.output_hidden_states is True
+
+
+# -- construction: the config check, meta parameters, tying ------------------------------------------------
+
+
+def test_a_model_built_from_something_else_than_a_config_says_what_to_build(toy_model: torch.nn.Module) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^ToyForCausalLM\(config\) needs a PretrainedConfig, got dict; build one with ToyConfig\(\.\.\.\)$",
+    ):
+        type(toy_model)({"vocab_size": 4})
+
+    class _Bare(modeling_module.PreTrainedModel):
+        pass
+
+    with pytest.raises(
+        ConfigError, match=r"^_Bare\(config\) needs a PretrainedConfig, got str; build one with AutoConfig"
+    ):
+        _Bare("gpt2")
+    model = _Bare(PretrainedConfig(name_or_path="me/bare"))
+    assert model.name_or_path == "me/bare" and model.config.name_or_path == "me/bare"
+
+
+def test_a_loaded_model_knows_where_it_came_from(toy_model: torch.nn.Module, saved_toy: Path) -> None:
+    assert type(toy_model).from_pretrained(saved_toy).name_or_path == str(saved_toy)
+
+
+class _Frozen(modeling_module.PreTrainedModel):
+    """A parameter made from values and frozen at construction, beside trainable ones."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.fixed = torch.nn.Parameter(torch.ones(3), requires_grad=False)
+        self.norm = torch.nn.LayerNorm(3)
+        self.post_init()
+
+
+def test_loading_keeps_which_parameters_are_trainable(tmp_path: Path) -> None:
+    model = _Frozen(PretrainedConfig())
+    with torch.no_grad():
+        model.fixed.mul_(2.0)
+    model.save_pretrained(tmp_path)
+    loaded = _Frozen.from_pretrained(tmp_path, config=PretrainedConfig())
+    assert {n: p.requires_grad for n, p in loaded.named_parameters()} == {
+        "fixed": False,
+        "norm.weight": True,
+        "norm.bias": True,
+    }
+    torch.testing.assert_close(loaded.fixed, torch.full((3,), 2.0))
+
+
+class _Tied(modeling_module.PreTrainedModel):
+    """Two tied targets: a nested one, and one whose module the model does not have."""
+
+    config_class = PretrainedConfig
+    _tied_weights_keys = {"absent.head.weight": "embed.weight", "out.head.weight": "embed.weight"}
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.embed = torch.nn.Embedding(5, 3)
+        self.out = torch.nn.Module()
+        self.out.head = torch.nn.Linear(3, 5, bias=False)
+        self.post_init()
+
+
+def test_tied_targets_are_tied_at_any_depth_and_an_absent_one_is_skipped() -> None:
+    model = _Tied(PretrainedConfig())
+    assert model.out.head.weight is model.embed.weight
+    assert model.tied_parameter_names() == {"absent.head.weight", "out.head.weight"}
+    untied = _Tied(PretrainedConfig(tie_word_embeddings=False))
+    assert untied.out.head.weight is not untied.embed.weight
+    assert untied.tied_parameter_names() == set()
+
+
+# -- dtypes ----------------------------------------------------------------------------------------------------
+
+
+def test_dtype_names_and_objects_and_a_wrong_one(toy_model: torch.nn.Module, saved_toy: Path) -> None:
+    cls = type(toy_model)
+    assert cls.from_pretrained(saved_toy, dtype=torch.float64).dtype == torch.float64
+    assert cls.from_pretrained(saved_toy, dtype="torch.bfloat16").dtype == torch.bfloat16
+    assert cls.from_pretrained(saved_toy, dtype=None).dtype == torch.float32
+    assert cls.from_pretrained(saved_toy, torch_dtype="float16").dtype == torch.float16
+    with pytest.raises(
+        ConfigError, match=r"^dtype='float77' is not a torch dtype; use e\.g\. 'float32', 'bfloat16' or 'auto'$"
+    ):
+        cls.from_config(toy_model.config, dtype="float77")
+    with pytest.raises(ConfigError, match=r"^dtype='' is not a torch dtype"):
+        cls.from_config(toy_model.config, dtype="")
+
+
+# -- quantizer choice ------------------------------------------------------------------------------------------
+
+
+class _StandInQuantizer:
+    description = "a stand-in"
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.quant_method = spec["quant_method"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.spec, "checked": True}
+
+
+class _SpecObject:
+    """A quantization config object (as ``BitsAndBytesConfig`` is): not a mapping, has ``to_dict()``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"quant_method": "int4", "group_size": 32}
+
+
+@pytest.fixture
+def quantizers(isolated_registry: Callable[..., Registry]) -> Registry:
+    fresh = isolated_registry(modeling_module)
+    fresh.add("quantizers", "int8", _StandInQuantizer)
+    fresh.add("quantizers", "int4", _StandInQuantizer)
+    return fresh
+
+
+def test_no_quantization_asked_means_no_quantizer(quantizers: Registry) -> None:
+    config = PretrainedConfig()
+    assert modeling_module._quantizer(config) is None
+    assert modeling_module._quantizer(config, None, False, False) is None
+    assert getattr(config, "quantization_config", None) is None
+
+
+def test_load_in_flags_pick_their_quantizer_and_say_so(quantizers: Registry, caplog: pytest.LogCaptureFixture) -> None:
+    for flag, method in (("load_in_4bit", "int4"), ("load_in_8bit", "int8")):
+        config = PretrainedConfig()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="microformers"):
+            quantizer = modeling_module._quantizer(config, **{flag: True})
+        assert quantizer.spec == {"quant_method": method}
+        assert config.quantization_config == {"quant_method": method, "checked": True}
+        assert [r.getMessage() for r in caplog.records] == [f"{flag}=True: quantizing with '{method}' (a stand-in)"]
+    with pytest.raises(ConfigError, match=r"^pass one of quantization_config, load_in_8bit=True or load_in_4bit=True$"):
+        modeling_module._quantizer(PretrainedConfig(), {"quant_method": "int8"}, load_in_4bit=True)
+
+
+def test_a_quantization_config_from_the_argument_or_the_config_file(
+    quantizers: Registry, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = PretrainedConfig()
+    with caplog.at_level("WARNING", logger="microformers"):
+        quantizer = modeling_module._quantizer(config, _SpecObject())
+    assert quantizer.spec == {"quant_method": "int4", "group_size": 32} and not caplog.records  # no flag: no warning
+    assert config.quantization_config == {"quant_method": "int4", "group_size": 32, "checked": True}
+    saved = PretrainedConfig(quantization_config={"quant_method": "int8", "bits": 8})
+    assert modeling_module._quantizer(saved).spec == {"quant_method": "int8", "bits": 8}
+    assert modeling_module._quantizer(saved, {"quant_method": "int4"}).spec == {"quant_method": "int4"}  # argument wins
+
+
+def test_a_quantization_config_without_a_known_method_is_refused(quantizers: Registry) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^quantization_config \{'bits': 4\} has no 'quant_method' \(e\.g\. 'int8', 'int4', 'gguf'\)$",
+    ):
+        modeling_module._quantizer(PretrainedConfig(), {"bits": 4})
+    with pytest.raises(Exception, match=r"^No installed plugin provides quantization method 'int3'\. "):
+        modeling_module._quantizer(PretrainedConfig(), {"quant_method": "int3"})
+
+
+# -- saving --------------------------------------------------------------------------------------------------
+
+
+def test_a_save_records_class_dtype_and_format_and_writes_one_file_by_default(
+    toy_model: torch.nn.Module, tmp_path: Path
+) -> None:
+    from safetensors import safe_open
+
+    toy_model.to(torch.float16).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["ToyForCausalLM"] and config["dtype"] == "float16"
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        assert f.metadata() == {"format": "pt"}
+        assert "lm_head.weight" not in set(f.keys())  # tied: saved once
+
+
+def test_save_arguments_not_main_process_push_token_unknown_and_a_file_target(
+    toy_model: torch.nn.Module, tmp_path: Path
+) -> None:
+    toy_model.save_pretrained(tmp_path / "other", is_main_process=False)
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(ConfigError, match=r"^push_to_hub=True: microformers does not upload"):
+        toy_model.save_pretrained(tmp_path / "pushed", push_to_hub=True)
+    toy_model.save_pretrained(tmp_path / "tok", token="hf_x", push_to_hub=False)  # token only uploads: ignored
+    assert (tmp_path / "tok" / "model.safetensors").is_file()
+    with pytest.raises(
+        ConfigError, match=r"^save_pretrained\(\) does not take safe, variant2; drop it or check the spelling$"
+    ):
+        toy_model.save_pretrained(tmp_path / "typo", variant2="x", safe=True)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(
+        ConfigError, match=rf"^save_pretrained: {re.escape(str(tmp_path / 'file'))} is a file; pass a folder$"
+    ):
+        toy_model.save_pretrained(tmp_path / "file")
+
+
+def test_a_given_state_dict_is_saved_without_its_tied_copies(toy_model: torch.nn.Module, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    state = {k: torch.zeros_like(v) for k, v in toy_model.state_dict().items()}
+    toy_model.save_pretrained(tmp_path / "given", state_dict=state)
+    saved = load_file(tmp_path / "given" / "model.safetensors")
+    assert set(saved) == set(state) - {"lm_head.weight"} and all(not t.any() for t in saved.values())
+    without = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    toy_model.save_pretrained(tmp_path / "untied", state_dict=without)  # no tied copy to drop: fine
+    assert set(load_file(tmp_path / "untied" / "model.safetensors")) == set(without)
+
+
+def test_a_save_in_another_format_replaces_the_old_weights(toy_model: torch.nn.Module, tmp_path: Path) -> None:
+    toy_model.save_pretrained(tmp_path, safe_serialization=False)
+    assert (tmp_path / "pytorch_model.bin").is_file() and not (tmp_path / "model.safetensors").exists()
+    toy_model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file() and not (tmp_path / "pytorch_model.bin").exists()
+
+
+class _WithExtraFile(_Flat):
+    def _save_extra_files(self, folder: Path) -> None:
+        (folder / "extra.txt").write_text("hello")
+
+
+def test_extra_files_of_a_model_are_saved_with_it(tmp_path: Path) -> None:
+    _WithExtraFile(PretrainedConfig()).save_pretrained(tmp_path)
+    assert (tmp_path / "extra.txt").read_text() == "hello" and (tmp_path / "config.json").is_file()
