@@ -379,11 +379,13 @@ def test_labelled_heads_give_logits_losses_extras_and_tuples() -> None:
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[0, 2:3], torch.tensor([7])))
     assert len(out.hidden_states) == 3 and len(out.attentions) == 2
     assert bare.loss is None and bare.hidden_states is None and bare.attentions is None
-    assert len(as_tuple) == 2 and torch.equal(as_tuple[0], out.loss)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == 2 and torch.equal(as_tuple[0], out.loss)
     model.config.return_dict = False
     with torch.no_grad():
         by_config = model(IDS, attention_mask=MASK)
+        asked = model(IDS, attention_mask=MASK, return_dict=True)
     assert isinstance(by_config, tuple) and torch.equal(by_config[0], bare.logits)
+    assert type(asked).__name__ == "MaskedLMOutput" and torch.equal(asked.logits, bare.logits)
 
 
 def test_heads_pass_the_head_mask_and_inputs_on_to_the_base_model() -> None:
@@ -447,7 +449,7 @@ def test_question_answering_splits_logits_and_scores_spans_only_with_both_positi
     ) / 2
     torch.testing.assert_close(out.loss, expected)
     assert len(out.attentions) == 2 and out.hidden_states is None
-    assert only_start.loss is None and len(as_tuple) == 2
+    assert only_start.loss is None and isinstance(as_tuple, tuple) and len(as_tuple) == 2
     with pytest.raises(ConfigError, match=r"ToyForQuestionAnswering needs num_labels=2 .* has num_labels=3; drop"):
         ToyForQuestionAnswering(ToyConfig(num_labels=3))
 
