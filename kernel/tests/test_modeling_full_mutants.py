@@ -431,6 +431,8 @@ def test_tied_targets_are_tied_at_any_depth_and_an_absent_one_is_skipped() -> No
 def test_dtype_names_and_objects_and_a_wrong_one(toy_model: torch.nn.Module, saved_toy: Path) -> None:
     cls = type(toy_model)
     assert cls.from_pretrained(saved_toy, dtype=torch.float64).dtype == torch.float64
+    toy_model.to(torch.bfloat16).save_pretrained(saved_toy)
+    assert cls.from_pretrained(saved_toy).dtype == torch.bfloat16  # "auto": the saved dtype
     assert cls.from_pretrained(saved_toy, dtype="torch.bfloat16").dtype == torch.bfloat16
     assert cls.from_pretrained(saved_toy, dtype=None).dtype == torch.float32
     assert cls.from_pretrained(saved_toy, torch_dtype="float16").dtype == torch.float16
