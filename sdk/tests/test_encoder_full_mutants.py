@@ -450,6 +450,13 @@ def test_question_answering_splits_logits_and_scores_spans_only_with_both_positi
     torch.testing.assert_close(out.loss, expected)
     assert len(out.attentions) == 2 and out.hidden_states is None
     assert only_start.loss is None and isinstance(as_tuple, tuple) and len(as_tuple) == 2
+    positions = torch.arange(1, 7).expand(2, 6)
+    with torch.no_grad():
+        embeds = model.get_input_embeddings()(IDS)
+        full = model(inputs_embeds=embeds, token_type_ids=SEGMENTS, position_ids=positions, output_hidden_states=True)
+        base = model.toy(IDS, token_type_ids=SEGMENTS, position_ids=positions)
+    torch.testing.assert_close(full.start_logits, model.qa_outputs(base.last_hidden_state)[..., 0])
+    assert len(full.hidden_states) == 3 and full.attentions is None
     with pytest.raises(ConfigError, match=r"ToyForQuestionAnswering needs num_labels=2 .* has num_labels=3; drop"):
         ToyForQuestionAnswering(ToyConfig(num_labels=3))
 
