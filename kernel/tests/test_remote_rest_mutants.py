@@ -75,6 +75,22 @@ def test_files_no_import_can_reach_are_not_listed(tmp_path: Path) -> None:
     }
 
 
+def test_the_parent_packages_of_a_nested_module_are_listed_and_run(tmp_path: Path) -> None:
+    """Importing ``pkg.sub.conf`` runs ``pkg/__init__.py`` and ``pkg/sub/__init__.py`` first: they are listed,
+    hashed and run from the private package."""
+    files = {
+        "pkg/__init__.py": "MARK = 'pkg'\n",
+        "pkg/sub/__init__.py": "MARK = 'sub'\n",
+        "pkg/sub/conf.py": CONFIG_SOURCE,
+    }
+    folder = write_folder(tmp_path / "m", files, {"AutoConfig": "pkg.sub.conf.RemoteConfig"})
+    assert collect_code_files("pkg.sub.conf", folder, {}) == {name: folder / name for name in files}
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert sorted(type(config)._microformers_code_sha256) == sorted(files)
+    sub = type(config).__module__.rpartition(".")[0]
+    assert sys.modules[sub].MARK == "sub" and sys.modules[sub.rpartition(".")[0]].MARK == "pkg"
+
+
 def test_a_syntax_error_found_while_listing_keeps_the_file_name_for_tracebacks(tmp_path: Path) -> None:
     folder = write_folder(tmp_path / "m", {"conf.py": "from .helper import H\n", "helper.py": "x = 1\ny = = 2\n"})
     with pytest.raises(RemoteCodeError) as info:
