@@ -579,3 +579,18 @@ class _WithExtraFile(_Flat):
 def test_extra_files_of_a_model_are_saved_with_it(tmp_path: Path) -> None:
     _WithExtraFile(PretrainedConfig()).save_pretrained(tmp_path)
     assert (tmp_path / "extra.txt").read_text() == "hello" and (tmp_path / "config.json").is_file()
+
+
+def test_a_model_with_adapters_saves_them_through_the_manager_with_the_save_arguments(
+    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry], tmp_path: Path
+) -> None:
+    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
+    toy_model.add_adapter({"peft_type": "LORA"}, "a")
+    state = {"w": torch.zeros(1)}
+    toy_model.save_pretrained(tmp_path, state_dict=state, safe_serialization=False, max_shard_size="1MB", token="t")
+    assert toy_model._adapter_manager.calls[-1] == (
+        "save_pretrained",
+        (tmp_path,),
+        {"state_dict": state, "safe_serialization": False, "max_shard_size": "1MB", "token": "t"},
+    )
+    assert not (tmp_path / "config.json").exists()
