@@ -308,6 +308,8 @@ def test_pad_truncates_values_and_a_given_mask() -> None:
     out = fe.pad(data, padding="max_length", max_length=3, truncation=True)
     assert _rows(out) == [[1, 2, 3], [6, 0, 0]]
     assert [row.tolist() for row in out["attention_mask"]] == [[1, 1, 1], [1, 0, 0]]
+    given = fe.pad({"input_values": [[1.0, 2.0, 3.0], [4.0]], "attention_mask": [[1, 1, 0], [1]]})
+    assert [row.tolist() for row in given["attention_mask"]] == [[1, 1, 0], [1, 0, 0]]
     out = fe.pad({"input_values": [[1.0, 2.0, 3.0, 4.0, 5.0]]}, max_length=3, truncation=True, pad_to_multiple_of=2)
     assert _rows(out) == [[1, 2, 3, 4]]
     out = fe.pad({"input_values": [[1.0, 2.0, 3.0, 4.0]]}, max_length=2, truncation=True, pad_to_multiple_of=2)
