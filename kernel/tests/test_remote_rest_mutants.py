@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import locale
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,6 +90,19 @@ def test_the_parent_packages_of_a_nested_module_are_listed_and_run(tmp_path: Pat
     assert sorted(type(config)._microformers_code_sha256) == sorted(files)
     sub = type(config).__module__.rpartition(".")[0]
     assert sys.modules[sub].MARK == "sub" and sys.modules[sub.rpartition(".")[0]].MARK == "pkg"
+
+
+def test_modules_that_import_each_other_are_listed_once(tmp_path: Path) -> None:
+    """An import cycle ends: each module is read once (in a daemon thread, so that a regression fails, not hangs)."""
+    folder = write_folder(
+        tmp_path / "m",
+        {"conf.py": "from . import a\n", "a.py": "from . import b\n", "b.py": "from . import a, conf\n"},
+    )
+    found: list[dict[str, Path]] = []
+    worker = threading.Thread(target=lambda: found.append(collect_code_files("conf", folder, {})), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert found == [{name: folder / name for name in ("conf.py", "a.py", "b.py")}]
 
 
 def test_a_syntax_error_found_while_listing_keeps_the_file_name_for_tracebacks(tmp_path: Path) -> None:
