@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from microformers import AutoConfig, RemoteCodeError
-from microformers.remote import check_requirements, collect_code_files
+from microformers.remote import check_requirements, collect_code_files, import_isolated
 
 CONFIG_SOURCE = (
     "from microformers import PretrainedConfig\n\n\n"
@@ -153,3 +153,27 @@ def test_the_private_package_is_an_empty_package(tmp_path: Path) -> None:
     package_name = type(config).__module__.rpartition(".")[0]
     package = sys.modules[package_name]
     assert package.__path__ == [] and package.__package__ == package_name
+
+
+def test_a_blocked_dynamic_import_lists_every_allowed_file(tmp_path: Path) -> None:
+    source = (
+        "from .helper import W\n"
+        + CONFIG_SOURCE
+        + "import importlib\nimportlib.import_module('.sneaky', __package__)\n"
+    )
+    folder = write_folder(tmp_path / "m", {"conf.py": source, "helper.py": "W = 1\n", "sneaky.py": "X = 1\n"})
+    with pytest.raises(RemoteCodeError) as info:
+        AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert f"consented to ({folder / 'conf.py'}, {folder / 'helper.py'}); a dynamic import" in str(info.value.__cause__)
+
+
+def test_importing_a_module_that_was_not_listed_names_none_allowed(tmp_path: Path) -> None:
+    folder = write_folder(tmp_path / "m", {"conf.py": CONFIG_SOURCE})
+    package = "microformers_remote_code.rest_unlisted_0"
+    with pytest.raises(RemoteCodeError) as info:
+        import_isolated(package, folder, "conf", {}, {})
+    assert str(info.value) == (
+        f"importing {folder} failed: ImportError: {package}.conf: {folder} may only import the code files that were "
+        "listed, hashed and consented to (none); a dynamic import of any other module of the folder is blocked"
+    )
+    assert not [name for name in sys.modules if name == package or name.startswith(package + ".")]
