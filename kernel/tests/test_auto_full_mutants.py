@@ -16,6 +16,7 @@ from microformers import (
     AutoConfig,
     AutoFeatureExtractor,
     AutoModelForCausalLM,
+    AutoModelForMaskedLM,
     AutoProcessor,
     AutoTokenizer,
     ConfigError,
@@ -225,3 +226,116 @@ def test_auto_feature_extractor_errors_name_the_missing_extractor_and_what_to_do
     )
     with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
         AutoFeatureExtractor.from_pretrained(none)
+
+
+class HeadConfig(PretrainedConfig):
+    model_type = "head_toy"
+
+
+class _Built:
+    @classmethod
+    def from_config(cls, config: PretrainedConfig, **kwargs: object) -> tuple:
+        return cls.__name__, config, kwargs
+
+
+class LocalHead(_Built):
+    pass
+
+
+class RemoteHead(_Built):
+    pass
+
+
+@pytest.fixture
+def remote_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Records what the auto class asks ``load_remote_class`` for (which code, from where, with what consent)."""
+    import microformers.remote
+
+    calls: list[tuple] = []
+
+    def load_remote_class(*args: object) -> type:
+        calls.append(args)
+        return RemoteHead
+
+    monkeypatch.setattr(microformers.remote, "load_remote_class", load_remote_class)
+    return calls
+
+
+def _remote_config() -> HeadConfig:
+    config = HeadConfig()
+    config.auto_map = {"AutoModelForCausalLM": "modeling_head.HeadModel", "AutoConfig": "x.Y"}
+    config.name_or_path = "folder/of/head"
+    return config
+
+
+def test_from_config_uses_auto_map_code_when_trusted_or_unknown_else_the_registry(
+    fresh: Registry, remote_calls: list[tuple]
+) -> None:
+    config = _remote_config()
+    assert AutoModelForCausalLM.from_config(config, trust_remote_code=True, extra=1) == (
+        "RemoteHead",
+        config,
+        {"extra": 1},
+    )  # no plugin knows head_toy yet: the auto_map code, with consent passed on
+    assert remote_calls == [
+        ("modeling_head.HeadModel", "folder/of/head", True, {}, {}, "AutoModelForCausalLM", config.auto_map)
+    ]
+    AutoModelForCausalLM.register(HeadConfig, LocalHead)
+    assert AutoModelForCausalLM.from_config(config, extra=2) == ("LocalHead", config, {"extra": 2})
+    assert AutoModelForCausalLM.from_config(config, trust_remote_code=True)[0] == "RemoteHead"  # trusted: remote wins
+    assert len(remote_calls) == 2
+
+
+def test_missing_heads_and_model_types_are_named(fresh: Registry) -> None:
+    AutoModelForCausalLM.register(HeadConfig, LocalHead)
+    with pytest.raises(
+        ConfigError,
+        match=r"^model_type 'head_toy' has no AutoModelForMaskedLM head in plugin '<in-process>'; available: "
+        r"AutoModelForCausalLM$",
+    ):
+        AutoModelForMaskedLM.from_config(HeadConfig())
+    auto_module.auto_class("AutoModelForSequenceClassification").register(HeadConfig, RemoteHead)
+    with pytest.raises(ConfigError, match=r"available: AutoModelForCausalLM, AutoModelForSequenceClassification$"):
+        AutoModelForMaskedLM.from_config(HeadConfig())
+
+    class BareConfig(PretrainedConfig):
+        model_type = "bare_toy"
+
+    AutoConfig.register("bare_toy", BareConfig)
+    with pytest.raises(ConfigError, match=r"head in plugin '<in-process>'; available: none$"):
+        AutoModelForMaskedLM.from_config(BareConfig())
+
+    class UnknownConfig(PretrainedConfig):
+        model_type = "unknown_toy"
+
+    expected = "No installed plugin provides model_type 'unknown_toy'. Installed: bare_toy, head_toy."
+    with pytest.raises(UnknownModelTypeError, match=f"^{re.escape(expected)}$"):
+        AutoModelForCausalLM.from_config(UnknownConfig())
+
+
+def test_auto_model_register_refuses_a_second_in_process_head_unless_exist_ok(fresh: Registry) -> None:
+    class PluginConfig(PretrainedConfig):
+        model_type = "head_toy"
+
+    fresh.add("configs", "head_toy", PluginConfig, plugin="some-plugin")
+    fresh.add("models", ("head_toy", "AutoModelForCausalLM"), RemoteHead, plugin="some-plugin")
+    AutoModelForCausalLM.register(HeadConfig, LocalHead)  # overriding a plugin's head is allowed
+    assert fresh.require("models", ("head_toy", "AutoModelForCausalLM")) is LocalHead
+    assert fresh.require("configs", "head_toy") is PluginConfig  # an existing config is kept
+    expected = "AutoModelForCausalLM for 'head_toy' is already registered; pass exist_ok=True"
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
+        AutoModelForCausalLM.register(HeadConfig, RemoteHead)
+    AutoModelForCausalLM.register(HeadConfig, RemoteHead, exist_ok=True)
+    assert fresh.require("models", ("head_toy", "AutoModelForCausalLM")) is RemoteHead
+
+
+def test_adapter_name_and_kwargs_go_to_load_adapter_not_to_the_model(
+    saved_toy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from microformers.modeling import PreTrainedModel
+
+    loaded: list[tuple] = []
+    monkeypatch.setattr(PreTrainedModel, "load_adapter", lambda self, *a, **kw: loaded.append((a, kw)))
+    (saved_toy / "adapter_config.json").write_text("{}")
+    AutoModelForCausalLM.from_pretrained(saved_toy, adapter_name="mine", adapter_kwargs={"is_trainable": True})
+    assert loaded == [((saved_toy,), {"adapter_name": "mine", "is_trainable": True})]
