@@ -67,6 +67,15 @@ def test_keep_logits_positions() -> None:
     assert torch.equal(keep_logits_positions(hidden, 0), hidden)
     assert torch.equal(keep_logits_positions(hidden, 2), hidden[:, 3:])
     assert torch.equal(keep_logits_positions(hidden, torch.tensor([0, 4])), hidden[:, [0, 4]])
+    assert torch.equal(keep_logits_positions(hidden, -2), hidden[:, 2:])  # the reference drops the first two
+
+
+def test_keep_logits_positions_per_row_and_by_mask() -> None:
+    hidden = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(2, 5, 3)
+    per_row = keep_logits_positions(hidden, torch.tensor([[0, 4], [3, 1]]))
+    assert torch.equal(per_row, torch.stack([hidden[0, [0, 4]], hidden[1, [3, 1]]]))
+    mask = torch.tensor([[True, False, False, False, True], [False, True, True, True, False]])
+    assert torch.equal(keep_logits_positions(hidden, mask), torch.stack([hidden[0, 0], hidden[0, 4], *hidden[1, 1:4]]))
 
 
 def test_pool_last_tokens_left_and_right_padding_and_missing_pad_id() -> None:

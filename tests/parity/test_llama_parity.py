@@ -213,3 +213,16 @@ def test_half_precision_loading(dtype: torch.dtype, checkpoints: dict[str, tuple
     # half-precision result as that result is to float32.
     budget = max(max_abs_diff(want[mask.bool()], exact[mask.bool()]) * 2, 1e-3)
     assert_close(got, want, atol=budget, mask=mask, what=f"{dtype} logits")
+
+
+def test_logits_to_keep_tensors_and_negative_ints_match_reference(
+    checkpoints: dict[str, tuple[Path, Any, Any]],
+) -> None:
+    _, reference, ours = checkpoints["llama-gqa"]
+    ids = random_ids(TINY["vocab_size"], batch=2, length=10, seed=4)
+    mask = torch.rand(2, 10, generator=torch.Generator().manual_seed(0)) > 0.5
+    with torch.no_grad():
+        for keep in (-3, torch.tensor([1, 7]), torch.tensor([[0, 9], [5, 2]]), mask):
+            got, want = ours(ids, logits_to_keep=keep).logits, reference(ids, logits_to_keep=keep).logits
+            assert got.shape == want.shape
+            assert_close(got, want, atol=1e-4)

@@ -51,9 +51,18 @@ __all__ = [
 
 
 def keep_logits_positions(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
-    """The positions a causal-LM head computes logits for: the last ``n`` (``0``: all), or those a tensor picks."""
+    """The positions a causal-LM head computes logits for, as the reference slices them.
+
+    An int keeps the last ``n`` positions (``0``: all; a negative ``n`` drops the first ``-n``); a 1-D tensor keeps
+    those positions in every row; a 2-D integer tensor ``(batch, k)`` keeps ``k`` positions per row; a 2-D boolean
+    ``(batch, length)`` mask keeps its true positions, flattened to ``(number kept, hidden)`` (packed training).
+    """
     if isinstance(logits_to_keep, int):
-        return hidden_states[:, -logits_to_keep:] if logits_to_keep > 0 else hidden_states
+        return hidden_states[:, -logits_to_keep:]
+    if logits_to_keep.ndim == 2 and logits_to_keep.dtype == torch.bool:
+        return hidden_states[logits_to_keep]
+    if logits_to_keep.ndim == 2:
+        return torch.take_along_dim(hidden_states, logits_to_keep.unsqueeze(-1), dim=1)
     return hidden_states[:, logits_to_keep]
 
 

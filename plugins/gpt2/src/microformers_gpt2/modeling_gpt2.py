@@ -22,6 +22,7 @@ from microformers import PreTrainedModel
 from microformers.errors import ConfigError, InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache
+from microformers_sdk.decoder_heads import keep_logits_positions
 from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
@@ -334,13 +335,7 @@ class GPT2LMHeadModel(_GPT2Head):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        hidden_states = outputs.last_hidden_state
-        if isinstance(logits_to_keep, int):
-            if logits_to_keep > 0:
-                hidden_states = hidden_states[:, -logits_to_keep:]
-        else:
-            hidden_states = hidden_states[:, logits_to_keep]
-        logits = self.lm_head(hidden_states)
+        logits = self.lm_head(keep_logits_positions(outputs.last_hidden_state, logits_to_keep))
         loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
         output = CausalLMOutputWithCrossAttentions(
             loss=loss,
