@@ -473,6 +473,8 @@ def test_processor_call_routes_arguments_to_each_component() -> None:
     assert set(audio) == {"input_values", "attention_mask"} and _rows(audio) == [[1, 1], [1, 0]]
     speech = processor(raw_speech=np.ones(2), padding=False)
     assert _rows(speech) == [[1, 1]]
+    unpadded = processor(audio=[np.ones(2), np.ones(1)], padding=False)
+    assert _rows(unpadded) == [[1, 1], [1]]
     text = processor(text=["ab", "b"], max_length=1)
     assert text == {"input_ids": [[1], [2]]}
     both = processor(audio=np.ones(3), text="ab", add_special_tokens=False, sampling_rate=16000)
@@ -575,6 +577,10 @@ def test_processor_components_named_in_the_registry_or_by_auto_tokenizer(tmp_pat
 
     Named(feature_extractor=Wav2Vec2FeatureExtractor(), tokenizer=tokenizer).save_pretrained(tmp_path / "saved")
     loaded = Named.from_pretrained(tmp_path / "saved", do_normalize=False)
+    assert loaded.tokenizer.do_lower_case is False
+    nested = Named.from_pretrained(tmp_path, subfolder="saved", do_normalize=False, do_lower_case=True)
+    assert nested.feature_extractor.do_normalize is False and nested.tokenizer.do_lower_case is True
+    assert nested.tokenizer.get_vocab() == tokenizer.get_vocab()
     assert (
         isinstance(loaded.feature_extractor, Wav2Vec2FeatureExtractor)
         and loaded.feature_extractor.do_normalize is False
