@@ -176,3 +176,18 @@ def test_inputs_embeds_match_input_ids() -> None:
         embeds = model.get_input_embeddings()(ids)
         torch.testing.assert_close(model(inputs_embeds=embeds).logits, model(ids).logits)
     assert model(ids, return_dict=False)[0].shape == (1, 4, TINY["vocab_size"])
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_a_layer_with_every_head_pruned_still_runs(attn_implementation: str) -> None:
+    """With no heads left, the attention block adds only its output bias before the LayerNorm."""
+    model = tiny(attn_implementation=attn_implementation)
+    model.prune_heads({0: list(range(model.config.num_attention_heads))})
+    attention = model.encoder.layer[0].attention
+    seen: dict[str, torch.Tensor] = {}
+    attention.register_forward_hook(lambda module, args, out: seen.update(input=args[0], output=out[0]))
+    with torch.no_grad():
+        model(torch.tensor([[1, 5, 7, 3]]))
+        expected = attention.output.LayerNorm(seen["input"] + attention.output.dense.bias)
+    assert attention.self.query.out_features == 0
+    torch.testing.assert_close(seen["output"], expected)

@@ -56,6 +56,8 @@ def soft_cap(scores: torch.Tensor, cap: float | None) -> torch.Tensor:
 
 def _group_size(query: torch.Tensor, key: torch.Tensor) -> int:
     heads, kv_heads = query.shape[1], key.shape[1]
+    if kv_heads == 0:  # every head of the layer pruned: nothing to group
+        return 1
     if heads % kv_heads:
         raise ValueError(f"query has {heads} heads, which is not a multiple of the {kv_heads} key/value heads")
     return heads // kv_heads
