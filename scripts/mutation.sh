@@ -42,6 +42,9 @@ VENV="$STATE/venv"
 # workspaces and the project's own test runs from rebuilding it for one another (and from waiting on a lock
 # file that a worker killed mid-build leaves behind in the shared cache).
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$WORK/torch_extensions}"
+# One OpenMP thread: a worker forked from a server whose OpenMP pool has started waits forever at the pool's barrier
+# (seen in LayerNorm under the BERT tests, which set no thread count of their own).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 DEFAULT_MODULES=(
     microformers/configuration.py
     microformers/plugins.py
