@@ -125,15 +125,6 @@ def test_a_syntax_error_names_the_file_and_line_before_anything_runs(tmp_path: P
     assert str(info.value) == f"{helper} has a syntax error at line 2: invalid syntax. It was not run; fix the file."
 
 
-def test_a_compile_time_error_that_parses_names_the_file(tmp_path: Path) -> None:
-    # ast.parse accepts a top-level return; compiling it fails, while importing
-    folder = write_folder(tmp_path / "m", {"conf.py": CONFIG_SOURCE + "return 1\n"})
-    with pytest.raises(RemoteCodeError) as info:
-        AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    assert str(info.value) == f"{folder / 'conf.py'} has a syntax error at line 10: 'return' outside function"
-    assert not [name for name in sys.modules if name.endswith(".conf") and "remote_code.m_" in name]
-
-
 # -- requirements.txt ----------------------------------------------------------------------------------
 def test_every_requirement_problem_is_listed_with_its_line(tmp_path: Path) -> None:
     requirements = tmp_path / "requirements.txt"
