@@ -469,3 +469,139 @@ def test_gradient_check_ignores_stale_gradients_and_leaves_none_behind() -> None
     model = _Heads(heads=1)
     checks.check_gradients_flow(model, _IDS, _LABELS)
     assert all(param.grad is None for param in model.parameters())
+
+
+def test_the_lightness_check_names_its_heavy_modules_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_entry_point(monkeypatch, "json:loads")
+    plugin_checks.check_entry_module_is_light("light")
+    with pytest.raises(AssertionError) as raised:
+        plugin_checks.check_entry_module_is_light("light", heavy=("json",))
+    assert str(raised.value) == (
+        "importing json (the 'light' entry point) imports ['json']; plugin discovery must stay cheap: register "
+        "'module:Name' strings and use microformers.lazy_exports in the package __init__"
+    )
+
+
+class _Lossy(nn.Module):
+    """A loss head broken in one way (``bug``)."""
+
+    def __init__(self, bug: str) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = nn.Embedding(5, 3)
+        self.bug = bug
+
+    def forward(self, input_ids: torch.Tensor, labels: Any = None) -> CausalLMOutputWithPast:
+        logits = self.head(input_ids)
+        loss = None if labels is None and self.bug != "loss-without-labels" else logits.pow(2).mean()
+        if loss is not None and self.bug == "detached":
+            loss = loss.detach()
+        if loss is not None and self.bug == "nan":
+            loss = loss * float("nan")
+        if self.bug == "no-loss":
+            loss = None
+        if self.bug == "loss-not-first":
+            output = CausalLMOutputWithPast(logits=logits)
+            output.loss = loss
+            return output
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("no-loss", "_Lossy returned no loss although ['labels'] were given"),
+        ("nan", "the loss is not finite"),
+        ("detached", "the loss does not depend on the parameters"),
+        ("loss-not-first", "the loss must be the first field of the output"),
+        ("loss-without-labels", "a loss was returned although no labels were given"),
+    ],
+)
+def test_loss_check_says_exactly_what_is_wrong(bug: str, message: str) -> None:
+    ids = torch.tensor([[1, 2, 3]])
+    checks.check_loss(_Lossy("none"), {"input_ids": ids}, {"labels": ids})
+    with pytest.raises(AssertionError) as raised:
+        checks.check_loss(_Lossy(bug), {"input_ids": ids}, {"labels": ids})
+    assert str(raised.value) == message
+
+
+class _State:
+    """A recurrent cache: the running mean and count of the real tokens' embeddings so far."""
+
+    def __init__(self, mean: torch.Tensor, count: torch.Tensor, length: int) -> None:
+        self.mean, self.count, self.length = mean, count, length
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+
+class _Recurrent(nn.Module):
+    """Each output is the token plus the mean of the real tokens so far, carried in a cache between calls.
+
+    ``bug``: "unguarded" divides by a zero count (a row whose whole prefill is padding poisons the state);
+    "drift" is 1e-3 off in cached steps; "mask-from-ids-at-prefill" finds the prefill's padding by pad id."""
+
+    def __init__(self, bug: str | None = None, vocab_size: int = 11, pad_token_id: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(vocab_size, 4)
+        self.bug = bug
+        self.pad_token_id = pad_token_id
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        past_key_values: _State | None = None,
+        use_cache: bool | None = None,
+    ) -> dict[str, Any]:
+        batch, length = input_ids.shape
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if attention_mask.shape != (batch, past + length):
+            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} for {past} cached + {length} new")
+        x = self.embed(input_ids)
+        real = attention_mask[:, past:]
+        if self.bug == "mask-from-ids-at-prefill" and past == 0:
+            real = input_ids != self.pad_token_id
+        kept = real[..., None].to(x.dtype)
+        total, count = torch.zeros(batch, 1, 4), torch.zeros(batch, 1, 1)
+        if past_key_values is not None:
+            total, count = past_key_values.mean * past_key_values.count, past_key_values.count
+        total = total + (x * kept).cumsum(1)
+        count = count + kept.cumsum(1)
+        mean = total / (count if self.bug == "unguarded" else count.clamp(min=1))
+        logits = mean + x + (1e-3 * past if self.bug == "drift" else 0.0)
+        cache = _State(mean[:, -1:], count[:, -1:], past + length) if use_cache else None
+        return {"logits": logits, "scores": logits.sum(-1), "pooled": mean[:, -1], "past_key_values": cache}
+
+
+def test_cache_check_passes_a_recurrent_model_with_positional_and_pooled_outputs() -> None:
+    checks.check_cache_equivalence(_Recurrent(), SimpleNamespace(vocab_size=11), pad_token_id=0)
+
+
+@pytest.mark.parametrize(
+    ("bug", "message"),
+    [
+        ("unguarded", r"^cached decoding vs full forward: 'logits' has non-finite values$"),
+        ("drift", r"^cached decoding vs full forward: 'logits' differs by 0\.00"),
+    ],
+)
+def test_cache_check_catches_each_state_defect(bug: str, message: str) -> None:
+    """Row 2 of the check is left-padded through its whole prefill: a state that cannot start empty fails."""
+    with pytest.raises(AssertionError, match=message):
+        checks.check_cache_equivalence(_Recurrent(bug), SimpleNamespace(vocab_size=11), pad_token_id=0)
+
+
+def test_cache_check_keeps_the_pad_id_out_of_the_real_tokens() -> None:
+    model = _Recurrent("mask-from-ids-at-prefill", vocab_size=3)
+    checks.check_cache_equivalence(model, SimpleNamespace(vocab_size=3), pad_token_id=0)
+
+
+def test_cache_check_names_a_model_that_returns_no_cache() -> None:
+    class NoCache(_Recurrent):
+        def forward(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {**super().forward(*args, **kwargs), "past_key_values": None}
+
+    with pytest.raises(AssertionError) as raised:
+        checks.check_cache_equivalence(NoCache(), SimpleNamespace(vocab_size=11), pad_token_id=0)
+    assert str(raised.value) == "NoCache returned no past_key_values with use_cache=True"
