@@ -591,3 +591,29 @@ def test_a_model_with_adapters_saves_them_through_the_manager_with_the_save_argu
         {"state_dict": state, "safe_serialization": False, "max_shard_size": "1MB", "token": "t"},
     )
     assert not (tmp_path / "config.json").exists()
+
+
+# -- second full run (workspace imod): what the first run did not judge ------------------------------------------
+
+
+def test_a_model_class_registered_for_an_auto_class_saves_its_code_and_auto_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "modeling_imod_custom.py").write_text(
+        "import torch\nfrom microformers import PretrainedConfig, PreTrainedModel\n\n\n"
+        "class ImodCustomModel(PreTrainedModel):\n    config_class = PretrainedConfig\n\n"
+        "    def __init__(self, config):\n        super().__init__(config)\n"
+        "        self.linear = torch.nn.Linear(2, 2)\n        self.post_init()\n"
+    )
+    monkeypatch.syspath_prepend(str(code))
+    from modeling_imod_custom import ImodCustomModel  # type: ignore[import-not-found]
+
+    ImodCustomModel.register_for_auto_class("AutoModelForCausalLM")
+    ImodCustomModel(PretrainedConfig()).save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert saved["auto_map"] == {"AutoModelForCausalLM": "modeling_imod_custom.ImodCustomModel"}
+    assert (tmp_path / "saved" / "modeling_imod_custom.py").read_text() == (
+        code / "modeling_imod_custom.py"
+    ).read_text()
