@@ -617,3 +617,23 @@ def test_a_model_class_registered_for_an_auto_class_saves_its_code_and_auto_map(
     assert (tmp_path / "saved" / "modeling_imod_custom.py").read_text() == (
         code / "modeling_imod_custom.py"
     ).read_text()
+
+
+class _Initialised(modeling_module.PreTrainedModel):
+    """Modules whose reference initialisation differs from torch's own."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.linear = torch.nn.Linear(64, 64)
+        self.embed = torch.nn.Embedding(8, 64, padding_idx=1)
+        self.post_init()
+
+
+def test_a_fresh_model_gets_the_reference_initialisation_with_the_configs_range() -> None:
+    torch.manual_seed(0)
+    model = _Initialised(PretrainedConfig(initializer_range=0.5))
+    assert abs(model.linear.weight.std().item() - 0.5) < 0.05  # torch's own init would give about 0.07
+    assert not model.linear.bias.any()
+    assert not model.embed.weight[1].any() and abs(model.embed.weight.std().item() - 0.5) < 0.1
