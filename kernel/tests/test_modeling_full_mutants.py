@@ -637,3 +637,42 @@ def test_a_fresh_model_gets_the_reference_initialisation_with_the_configs_range(
     assert abs(model.linear.weight.std().item() - 0.5) < 0.05  # torch's own init would give about 0.07
     assert not model.linear.bias.any()
     assert not model.embed.weight[1].any() and abs(model.embed.weight.std().item() - 0.5) < 0.1
+
+
+class _Mixed(modeling_module.PreTrainedModel):
+    """A trainable linear layer, a frozen float parameter and an integer parameter (e.g. a quantized table)."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.linear = torch.nn.Linear(4, 4)
+        self.frozen = torch.nn.Parameter(torch.ones(4), requires_grad=False)
+        self.codes = torch.nn.Parameter(torch.arange(4, dtype=torch.int32), requires_grad=False)
+        self.post_init()
+
+
+def test_an_integer_parameter_loads_as_saved_and_frozen(tmp_path: Path) -> None:
+    model = _Mixed(PretrainedConfig())
+    with torch.no_grad():
+        model.codes.add_(3)
+    model.save_pretrained(tmp_path)
+    loaded = _Mixed.from_pretrained(tmp_path, config=PretrainedConfig(), dtype=torch.bfloat16)
+    assert loaded.codes.dtype == torch.int32 and not loaded.codes.requires_grad
+    assert loaded.codes.tolist() == [3, 4, 5, 6]
+    assert loaded.linear.weight.dtype == torch.bfloat16 and loaded.linear.weight.requires_grad
+
+
+def test_missing_parameters_are_made_in_the_load_dtype_keeping_their_kind_and_trainability(tmp_path: Path) -> None:
+    _Mixed(PretrainedConfig()).save_pretrained(tmp_path, state_dict={"linear.bias": torch.zeros(4)})
+    loaded, info = _Mixed.from_pretrained(
+        tmp_path, config=PretrainedConfig(), dtype=torch.bfloat16, strict=False, output_loading_info=True
+    )
+    assert info["missing_keys"] == ["frozen", "codes", "linear.weight"]
+    kinds = {n: (p.dtype, p.requires_grad, p.is_meta) for n, p in loaded.named_parameters()}
+    assert kinds == {
+        "linear.weight": (torch.bfloat16, True, False),
+        "linear.bias": (torch.bfloat16, True, False),
+        "frozen": (torch.bfloat16, False, False),
+        "codes": (torch.int32, False, False),
+    }
