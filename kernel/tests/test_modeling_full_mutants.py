@@ -676,3 +676,12 @@ def test_missing_parameters_are_made_in_the_load_dtype_keeping_their_kind_and_tr
         "frozen": (torch.bfloat16, False, False),
         "codes": (torch.int32, False, False),
     }
+
+
+def test_a_persistent_buffer_loads_its_saved_values_in_its_own_dtype(tmp_path: Path) -> None:
+    model = _Flat(PretrainedConfig())
+    model.table.add_(10.0)
+    model.save_pretrained(tmp_path)
+    loaded = _Flat.from_pretrained(tmp_path, config=PretrainedConfig(), dtype=torch.bfloat16)
+    assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [10.0, 11.0, 12.0]
+    assert "table" in dict(loaded.named_buffers()) and loaded.scale.dtype == torch.bfloat16
