@@ -685,3 +685,84 @@ def test_a_persistent_buffer_loads_its_saved_values_in_its_own_dtype(tmp_path: P
     loaded = _Flat.from_pretrained(tmp_path, config=PretrainedConfig(), dtype=torch.bfloat16)
     assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [10.0, 11.0, 12.0]
     assert "table" in dict(loaded.named_buffers()) and loaded.scale.dtype == torch.bfloat16
+
+
+# -- check_declared_sizes: config sizes the checkpoint's tensors cannot back ---------------------------------
+
+
+class _Shapes:
+    """A checkpoint format that reports its tensors' shapes without loading them."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        self._shapes = shapes
+
+    def shapes(self, files: list[Path]) -> dict[str, tuple[int, ...]]:
+        return self._shapes
+
+
+_TWO_LAYERS = {"model.layers.0.w": (8, 4), "model.layers.1.w": (8, 4), "lm_head.weight": (10, 8)}
+_CORRUPT = "The configuration is corrupt or belongs to another checkpoint; fix the value or use the matching files."
+
+
+def _refusal(config: PretrainedConfig, fmt: object, files: list[Path], strict: bool = True) -> str | None:
+    try:
+        modeling_module.check_declared_sizes(config, fmt, files, strict)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def test_declared_layer_counts_may_exceed_the_checkpoints_layers_by_at_most_64(tmp_path: Path) -> None:
+    files, fmt = [tmp_path / "model.safetensors"], _Shapes(_TWO_LAYERS)
+    source = tmp_path / "config.json"
+    for field in ("num_hidden_layers", "num_layers", "n_layer"):
+        assert _refusal(PretrainedConfig(**{field: 66}), fmt, files) is None
+        assert _refusal(PretrainedConfig(**{field: 67}), fmt, files) == (
+            f"{field}=67 in {source} does not match the weights: its tensors have layer indices up to 1. {_CORRUPT}"
+        )
+    # strict=False: only the absolute limit
+    assert _refusal(PretrainedConfig(num_hidden_layers=4096), fmt, files, strict=False) is None
+    assert _refusal(PretrainedConfig(num_hidden_layers=4097), fmt, files, strict=False) == (
+        f"num_hidden_layers=4097 in {source} does not match the weights: at most 4096. {_CORRUPT}"
+    )
+    # no layer index in any tensor name: up to 64 layers
+    no_layers = _Shapes({"embed.weight": (10, 8)})
+    assert _refusal(PretrainedConfig(num_layers=64), no_layers, files) is None
+    assert _refusal(PretrainedConfig(num_layers=65), no_layers, files) == (
+        f"num_layers=65 in {source} does not match the weights: its tensors have layer indices up to -1. {_CORRUPT}"
+    )
+
+
+def test_declared_sizes_without_shape_information_are_bounded_only_for_layers(tmp_path: Path) -> None:
+    files, fmt = [tmp_path / "model.safetensors"], object()  # a format that cannot list shapes
+    assert _refusal(PretrainedConfig(num_layers=4096, hidden_size=10**9), fmt, files) is None
+    assert _refusal(PretrainedConfig(n_layer=4097), fmt, files) == (
+        f"n_layer=4097 in {tmp_path / 'config.json'} does not match the weights: at most 4096. {_CORRUPT}"
+    )
+
+
+def test_declared_dimensions_may_not_exceed_the_largest_tensor_dimension(tmp_path: Path) -> None:
+    files, fmt = [tmp_path / "model.safetensors"], _Shapes(_TWO_LAYERS)
+    fields = (
+        "hidden_size",
+        "intermediate_size",
+        "vocab_size",
+        "head_dim",
+        "num_attention_heads",
+        "num_key_value_heads",
+    )
+    for field in fields:
+        assert _refusal(PretrainedConfig(**{field: 10}), fmt, files) is None
+        assert _refusal(PretrainedConfig(**{field: 0}), fmt, files) is None
+        assert _refusal(PretrainedConfig(**{field: 11}), fmt, files) == (
+            f"{field}=11 in {tmp_path / 'config.json'} does not match the weights: the largest tensor dimension in "
+            f"the checkpoint is 10. {_CORRUPT}"
+        )
+
+
+def test_declared_sizes_must_be_non_negative_integers(tmp_path: Path) -> None:
+    files, fmt = [tmp_path / "model.safetensors"], _Shapes(_TWO_LAYERS)
+    for value in (-1, True, 2.0, "4"):
+        assert _refusal(PretrainedConfig(num_key_value_heads=value), fmt, files) == (
+            f"num_key_value_heads={value!r} in {tmp_path / 'config.json'} must be a non-negative integer; fix the file"
+        )
