@@ -766,3 +766,118 @@ def test_declared_sizes_must_be_non_negative_integers(tmp_path: Path) -> None:
         assert _refusal(PretrainedConfig(num_key_value_heads=value), fmt, files) == (
             f"num_key_value_heads={value!r} in {tmp_path / 'config.json'} must be a non-negative integer; fix the file"
         )
+
+
+# -- _materialise: shapes, kinds, what is missing or unused, and where it is reported ---------------------
+
+
+def _save_state(folder: Path, state: dict[str, torch.Tensor], safe: bool = True) -> Path:
+    _Flat(PretrainedConfig()).save_pretrained(folder, state_dict=state, safe_serialization=safe)
+    return folder / ("model.safetensors" if safe else "pytorch_model.bin")
+
+
+def _flat_state(**changes: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {**_Flat(PretrainedConfig()).state_dict(), **changes}
+
+
+def test_a_tensor_of_the_wrong_shape_is_refused_naming_file_and_shapes_or_reinitialised(tmp_path: Path) -> None:
+    for safe in (True, False):  # safetensors names the tensor's file itself; the legacy format falls back to it
+        file = _save_state(tmp_path / str(safe), _flat_state(scale=torch.ones(4)), safe)
+        with pytest.raises(Exception) as info:
+            _Flat.from_pretrained(file.parent, config=PretrainedConfig())
+        assert str(info.value) == (
+            f"tensor 'scale' in {file} has shape (4,), but the model built from config.json expects (3,) for it. "
+            "The config does not match the weights; fix config.json, or pass ignore_mismatched_sizes=True to "
+            "re-initialise this tensor."
+        )
+    loaded, info = _Flat.from_pretrained(
+        tmp_path / "True", config=PretrainedConfig(), ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    assert info == {"missing_keys": ["scale"], "unexpected_keys": [], "mismatched_keys": [("scale", (4,), (3,))]}
+    assert loaded.scale.shape == (3,) and not loaded.scale.is_meta
+
+
+def test_integers_stored_for_a_floating_point_parameter_are_refused_naming_the_file(tmp_path: Path) -> None:
+    for safe in (True, False):
+        file = _save_state(tmp_path / str(safe), _flat_state(scale=torch.arange(3)), safe)
+        with pytest.raises(CheckpointError) as info:
+            _Flat.from_pretrained(file.parent, config=PretrainedConfig())
+        assert str(info.value) == (
+            f"tensor 'scale' in {file} is stored as torch.int64, but the model's 'scale' holds floating-point "
+            "values; the checkpoint is corrupt or was converted wrongly. Re-save it with floating-point weights."
+        )
+
+
+class _Wide(modeling_module.PreTrainedModel):
+    """Twenty-one small parameters: more than the messages list."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        for i in range(21):
+            self.register_parameter(f"p{i:02d}", torch.nn.Parameter(torch.ones(2)))
+        self.post_init()
+
+
+def test_the_missing_tensor_error_lists_eight_names_and_counts_the_rest(tmp_path: Path) -> None:
+    state = _Wide(PretrainedConfig()).state_dict()
+    for kept, suffix in ((13, ""), (12, " and 1 more")):
+        folder = tmp_path / str(kept)
+        _Wide(PretrainedConfig()).save_pretrained(folder, state_dict=dict(list(state.items())[:kept]))
+        shown = ", ".join(f"p{i:02d}" for i in range(kept, kept + 8))
+        with pytest.raises(CheckpointError) as info:
+            _Wide.from_pretrained(folder, config=PretrainedConfig())
+        assert str(info.value) == (
+            f"checkpoint {folder / 'model.safetensors'} is missing {21 - kept} tensor(s) the model needs: {shown}"
+            f"{suffix}. The checkpoint is incomplete or for a different architecture; pass strict=False to "
+            "initialise them randomly instead."
+        )
+
+
+def test_unused_and_newly_initialised_weights_are_logged_twenty_at_most_and_returned_in_full(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = {f"extra{i:02d}": torch.zeros(1) for i in range(21)}
+    file = _save_state(tmp_path, state)
+    with caplog.at_level("WARNING", logger="microformers"):
+        _, info = _Wide.from_pretrained(tmp_path, config=PretrainedConfig(), strict=False, output_loading_info=True)
+    names = [f"p{i:02d}" for i in range(21)]
+    assert info == {"missing_keys": names, "unexpected_keys": sorted(state), "mismatched_keys": []}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Unused weights in {file}: " + ", ".join(sorted(state)[:20]),
+        f"Newly initialised weights (not in {file}): " + ", ".join(names[:20]),
+    ]
+
+
+def test_a_sharded_checkpoint_is_reported_by_its_folder(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = _Wide(PretrainedConfig())
+    state = {**dict(list(model.state_dict().items())[:20]), "unused": torch.zeros(1)}
+    model.save_pretrained(tmp_path, state_dict=state, max_shard_size=40)
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1
+    with caplog.at_level("WARNING", logger="microformers"):
+        _Wide.from_pretrained(tmp_path, config=PretrainedConfig(), strict=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Unused weights in {tmp_path}: unused",
+        f"Newly initialised weights (not in {tmp_path}): p20",
+    ]
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(tmp_path))} is missing 1 tensor"):
+        _Wide.from_pretrained(tmp_path, config=PretrainedConfig())
+
+
+class _Lenient(_Wide):
+    _keys_to_ignore_on_load_missing = [r"^p0[0-4]$"]
+    _keys_to_ignore_on_load_unexpected = [r"^old\."]
+
+
+def test_keys_the_model_ignores_are_neither_reported_nor_errors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = {**dict(list(_Wide(PretrainedConfig()).state_dict().items())[5:]), "old.a": torch.zeros(1)}
+    state["new.b"] = torch.zeros(1)
+    file = _save_state(tmp_path, state)
+    with caplog.at_level("WARNING", logger="microformers"):
+        loaded, info = _Lenient.from_pretrained(tmp_path, config=PretrainedConfig(), output_loading_info=True)
+    assert info == {"missing_keys": [], "unexpected_keys": ["new.b"], "mismatched_keys": []}
+    assert [r.getMessage() for r in caplog.records] == [f"Unused weights in {file}: new.b"]
+    assert not loaded.p00.is_meta
