@@ -881,3 +881,12 @@ def test_keys_the_model_ignores_are_neither_reported_nor_errors(
     assert info == {"missing_keys": [], "unexpected_keys": ["new.b"], "mismatched_keys": []}
     assert [r.getMessage() for r in caplog.records] == [f"Unused weights in {file}: new.b"]
     assert not loaded.p00.is_meta
+
+
+def test_weights_missing_from_the_checkpoint_get_the_reference_initialisation(tmp_path: Path) -> None:
+    _Initialised(PretrainedConfig()).save_pretrained(tmp_path, state_dict={"embed.weight": torch.zeros(8, 64)})
+    torch.manual_seed(0)
+    config = PretrainedConfig(initializer_range=0.5)
+    loaded = _Initialised.from_pretrained(tmp_path, config=config, strict=False)
+    assert abs(loaded.linear.weight.std().item() - 0.5) < 0.05 and not loaded.linear.bias.any()
+    assert not loaded.embed.weight.any()  # loaded, not initialised
