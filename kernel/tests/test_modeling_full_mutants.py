@@ -890,3 +890,28 @@ def test_weights_missing_from_the_checkpoint_get_the_reference_initialisation(tm
     loaded = _Initialised.from_pretrained(tmp_path, config=config, strict=False)
     assert abs(loaded.linear.weight.std().item() - 0.5) < 0.05 and not loaded.linear.bias.any()
     assert not loaded.embed.weight.any()  # loaded, not initialised
+
+
+class _HeadFirst(modeling_module.PreTrainedModel):
+    """The tied head is registered before the embedding it shares its weight with, and before other layers."""
+
+    config_class = PretrainedConfig
+    _tied_weights_keys = {"head.weight": "embed.weight"}
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.embed = torch.nn.Embedding(5, 3)
+        self.norm = torch.nn.LayerNorm(3)
+        self.post_init()
+
+
+def test_a_tied_weight_listed_first_does_not_stop_the_others_loading(tmp_path: Path) -> None:
+    model = _HeadFirst(PretrainedConfig())
+    with torch.no_grad():
+        model.norm.weight.fill_(3.0)
+    model.save_pretrained(tmp_path)
+    loaded = _HeadFirst.from_pretrained(tmp_path, config=PretrainedConfig())
+    torch.testing.assert_close(loaded.embed.weight, model.embed.weight)
+    torch.testing.assert_close(loaded.norm.weight, model.norm.weight)
+    assert loaded.head.weight is loaded.embed.weight
