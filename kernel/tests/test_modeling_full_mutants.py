@@ -771,8 +771,15 @@ def test_declared_sizes_must_be_non_negative_integers(tmp_path: Path) -> None:
 # -- _materialise: shapes, kinds, what is missing or unused, and where it is reported ---------------------
 
 
-def _save_state(folder: Path, state: dict[str, torch.Tensor], safe: bool = True) -> Path:
-    _Flat(PretrainedConfig()).save_pretrained(folder, state_dict=state, safe_serialization=safe)
+def _save_state(folder: Path, state: dict[str, torch.Tensor], safe: bool = True, sharded: bool = False) -> Path:
+    """Saves ``state``; returns the file that holds ``scale``."""
+    _Flat(PretrainedConfig()).save_pretrained(
+        folder, state_dict=state, safe_serialization=safe, max_shard_size=40 if sharded else "50GB"
+    )
+    if sharded:
+        weight_map = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+        assert len(set(weight_map.values())) > 1
+        return folder / weight_map["scale"]
     return folder / ("model.safetensors" if safe else "pytorch_model.bin")
 
 
@@ -781,8 +788,8 @@ def _flat_state(**changes: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def test_a_tensor_of_the_wrong_shape_is_refused_naming_file_and_shapes_or_reinitialised(tmp_path: Path) -> None:
-    for safe in (True, False):  # safetensors names the tensor's file itself; the legacy format falls back to it
-        file = _save_state(tmp_path / str(safe), _flat_state(scale=torch.ones(4)), safe)
+    for safe, sharded in ((True, False), (True, True), (False, False)):  # safetensors names the tensor's own file
+        file = _save_state(tmp_path / f"{safe}{sharded}", _flat_state(scale=torch.ones(4)), safe, sharded)
         with pytest.raises(Exception) as info:
             _Flat.from_pretrained(file.parent, config=PretrainedConfig())
         assert str(info.value) == (
@@ -791,15 +798,15 @@ def test_a_tensor_of_the_wrong_shape_is_refused_naming_file_and_shapes_or_reinit
             "re-initialise this tensor."
         )
     loaded, info = _Flat.from_pretrained(
-        tmp_path / "True", config=PretrainedConfig(), ignore_mismatched_sizes=True, output_loading_info=True
+        tmp_path / "TrueFalse", config=PretrainedConfig(), ignore_mismatched_sizes=True, output_loading_info=True
     )
     assert info == {"missing_keys": ["scale"], "unexpected_keys": [], "mismatched_keys": [("scale", (4,), (3,))]}
     assert loaded.scale.shape == (3,) and not loaded.scale.is_meta
 
 
 def test_integers_stored_for_a_floating_point_parameter_are_refused_naming_the_file(tmp_path: Path) -> None:
-    for safe in (True, False):
-        file = _save_state(tmp_path / str(safe), _flat_state(scale=torch.arange(3)), safe)
+    for safe, sharded in ((True, False), (True, True), (False, False)):
+        file = _save_state(tmp_path / f"{safe}{sharded}", _flat_state(scale=torch.arange(3)), safe, sharded)
         with pytest.raises(CheckpointError) as info:
             _Flat.from_pretrained(file.parent, config=PretrainedConfig())
         assert str(info.value) == (
