@@ -339,3 +339,214 @@ def test_adapter_name_and_kwargs_go_to_load_adapter_not_to_the_model(
     (saved_toy / "adapter_config.json").write_text("{}")
     AutoModelForCausalLM.from_pretrained(saved_toy, adapter_name="mine", adapter_kwargs={"is_trainable": True})
     assert loaded == [((saved_toy,), {"adapter_name": "mine", "is_trainable": True})]
+
+
+# -- second round (workspace iauto): AutoTokenizer.from_pretrained, _backend_for, _AutoModel.from_pretrained,
+# _adapter_folder ------------------------------------------------------------------------------------------
+
+
+class NamedTokenizer:
+    """A backend whose tokenizer records the name it was loaded under."""
+
+    def __init__(self, name_or_path: str) -> None:
+        self.name_or_path = name_or_path
+
+    @classmethod
+    def from_pretrained(cls, folder: Path, *inputs: object, **kwargs: object) -> NamedTokenizer:
+        return cls(str(folder))
+
+
+def test_auto_tokenizer_keeps_its_own_arguments_and_names_the_tokenizer_after_what_was_asked(
+    tmp_path: Path, fresh: Registry
+) -> None:
+    AutoTokenizer.register("low", LowTokenizer)
+    folder = _write(tmp_path / "a", tokenizer_config={})
+    assert AutoTokenizer.from_pretrained(folder, trust_remote_code=True) == ("LowTokenizer", folder, (), {})
+    AutoTokenizer.register("named", NamedTokenizer, priority=1)
+    _write(tmp_path / "repo" / "sub", tokenizer_config={})
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "repo", subfolder="sub")
+    assert tokenizer.name_or_path == str(tmp_path / "repo")  # the name asked for, not the subfolder read
+
+
+def test_a_malformed_tokenizer_config_is_named_as_such(tmp_path: Path, fresh: Registry) -> None:
+    AutoTokenizer.register("low", LowTokenizer)
+    folder = tmp_path / "a"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"tokenizer_config\.json \(tokenizer configuration\) is not valid JSON"):
+        AutoTokenizer.from_pretrained(folder)
+
+
+def test_auto_tokenizer_downloads_only_the_tokenizer_files_from_the_hub(
+    tmp_path: Path, fresh: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+
+    AutoTokenizer.register("low", LowTokenizer)
+    snapshot = _write(tmp_path / "snapshot", tokenizer_config={})
+    asked: list[object] = []
+
+    def snapshot_download(repo_id: str, **kwargs: object) -> str:
+        asked.append(kwargs["allow_patterns"])
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    assert AutoTokenizer.from_pretrained("some-org/some-tokenizer")[:2] == ("LowTokenizer", snapshot)
+    assert len(asked) == 1 and "tokenizer.json" in asked[0] and "vocab.txt" in asked[0]
+    assert not any("safetensors" in pattern or pattern.endswith(".bin") for pattern in asked[0])
+
+
+def test_a_tokenizer_carried_without_a_config_uses_the_first_backend_with_the_callers_arguments(
+    tmp_path: Path, fresh: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from microformers.weights import Checkpoint
+
+    AutoTokenizer.register("low", LowTokenizer)
+    files = {"tokenizer.json": {"model": {}}}
+    monkeypatch.setattr(Checkpoint, "carried", lambda self, what: files if what == "tokenizer_files" else None)
+    assert AutoTokenizer.from_pretrained(tmp_path, "extra", padding_side="left") == (
+        "LowTokenizer",
+        files,
+        ("extra",),
+        {"padding_side": "left"},
+    )
+
+
+class Refusing(_Loaded):
+    @staticmethod
+    def can_load(folder: Path) -> bool:
+        return False
+
+
+def test_backends_registered_without_priority_or_classes_rank_as_priority_zero(tmp_path: Path, fresh: Registry) -> None:
+    AutoTokenizer.register("low", LowTokenizer, priority=0)
+    fresh.add("tokenizers", "plain", HighTokenizer)  # a plugin's registration may omit priority and classes
+    unnamed = _write(tmp_path / "a", tokenizer_config={})
+    assert AutoTokenizer.from_pretrained(unnamed)[0] == "LowTokenizer"  # registered first, same priority
+    named = _write(tmp_path / "b", tokenizer_config={"tokenizer_class": "plain"})
+    assert AutoTokenizer.from_pretrained(named)[0] == "HighTokenizer"
+
+
+def test_no_backend_for_a_folder_names_the_installed_ones_or_says_none_is_installed(
+    tmp_path: Path, fresh: Registry
+) -> None:
+    folder = tmp_path / "a"
+    folder.mkdir()
+    with pytest.raises(
+        UnknownModelTypeError, match=r"^No installed plugin provides tokenizer backend 'fast'\. Installed: none\.$"
+    ):
+        AutoTokenizer.from_pretrained(folder)
+    AutoTokenizer.register("one", Refusing)
+    AutoTokenizer.register("two", Refusing)
+    expected = (
+        f"no installed tokenizer backend can load {folder} (tokenizer_class=None); installed backends: one, two. "
+        "It needs tokenizer.json or vocab.txt."
+    )
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
+        AutoTokenizer.from_pretrained(folder)
+
+
+class RemoteConfig(PretrainedConfig):
+    model_type = "head_toy"
+
+
+class _Opened:
+    @classmethod
+    def from_pretrained(cls, checkpoint: object, *args: object, config: PretrainedConfig, **kwargs: object) -> tuple:
+        return cls.__name__, args, config, kwargs
+
+
+class LocalModel(_Opened):
+    pass
+
+
+class RemoteModel(_Opened):
+    pass
+
+
+@pytest.fixture
+def remote_loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Records each ``load_remote_class`` call; the config and the model code are stand-ins."""
+    import microformers.remote
+
+    calls: list[tuple] = []
+
+    def load_remote_class(*args: object) -> type:
+        calls.append(args)
+        return RemoteConfig if args[5] == "AutoConfig" else RemoteModel
+
+    monkeypatch.setattr(microformers.remote, "load_remote_class", load_remote_class)
+    return calls
+
+
+def test_auto_model_passes_consent_and_code_pins_to_the_remote_config_and_model(
+    tmp_path: Path, fresh: Registry, remote_loads: list[tuple]
+) -> None:
+    AutoModelForCausalLM.register(HeadConfig, LocalModel)
+    auto_map = {"AutoConfig": "configuration_head.HeadConfig", "AutoModelForCausalLM": "modeling_head.HeadModel"}
+    folder = _write(tmp_path / "a", config={"model_type": "head_toy", "auto_map": auto_map})
+    name, args, config, kwargs = AutoModelForCausalLM.from_pretrained(
+        folder, "arg", trust_remote_code=True, code_revision="abc", code_sha256="f00", dtype="float16", extra=1
+    )
+    assert (name, args, type(config)) == ("RemoteModel", ("arg",), RemoteConfig)
+    assert kwargs == {"trust_remote_code": True, "dtype": "float16", "extra": 1}
+    pins = {"code_revision": "abc", "code_sha256": "f00"}
+    assert remote_loads == [
+        ("configuration_head.HeadConfig", folder, True, {}, pins, "AutoConfig", auto_map),
+        ("modeling_head.HeadModel", folder, True, {}, pins, "AutoModelForCausalLM", auto_map),
+    ]
+    # without consent the installed plugin's config and model are used and no code is loaded
+    name, args, config, kwargs = AutoModelForCausalLM.from_pretrained(folder)
+    assert (name, type(config), kwargs) == ("LocalModel", HeadConfig, {})
+    assert len(remote_loads) == 2
+
+
+def test_a_config_folder_given_as_config_is_read_with_the_same_subfolder(tmp_path: Path, fresh: Registry) -> None:
+    AutoModelForCausalLM.register(HeadConfig, LocalModel)
+    _write(tmp_path / "model" / "inner", config={"model_type": "head_toy"})
+    _write(tmp_path / "other", config={"model_type": "head_toy", "marker": "top"})
+    _write(tmp_path / "other" / "inner", config={"model_type": "head_toy", "marker": "inner"})
+    config = AutoModelForCausalLM.from_pretrained(
+        tmp_path / "model", config=str(tmp_path / "other"), subfolder="inner"
+    )[2]
+    assert config.marker == "inner"
+
+
+@pytest.fixture
+def adapters(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    from microformers.modeling import PreTrainedModel
+
+    loaded: list[tuple] = []
+    monkeypatch.setattr(PreTrainedModel, "load_adapter", lambda self, *a, **kw: loaded.append((self, a, kw)))
+    return loaded
+
+
+def test_an_adapter_folder_loads_its_base_model_then_the_adapter(
+    saved_toy: Path, tmp_path: Path, adapters: list[tuple]
+) -> None:
+    adapter = _write(tmp_path / "adapter", adapter_config={"base_model_name_or_path": str(saved_toy)})
+    model = AutoModelForCausalLM.from_pretrained(adapter)
+    assert model.config.hidden_size == 24
+    assert adapters == [(model, (adapter,), {"adapter_name": None})]
+
+
+def test_adapter_folder_errors_name_the_file_and_what_to_do(tmp_path: Path, adapters: list[tuple]) -> None:
+    adapter = _write(tmp_path / "adapter", adapter_config={"r": 8})
+    expected = (
+        f"{adapter / 'adapter_config.json'} names no base_model_name_or_path: load the base model, "
+        f"then call model.load_adapter('{adapter}')"
+    )
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
+        AutoModelForCausalLM.from_pretrained(adapter)
+    (adapter / "adapter_config.json").write_text("{oops")
+    with pytest.raises(ConfigError, match=r"adapter_config\.json \(adapter configuration\) is not valid JSON"):
+        AutoModelForCausalLM.from_pretrained(adapter)
+    assert adapters == []
+
+
+def test_auto_model_takes_an_open_checkpoint(saved_toy: Path, adapters: list[tuple]) -> None:
+    from microformers.weights import open_checkpoint
+
+    checkpoint, _ = open_checkpoint(saved_toy, {})
+    assert AutoModelForCausalLM.from_pretrained(checkpoint).config.hidden_size == 24
+    assert adapters == []
