@@ -788,8 +788,9 @@ def _flat_state(**changes: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def test_a_tensor_of_the_wrong_shape_is_refused_naming_file_and_shapes_or_reinitialised(tmp_path: Path) -> None:
+    state = _flat_state(scale=torch.ones(4))
     for safe, sharded in ((True, False), (True, True), (False, False)):  # safetensors names the tensor's own file
-        file = _save_state(tmp_path / f"{safe}{sharded}", _flat_state(scale=torch.ones(4)), safe, sharded)
+        file = _save_state(tmp_path / f"{safe}{sharded}", state, safe, sharded)
         with pytest.raises(Exception) as info:
             _Flat.from_pretrained(file.parent, config=PretrainedConfig())
         assert str(info.value) == (
@@ -802,6 +803,8 @@ def test_a_tensor_of_the_wrong_shape_is_refused_naming_file_and_shapes_or_reinit
     )
     assert info == {"missing_keys": ["scale"], "unexpected_keys": [], "mismatched_keys": [("scale", (4,), (3,))]}
     assert loaded.scale.shape == (3,) and not loaded.scale.is_meta
+    torch.testing.assert_close(loaded.state_dict()["inner.weight"], state["inner.weight"])  # the rest still loads
+    torch.testing.assert_close(loaded.state_dict()["table"], state["table"])
 
 
 def test_integers_stored_for_a_floating_point_parameter_are_refused_naming_the_file(tmp_path: Path) -> None:
