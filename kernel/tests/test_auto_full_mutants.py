@@ -550,3 +550,29 @@ def test_auto_model_takes_an_open_checkpoint(saved_toy: Path, adapters: list[tup
     checkpoint, _ = open_checkpoint(saved_toy, {})
     assert AutoModelForCausalLM.from_pretrained(checkpoint).config.hidden_size == 24
     assert adapters == []
+
+
+class _CarriedConfig(dict):
+    source = "weights.gguf (metadata)"
+
+
+def test_a_config_carried_by_the_weights_file_is_used_and_named_in_errors(
+    tmp_path: Path, fresh: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from microformers.weights import Checkpoint
+
+    AutoConfig.register("head_toy", HeadConfig)
+    folder = _write(tmp_path / "a", config={"model_type": "head_toy", "marker": "file"})
+    carried: dict = {"model_type": "head_toy", "marker": "carried"}
+    monkeypatch.setattr(Checkpoint, "carried", lambda self, what: carried if what == "config" else None)
+    config = AutoConfig.from_pretrained(folder)
+    assert (type(config), config.marker, config.name_or_path) == (HeadConfig, "carried", str(folder))
+    carried = _CarriedConfig(marker="carried")
+    expected = (
+        "weights.gguf (metadata) has no 'model_type'; add one (e.g. \"llama\") so the matching plugin can be found"
+    )
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
+        AutoConfig.from_pretrained(folder)
+    carried = {"marker": "carried"}  # a carried dict that does not say where it came from
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(folder))}/config\\.json has no 'model_type'"):
+        AutoConfig.from_pretrained(folder)
