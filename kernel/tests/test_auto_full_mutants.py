@@ -576,3 +576,17 @@ def test_a_config_carried_by_the_weights_file_is_used_and_named_in_errors(
     carried = {"marker": "carried"}  # a carried dict that does not say where it came from
     with pytest.raises(ConfigError, match=f"^{re.escape(str(folder))}/config\\.json has no 'model_type'"):
         AutoConfig.from_pretrained(folder)
+
+
+def test_no_tokenizer_backend_installed_says_which_distribution_provides_one(tmp_path: Path, fresh: Registry) -> None:
+    from microformers import PluginError
+
+    fresh.providers[("tokenizers", "fast")] = "microformers-tokenizers"  # as the built-in providers.json declares
+    folder = tmp_path / "a"
+    folder.mkdir()
+    expected = (
+        "No installed plugin provides tokenizer backend 'fast'. Install it with: pip install microformers-tokenizers "
+        "Installed: none."
+    )
+    with pytest.raises(PluginError, match=f"^{re.escape(expected)}$"):
+        AutoTokenizer.from_pretrained(folder)
