@@ -925,3 +925,9 @@ def test_a_tied_weight_listed_first_does_not_stop_the_others_loading(tmp_path: P
     torch.testing.assert_close(loaded.embed.weight, model.embed.weight)
     torch.testing.assert_close(loaded.norm.weight, model.norm.weight)
     assert loaded.head.weight is loaded.embed.weight
+
+
+def test_a_buffer_stored_in_another_float_dtype_is_cast_to_the_models(tmp_path: Path) -> None:
+    _save_state(tmp_path, _flat_state(table=torch.tensor([1.5, 2.5, 3.5], dtype=torch.float16)))
+    loaded = _Flat.from_pretrained(tmp_path, config=PretrainedConfig())
+    assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [1.5, 2.5, 3.5]
