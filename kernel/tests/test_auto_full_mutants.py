@@ -590,3 +590,13 @@ def test_no_tokenizer_backend_installed_says_which_distribution_provides_one(tmp
     )
     with pytest.raises(PluginError, match=f"^{re.escape(expected)}$"):
         AutoTokenizer.from_pretrained(folder)
+
+
+def test_auto_config_errors_name_the_config_file_read(tmp_path: Path, fresh: Registry) -> None:
+    folder = _write(tmp_path / "repo" / "sub", config={"hidden_size": 8})
+    expected = f"{folder / 'config.json'} has no 'model_type'; add one"
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}"):
+        AutoConfig.from_pretrained(tmp_path / "repo", subfolder="sub")
+    (folder / "config.json").write_text("{oops")
+    with pytest.raises(ConfigError, match=r"config\.json \(model configuration\) is not valid JSON"):
+        AutoConfig.from_pretrained(folder)
