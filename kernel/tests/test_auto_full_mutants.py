@@ -600,3 +600,27 @@ def test_auto_config_errors_name_the_config_file_read(tmp_path: Path, fresh: Reg
     (folder / "config.json").write_text("{oops")
     with pytest.raises(ConfigError, match=r"config\.json \(model configuration\) is not valid JSON"):
         AutoConfig.from_pretrained(folder)
+
+
+class StrictConfig(PretrainedConfig):
+    model_type = "strict_toy"
+
+    def __init__(self, size: int = 1, **kwargs: object) -> None:
+        if size < 0:
+            raise ValueError("size must be >= 0")
+        self.size = size
+        super().__init__(**kwargs)
+
+
+def test_auto_config_names_an_unknown_model_type_and_the_file_with_an_unusable_value(
+    tmp_path: Path, fresh: Registry
+) -> None:
+    unknown = _write(tmp_path / "a", config={"model_type": "unknown_toy"})
+    with pytest.raises(UnknownModelTypeError, match=r"^No installed plugin provides model_type 'unknown_toy'\. "):
+        AutoConfig.from_pretrained(unknown)
+    AutoConfig.register("strict_toy", StrictConfig)
+    strict = _write(tmp_path / "b", config={"model_type": "strict_toy", "size": -1})
+    expected = f"{strict / 'config.json'} holds a value StrictConfig cannot use (ValueError: size must be >= 0)"
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}"):
+        AutoConfig.from_pretrained(strict)
+    assert AutoConfig.from_pretrained(strict, size=2).size == 2  # keyword overrides reach the class
