@@ -931,3 +931,11 @@ def test_a_buffer_stored_in_another_float_dtype_is_cast_to_the_models(tmp_path: 
     _save_state(tmp_path, _flat_state(table=torch.tensor([1.5, 2.5, 3.5], dtype=torch.float16)))
     loaded = _Flat.from_pretrained(tmp_path, config=PretrainedConfig())
     assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [1.5, 2.5, 3.5]
+
+
+def test_inside_meta_parameters_uninitialised_and_random_tensors_take_no_memory() -> None:
+    with modeling_module.meta_parameters():
+        empty, noise, layer = torch.empty(2, 3), torch.randn(4), torch.nn.Linear(2, 2)
+        values = torch.ones(2)
+    assert empty.is_meta and noise.is_meta and layer.weight.is_meta and layer.bias.is_meta
+    assert not values.is_meta and not torch.empty(2).is_meta  # made from values / outside the block: real
