@@ -84,6 +84,17 @@ def random_ids(vocab_size: int, batch: int = 2, length: int = 9, seed: int = 0, 
     return torch.randint(low, vocab_size, (batch, length), generator=generator)
 
 
+def assert_logits_to_keep_matches(ours: Any, reference: Any, vocab_size: int) -> None:
+    """Every form of ``logits_to_keep`` (a negative int, positions, positions per row, a boolean mask) as the reference."""
+    ids = random_ids(vocab_size, batch=2, length=10, seed=4)
+    mask = torch.rand(2, 10, generator=torch.Generator().manual_seed(0)) > 0.5
+    with torch.no_grad():
+        for keep in (-3, torch.tensor([1, 7]), torch.tensor([[0, 9], [5, 2]]), mask):
+            got, want = ours(ids, logits_to_keep=keep).logits, reference(ids, logits_to_keep=keep).logits
+            assert got.shape == want.shape
+            assert_close(got, want, atol=1e-4)
+
+
 def padded_batch(
     vocab_size: int, lengths: list[int], pad_token_id: int = 0, seed: int = 0, side: str = "left"
 ) -> tuple[torch.Tensor, torch.Tensor]:
