@@ -663,6 +663,31 @@ def test_an_integer_parameter_loads_as_saved_and_frozen(tmp_path: Path) -> None:
     assert loaded.linear.weight.dtype == torch.bfloat16 and loaded.linear.weight.requires_grad
 
 
+def test_an_integer_parameter_stored_in_another_dtype_is_cast_to_its_own_as_the_reference_does(
+    tmp_path: Path,
+) -> None:
+    for stored in (torch.tensor([3.0, 4.0, 5.0, 6.0]), torch.tensor([3, 4, 5, 6], dtype=torch.int64)):
+        state = {**_Mixed(PretrainedConfig()).state_dict(), "codes": stored}
+        _Mixed(PretrainedConfig()).save_pretrained(tmp_path / str(stored.dtype), state_dict=state)
+        loaded = _Mixed.from_pretrained(tmp_path / str(stored.dtype), config=PretrainedConfig())
+        assert loaded.codes.dtype == torch.int32 and loaded.codes.tolist() == [3, 4, 5, 6]
+
+
+def test_an_integer_parameter_whose_stored_values_its_dtype_cannot_hold_is_refused(tmp_path: Path) -> None:
+    # The reference truncates 3.5 to 3 and wraps 2**40 silently.
+    for stored in (torch.tensor([3.5, 4.0, 5.0, 6.0]), torch.tensor([2**40, 4, 5, 6], dtype=torch.int64)):
+        state = {**_Mixed(PretrainedConfig()).state_dict(), "codes": stored}
+        folder = tmp_path / str(stored.dtype)
+        _Mixed(PretrainedConfig()).save_pretrained(folder, state_dict=state)
+        with pytest.raises(CheckpointError) as info:
+            _Mixed.from_pretrained(folder, config=PretrainedConfig())
+        assert str(info.value) == (
+            f"tensor 'codes' in {folder / 'model.safetensors'} is stored as {stored.dtype} with values that "
+            "torch.int32, the dtype of the model's 'codes', cannot hold exactly; the checkpoint is corrupt or was "
+            "converted wrongly. Re-save it with torch.int32 values."
+        )
+
+
 def test_missing_parameters_are_made_in_the_load_dtype_keeping_their_kind_and_trainability(tmp_path: Path) -> None:
     _Mixed(PretrainedConfig()).save_pretrained(tmp_path, state_dict={"linear.bias": torch.zeros(4)})
     loaded, info = _Mixed.from_pretrained(

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 import microformers
+import microformers.modeling
 from microformers import MicroformersError
 from parity.harness import assert_close, load_ours, load_reference, make_reference_checkpoint, random_ids
 
@@ -218,3 +220,51 @@ def test_safe_serialization_false_writes_legacy_bin_the_reference_loads(
     assert torch.equal(ours(ids).logits, expected)
     model.save_pretrained(out)  # back to safetensors: the pickle files are superseded, not left beside it
     assert {p.name for p in out.iterdir()} == {"config.json", "generation_config.json", "model.safetensors"}
+
+
+def _hold_integers(model: torch.nn.Module) -> None:
+    """The toy model both libraries build: a linear layer, an int32 parameter and an int64 buffer."""
+    model.linear = torch.nn.Linear(2, 2)
+    model.codes = torch.nn.Parameter(torch.arange(4, dtype=torch.int32), requires_grad=False)
+    model.register_buffer("ids", torch.arange(4, dtype=torch.int64))
+
+
+class _ReferenceIntConfig(transformers.PretrainedConfig):
+    model_type = "int-holder"
+
+
+class _ReferenceIntHolder(transformers.PreTrainedModel):
+    config_class = _ReferenceIntConfig
+
+    def __init__(self, config: _ReferenceIntConfig) -> None:
+        super().__init__(config)
+        _hold_integers(self)
+        self.post_init()
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        pass
+
+
+class _IntHolder(microformers.modeling.PreTrainedModel):
+    config_class = microformers.PretrainedConfig
+
+    def __init__(self, config: microformers.PretrainedConfig) -> None:
+        super().__init__(config)
+        _hold_integers(self)
+        self.post_init()
+
+
+def test_integer_tensors_stored_in_another_dtype_load_as_the_reference_loads_them(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    stored = {
+        "linear.weight": torch.ones(2, 2), "linear.bias": torch.zeros(2),
+        "codes": torch.tensor([3.0, 4.0, 5.0, 6.0]), "ids": torch.tensor([1, 2, 3, 4], dtype=torch.int32),
+    }
+    _ReferenceIntConfig().save_pretrained(tmp_path)
+    save_file(stored, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    expected = _ReferenceIntHolder.from_pretrained(tmp_path)
+    got = _IntHolder.from_pretrained(tmp_path, config=microformers.PretrainedConfig())
+    for name in ("codes", "ids"):
+        want, have = getattr(expected, name), getattr(got, name)
+        assert (have.dtype, have.tolist()) == (want.dtype, want.tolist())

@@ -469,6 +469,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         key_map = self._checkpoint_key_map(checkpoint_keys)
         tied = self.tied_parameter_names()
         where = files[0] if len(files) == 1 else files[0].parent
+        file_of = getattr(source, "file_of", lambda _key: where)
         mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
         missing: list[str] = []
         state = self.state_dict(keep_vars=True)
@@ -483,7 +484,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             if tuple(tensor.shape) != tuple(current.shape):
                 if not ignore_mismatched_sizes:
                     raise ShapeMismatchError(
-                        f"tensor '{key}' in {getattr(source, 'file_of', lambda _k: where)(key)} has shape "
+                        f"tensor '{key}' in {file_of(key)} has shape "
                         f"{tuple(tensor.shape)}, but the model built from config.json expects {tuple(current.shape)} "
                         "for it. The config does not match the weights; fix config.json, or pass "
                         "ignore_mismatched_sizes=True to re-initialise this tensor."
@@ -493,12 +494,22 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                 continue
             if current.is_floating_point() and not tensor.is_floating_point():
                 raise CheckpointError(
-                    f"tensor '{key}' in {getattr(source, 'file_of', lambda _k: where)(key)} is stored as "
+                    f"tensor '{key}' in {file_of(key)} is stored as "
                     f"{tensor.dtype}, but the model's '{name}' holds floating-point values; the checkpoint is "
                     "corrupt or was converted wrongly. Re-save it with floating-point weights."
                 )
             if tensor.is_floating_point() and current.is_floating_point():
                 tensor = tensor.to(dtype) if isinstance(current, nn.Parameter) else tensor.to(current.dtype)
+            elif not current.is_floating_point() and tensor.dtype != current.dtype:
+                # The reference casts to the model's integer dtype; a cast that changes a value is refused instead.
+                cast = tensor.to(current.dtype)
+                if not torch.equal(cast.to(tensor.dtype), tensor):
+                    raise CheckpointError(
+                        f"tensor '{key}' in {file_of(key)} is stored as {tensor.dtype} with values that "
+                        f"{current.dtype}, the dtype of the model's '{name}', cannot hold exactly; the checkpoint "
+                        f"is corrupt or was converted wrongly. Re-save it with {current.dtype} values."
+                    )
+                tensor = cast
             self._set_tensor(name, tensor)
 
         ignore_missing = [re.compile(p) for p in self._keys_to_ignore_on_load_missing]
