@@ -1,0 +1,134 @@
+"""``microformers_sdk.encoder`` behaviour the seventh mutation pass found unasserted (docs/reliability.md).
+
+The mutants of the encoder's layers, embeddings and base model ``forward`` that the full run left: attention
+dropout only in training (also in the returned attention probabilities), every post-norm block using the
+configured ``layer_norm_eps``, and a base model mixed in without an ``input_error`` of its own raising the SDK's
+``InputError``. A tiny BERT-style family is built from the SDK's mixins the way a plugin builds one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from microformers import PretrainedConfig, PreTrainedModel
+from microformers.errors import InputError
+from microformers_sdk.encoder import EncoderEmbeddings, EncoderModelMixin, EncoderPreTrainedMixin
+
+SETTINGS: dict[str, Any] = {
+    "vocab_size": 30,
+    "hidden_size": 8,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 12,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+    "max_position_embeddings": 10,
+    "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12,
+    "pad_token_id": 0,
+}
+
+
+class RestConfig(PretrainedConfig):
+    model_type = "encoder-rest-mutants-toy"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{**SETTINGS, **kwargs})
+
+
+def build_embeddings(config: RestConfig) -> EncoderEmbeddings:
+    return EncoderEmbeddings(
+        config.vocab_size, config.hidden_size, config.max_position_embeddings, config.type_vocab_size,
+        config.layer_norm_eps, config.hidden_dropout_prob, config.pad_token_id,
+    )  # fmt: skip
+
+
+class RestPreTrained(EncoderPreTrainedMixin, PreTrainedModel):
+    config_class = RestConfig
+    base_model_prefix = "rest"
+
+
+class RestModel(EncoderModelMixin, RestPreTrained):
+    def __init__(self, config: RestConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        self._build_encoder(build_embeddings(config), add_pooling_layer)
+        self.post_init()
+
+
+class BareModel(EncoderModelMixin, PreTrainedModel):
+    """A base model mixed straight into ``PreTrainedModel``: no ``input_error`` of its own."""
+
+    config_class = RestConfig
+    base_model_prefix = "bare"
+
+    def __init__(self, config: RestConfig) -> None:
+        super().__init__(config)
+        self._build_encoder(build_embeddings(config), add_pooling_layer=False)
+        self.post_init()
+
+
+def rest_model(**settings: Any) -> RestModel:
+    torch.manual_seed(0)
+    return RestModel(RestConfig(**settings)).eval()
+
+
+IDS = torch.tensor([[2, 7, 9, 4, 11, 3], [2, 5, 8, 3, 0, 0]])
+MASK = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+
+
+@pytest.mark.parametrize("output_attentions", [False, True])
+def test_attention_dropout_is_off_outside_training(output_attentions: bool) -> None:
+    dropped = rest_model(attention_probs_dropout_prob=0.5)
+    plain = rest_model()  # the same weights: dropout draws no parameters
+    with torch.no_grad():
+        first = dropped(IDS, attention_mask=MASK, output_attentions=output_attentions)
+        second = dropped(IDS, attention_mask=MASK, output_attentions=output_attentions)
+        expected = plain(IDS, attention_mask=MASK, output_attentions=output_attentions)
+    torch.testing.assert_close(first.last_hidden_state, expected.last_hidden_state)
+    torch.testing.assert_close(second.last_hidden_state, expected.last_hidden_state)
+    if output_attentions:
+        torch.testing.assert_close(first.attentions[0], expected.attentions[0])
+
+
+def test_returned_attention_probabilities_carry_the_dropout_in_training() -> None:
+    model = rest_model(attention_probs_dropout_prob=0.5)
+    with torch.no_grad():
+        evaluated = model(IDS, attention_mask=MASK, output_attentions=True).attentions[0]
+        model.train()
+        torch.manual_seed(1)
+        trained = model(IDS, attention_mask=MASK, output_attentions=True).attentions[0]
+    # the first layer sees the same embeddings (no hidden dropout): each probability is dropped or doubled
+    dropped = trained == 0
+    assert dropped.any() and (evaluated[dropped] > 0).any()
+    torch.testing.assert_close(trained[~dropped], 2 * evaluated[~dropped])
+
+
+def test_every_residual_block_normalises_with_the_configured_epsilon() -> None:
+    model = rest_model(layer_norm_eps=0.5)
+    torch.manual_seed(2)
+    for layer in model.encoder.layer:
+        for block, width in ((layer.attention.output, 8), (layer.output, 12)):
+            hidden, residual = torch.randn(2, 3, width), torch.randn(2, 3, 8)
+            norm = block.LayerNorm
+            expected = F.layer_norm(block.dense(hidden) + residual, (8,), norm.weight, norm.bias, eps=0.5)
+            with torch.no_grad():
+                torch.testing.assert_close(block(hidden, residual), expected)
+    assert {module.eps for module in model.modules() if isinstance(module, nn.LayerNorm)} == {0.5}
+
+
+def test_a_base_model_without_its_own_input_error_raises_the_sdks() -> None:
+    torch.manual_seed(0)
+    model = BareModel(RestConfig()).eval()
+    with pytest.raises(InputError, match="BareModel.forward needs exactly one of input_ids or inputs_embeds"):
+        model()
+    with pytest.raises(InputError, match="attention_mask has 5 columns but the input has 6 tokens"):
+        model(IDS, attention_mask=torch.ones(2, 5))
+    with torch.no_grad():
+        out = model(IDS, attention_mask=MASK)
+    assert out.last_hidden_state.shape == (2, 6, 8) and out.pooler_output is None
