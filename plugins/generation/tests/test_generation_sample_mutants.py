@@ -1,0 +1,120 @@
+"""Behaviour of the generation plugin that the seventh mutation pass's sample found unasserted (docs/reliability.md)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from microformers import GenerationError
+from microformers_generation.decoding import IncrementalDecoder
+from microformers_generation.logits_process import (
+    LogitNormalization,
+    RepetitionPenaltyLogitsProcessor,
+    TypicalLogitsWarper,
+    UnbatchedClassifierFreeGuidanceLogitsProcessor,
+)
+
+
+# -- IncrementalDecoder: a model whose cache goes stale gets the whole sequence with every position id ------------
+class _Cache:
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+
+class _StaleCacheModel:
+    """Records each forward; says its cache must be rebuilt when the sequence reaches ``recompute_at`` tokens."""
+
+    def __init__(self, recompute_at: int) -> None:
+        self.recompute_at = recompute_at
+        self.calls: list[dict[str, Any]] = []
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: _Cache | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SimpleNamespace:
+        self.calls.append({"input_ids": input_ids.clone(), "position_ids": position_ids.clone()})
+        past = 0 if past_key_values is None else past_key_values.length
+        batch, length = input_ids.shape
+        return SimpleNamespace(logits=torch.zeros(batch, length, 4), past_key_values=_Cache(past + length))
+
+    __call__ = forward
+
+    def cache_needs_recompute(self, past_length: int, total_length: int) -> bool:
+        return total_length == self.recompute_at
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_recomputing_a_stale_cache_feeds_every_token_with_the_prefill_positions(padded: bool) -> None:
+    model = _StaleCacheModel(recompute_at=5)
+    kwargs: dict[str, Any] = {"use_cache": True}
+    if padded:
+        kwargs["attention_mask"] = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    decoder = IncrementalDecoder(model, kwargs, max_length=10)
+    ids = torch.tensor([[0, 7, 8], [5, 6, 7]])
+    decoder.prefill(ids)
+    for token in (3, 4):
+        ids = torch.cat((ids, torch.full((2, 1), token)), dim=1)
+        decoder.step(ids)
+    last = model.calls[-1]
+    assert torch.equal(last["input_ids"], ids)  # the whole sequence, into a fresh cache
+    expected = [[1, 0, 1, 2, 3], [0, 1, 2, 3, 4]] if padded else [[0, 1, 2, 3, 4]] * 2
+    assert last["position_ids"].tolist() == expected
+    assert model.calls[-2]["input_ids"].shape == (2, 1)  # the step before only fed its newest token
+
+
+# -- logits processors ------------------------------------------------------------------------------------------
+def test_logit_normalization_turns_each_row_into_log_probabilities() -> None:
+    scores = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 4.0]])
+    out = LogitNormalization()(torch.zeros(2, 1, dtype=torch.long), scores)
+    torch.testing.assert_close(out.exp().sum(-1), torch.ones(2))
+    torch.testing.assert_close(out, scores.log_softmax(-1))
+
+
+def test_repetition_penalty_names_the_row_counts_of_a_wrong_prompt_ignore_length() -> None:
+    processor = RepetitionPenaltyLogitsProcessor(1.5, prompt_ignore_length=torch.tensor([1, 2, 3]))
+    with pytest.raises(GenerationError, match="prompt_ignore_length has 3 rows but the batch has 2"):
+        processor(torch.tensor([[4, 5], [6, 7]]), torch.zeros(2, 8))
+
+
+def test_typical_p_keeps_the_typical_tokens_of_a_single_row_as_the_reference() -> None:
+    import transformers  # the test oracle only
+
+    scores = torch.tensor([[2.0, 1.9, 1.8, 0.5, -1.0, 3.0, 0.0, 1.0]])
+    expected = transformers.TypicalLogitsWarper(0.9)(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+    out = TypicalLogitsWarper(0.9)(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+    assert torch.equal(torch.isinf(out), torch.isinf(expected))
+    assert (~torch.isinf(out)).sum() > 1
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("negative", [False, True])
+def test_guidance_processor_matches_the_reference_step_by_step(
+    model: Any, reference_model: Any, use_cache: bool, negative: bool
+) -> None:
+    import transformers  # the test oracle only
+
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 96, (1, 6), generator=generator)
+    unconditional = ids[:, :3] if negative else None
+    mine = UnbatchedClassifierFreeGuidanceLogitsProcessor(1.5, model, unconditional, use_cache=use_cache)
+    reference = transformers.UnbatchedClassifierFreeGuidanceLogitsProcessor(
+        1.5, reference_model, unconditional, use_cache=use_cache
+    )
+    for _ in range(3):
+        scores = torch.randn(1, 96, generator=generator)
+        with torch.no_grad():
+            expected = reference(ids, scores.clone())
+            out = mine(ids, scores.clone())
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        ids = torch.cat((ids, torch.randint(3, 96, (1, 1), generator=generator)), dim=1)
