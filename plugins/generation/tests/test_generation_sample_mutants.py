@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from microformers import GenerationError
+from microformers_generation.assisted import AssistantDrafts
 from microformers_generation.decoding import IncrementalDecoder
 from microformers_generation.logits_process import (
     LogitNormalization,
@@ -16,6 +17,9 @@ from microformers_generation.logits_process import (
     TypicalLogitsWarper,
     UnbatchedClassifierFreeGuidanceLogitsProcessor,
 )
+from microformers_generation.streamers import TextIteratorStreamer, TextStreamer
+
+NEG = float("-inf")
 
 
 # -- IncrementalDecoder: a model whose cache goes stale gets the whole sequence with every position id ------------
@@ -118,3 +122,91 @@ def test_guidance_processor_matches_the_reference_step_by_step(
             out = mine(ids, scores.clone())
         torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
         ids = torch.cat((ids, torch.randint(3, 96, (1, 1), generator=generator)), dim=1)
+
+
+# -- assisted decoding: the assistant's drafts --------------------------------------------------------------------
+class _CropCache(_Cache):
+    def crop(self, length: int) -> None:
+        self.length = length
+
+
+class _ConstantAssistant:
+    """An assistant whose next-token logits are always ``row``."""
+
+    def __init__(self, row: list[float]) -> None:
+        self.row = torch.tensor(row)
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: _CropCache | None,
+        use_cache: bool,
+        return_dict: bool,
+    ) -> SimpleNamespace:
+        past = 0 if past_key_values is None else past_key_values.length
+        logits = self.row.expand(input_ids.shape[0], input_ids.shape[1], -1)
+        return SimpleNamespace(logits=logits, past_key_values=_CropCache(past + input_ids.shape[1]))
+
+
+def _unchanged(ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    return scores
+
+
+@pytest.mark.parametrize(("threshold", "drafted"), [(0.5, 4), (0.6, 1)])
+def test_confidence_threshold_ends_a_draft_only_below_it(threshold: float, drafted: int) -> None:
+    # the assistant gives its token probability exactly 0.5: a threshold of 0.5 keeps drafting, 0.6 stops after it
+    drafts = AssistantDrafts(_ConstantAssistant([0.0, 0.0, NEG, NEG]), 4, threshold, "constant", [], {})
+    proposal = drafts.propose(torch.tensor([[1, 2, 3]]), 10, _unchanged)
+    assert proposal.tolist() == [0] * drafted
+
+
+def test_heuristic_schedule_shrinks_drafts_to_one_token_and_grows_them_by_two() -> None:
+    drafts = AssistantDrafts(_ConstantAssistant([0.0, 1.0, NEG, NEG]), 2, None, "heuristic", [], {})
+    sequence = torch.tensor([[1, 2, 3]])
+    lengths = []
+    for matched_all in (False, False, False, True):
+        proposal = drafts.propose(sequence, 10, _unchanged)
+        lengths.append(proposal.numel())
+        matched = proposal.numel() if matched_all else 0
+        # the model keeps the matched drafts and adds its own next token, as AssistedDecoding does
+        sequence = torch.cat((sequence, proposal[None, :matched], torch.tensor([[3]])), dim=1)
+        drafts.accepted(sequence, matched, proposal.numel())
+    lengths.append(drafts.propose(sequence, 10, _unchanged).numel())
+    assert lengths == [2, 1, 1, 1, 3]
+
+
+def test_a_one_token_assistant_draft_is_accepted() -> None:
+    drafts = AssistantDrafts(_ConstantAssistant([0.0, 1.0, NEG, NEG]), 1, None, "constant", [], {})
+    assert drafts.propose(torch.tensor([[1, 2]]), 10, _unchanged).tolist() == [1]
+
+
+# -- streamers ------------------------------------------------------------------------------------------------------
+class _CharTokenizer:
+    def __init__(self, alphabet: str) -> None:
+        self.alphabet = alphabet
+
+    def decode(self, ids: list[int], **kwargs: Any) -> str:
+        return "".join(self.alphabet[i] for i in ids)
+
+
+class _Collecting(TextStreamer):
+    def __init__(self, tokenizer: Any) -> None:
+        super().__init__(tokenizer)
+        self.pieces: list[str] = []
+
+    def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+        self.pieces.append(text)
+
+
+def test_text_after_an_ideograph_is_emitted_at_once() -> None:
+    streamer = _Collecting(_CharTokenizer("ab\u6f22 "))
+    streamer.put(torch.tensor([0, 1, 2]))  # "ab漢": no space needed before emitting ideographic text
+    assert "".join(streamer.pieces) == "ab\u6f22"
+
+
+@pytest.mark.parametrize("streamer_class", [TextStreamer, TextIteratorStreamer])
+def test_streamers_refuse_a_batch_naming_themselves(streamer_class: type) -> None:
+    streamer = streamer_class(_CharTokenizer("ab"))
+    with pytest.raises(GenerationError, match=f"^{streamer_class.__name__} streams one sequence.*a batch of 2"):
+        streamer.put(torch.zeros(2, 3, dtype=torch.long))
