@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from microformers import GenerationError
-from microformers_generation.assisted import AssistantDrafts
+from microformers_generation.assisted import AssistantDrafts, PromptLookup
 from microformers_generation.decoding import IncrementalDecoder
 from microformers_generation.logits_process import (
     LogitNormalization,
@@ -179,6 +179,19 @@ def test_heuristic_schedule_shrinks_drafts_to_one_token_and_grows_them_by_two() 
 def test_a_one_token_assistant_draft_is_accepted() -> None:
     drafts = AssistantDrafts(_ConstantAssistant([0.0, 1.0, NEG, NEG]), 1, None, "constant", [], {})
     assert drafts.propose(torch.tensor([[1, 2]]), 10, _unchanged).tolist() == [1]
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ([7, 5, 5], [5]),  # the latest earlier occurrence may end right before the last token
+        ([9, 5, 6, 5], [6, 5]),  # at any offset
+        ([1, 2, 3, 4], []),  # no earlier occurrence: nothing to propose
+    ],
+)
+def test_prompt_lookup_proposes_what_followed_the_last_token_earlier(row: list[int], expected: list[int]) -> None:
+    lookup = PromptLookup(3, 1, [])  # one-token n-grams are allowed
+    assert lookup.propose(torch.tensor([row]), 10, _unchanged).tolist() == expected
 
 
 # -- streamers ------------------------------------------------------------------------------------------------------
