@@ -12,6 +12,7 @@ from microformers import GenerationError
 from microformers_generation.assisted import AssistantDrafts, PromptLookup
 from microformers_generation.decoding import IncrementalDecoder
 from microformers_generation.logits_process import (
+    EncoderNoRepeatNGramLogitsProcessor,
     LogitNormalization,
     RepetitionPenaltyLogitsProcessor,
     TypicalLogitsWarper,
@@ -99,6 +100,12 @@ def test_typical_p_keeps_the_typical_tokens_of_a_single_row_as_the_reference() -
     out = TypicalLogitsWarper(0.9)(torch.zeros(1, 1, dtype=torch.long), scores.clone())
     assert torch.equal(torch.isinf(out), torch.isinf(expected))
     assert (~torch.isinf(out)).sum() > 1
+
+
+def test_encoder_no_repeat_ngram_with_a_prompt_shorter_than_the_ngram_bans_nothing() -> None:
+    processor = EncoderNoRepeatNGramLogitsProcessor(3, torch.tensor([[4, 5]]))
+    scores = torch.randn(1, 8, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(processor(torch.tensor([[4, 5]]), scores.clone()), scores)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
