@@ -323,3 +323,37 @@ def test_inside_meta_parameters_tensor_operations_still_compute_their_results() 
         assert torch.equal(real, torch.zeros(2, 3))
         assert torch.empty(2, dtype=torch.float16).dtype == torch.float16
     assert re.fullmatch(r"cpu", torch.empty(1).device.type)
+
+
+class _OneFile:
+    """A stand-in checkpoint format whose one file holds the config and the tensors (as GGUF does)."""
+
+    expected = "a .onefile file"
+
+    def find(self, folder: Path, **_: Any) -> list[Path]:
+        return sorted(Path(folder).glob("*.onefile"))
+
+    def load_config(self, files: list[Path]) -> dict[str, Any]:
+        return json.loads(files[0].read_text())["config"]
+
+    def load(self, files: list[Path], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        tensors = json.loads(files[0].read_text())["tensors"]
+        return {name: torch.tensor(value, dtype=dtype) for name, value in tensors.items()}
+
+
+def test_a_config_value_the_class_refuses_is_reported_with_the_weights_file_that_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from microformers.plugins import registry
+
+    registry.discover()
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))  # the registration below is undone
+    registry.add("checkpoint_formats", "onefile", _OneFile(), priority=1000)
+    tensors = {"inner.weight": [[0.5]], "inner.bias": [0.0]}
+    path = tmp_path / "model.onefile"
+    path.write_text(json.dumps({"config": {"width": 3}, "tensors": tensors}))
+    with pytest.raises(ConfigError) as info:
+        _Picky.from_pretrained(tmp_path)
+    assert _message(info) == f"{path}: width=3 is not supported"
+    path.write_text(json.dumps({"config": {"width": 1}, "tensors": tensors}))
+    assert _Picky.from_pretrained(tmp_path).inner.weight.item() == 0.5
