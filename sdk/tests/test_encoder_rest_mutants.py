@@ -132,3 +132,13 @@ def test_a_base_model_without_its_own_input_error_raises_the_sdks() -> None:
     with torch.no_grad():
         out = model(IDS, attention_mask=MASK)
     assert out.last_hidden_state.shape == (2, 6, 8) and out.pooler_output is None
+
+
+def test_an_input_longer_than_the_position_table_says_how_to_truncate() -> None:
+    message = (
+        "the input has 11 tokens but this model has max_position_embeddings=10; "
+        "truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))"
+    )
+    with pytest.raises(InputError) as raised:
+        rest_model()(torch.full((1, 11), 5))
+    assert str(raised.value) == message
