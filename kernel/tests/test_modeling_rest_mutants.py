@@ -269,22 +269,32 @@ def test_a_model_whose_buffers_are_made_from_values_is_built_once(tmp_path: Path
 
 
 class _Held(modeling_module.PreTrainedModel):
-    """Tensors made with random or uninitialised factories held in a list and a dict attribute."""
+    """One tensor made with a random or uninitialised factory, held as ``config.hold`` says; nothing else on meta."""
 
     config_class = PretrainedConfig
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
         self.inner = torch.nn.Linear(2, 2)
-        self.listed = [torch.empty(2).fill_(3.0), 7]
-        self.keyed = {"noise": torch.randn(2), "name": "n"}
         self.shape = (2, 2)
+        self.names = {"a": "b"}
+        made = torch.empty(2).fill_(3.0) if config.hold != "dict" else torch.randn(2)
+        if config.hold == "attribute":
+            self.held = made
+        elif config.hold == "list":
+            self.held = [made, 7]
+        else:
+            self.held = {"noise": made, "name": "n"}
         self.post_init()
 
 
-def test_tensors_held_in_list_and_dict_attributes_are_built_real() -> None:
-    model = modeling_module.build_on_meta(_Held, PretrainedConfig())
-    assert torch.equal(model.listed[0], torch.full((2,), 3.0)) and not model.keyed["noise"].is_meta
+@pytest.mark.parametrize("hold", ["attribute", "list", "dict"])
+def test_tensors_held_in_attributes_lists_and_dicts_are_built_real(hold: str) -> None:
+    model = modeling_module.build_on_meta(_Held, PretrainedConfig(hold=hold))
+    held = {"attribute": lambda h: h, "list": lambda h: h[0], "dict": lambda h: h["noise"]}[hold](model.held)
+    assert not held.is_meta
+    if hold != "dict":
+        assert torch.equal(held, torch.full((2,), 3.0))
     assert model.inner.weight.is_meta  # the second build still puts parameters on meta
 
 
