@@ -301,6 +301,12 @@ class _Scale(PreTrainedModel):
     def to(self, *args: Any, **kwargs: Any) -> Any:
         return self if self.tamper == "to-ignores-dtype" else super().to(*args, **kwargs)
 
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().save_pretrained(*args, **kwargs)
+        if self.tamper == "dtype-not-recorded":
+            self.config.dtype = None
+        return result
+
 
 def _scale(base: float = 0.0, low_offset: float = 0.0, tamper: str | None = None) -> tuple[Any, dict]:
     cls = type("Scale", (_Scale,), {"tamper": tamper}) if tamper else _Scale
@@ -360,6 +366,13 @@ def test_dtype_check_names_a_model_whose_to_ignores_the_dtype(tmp_path: Path) ->
     with pytest.raises(AssertionError) as raised:
         checks.check_dtype_casting(model, inputs, tmp_path / "saved")
     assert str(raised.value) == "model.to(dtype): 'logits' is torch.float32, expected torch.bfloat16"
+
+
+def test_dtype_check_names_a_save_that_does_not_record_the_dtype(tmp_path: Path) -> None:
+    model, inputs = _scale(tamper="dtype-not-recorded")
+    with pytest.raises(AssertionError) as raised:
+        checks.check_dtype_casting(model, inputs, tmp_path / "saved")
+    assert str(raised.value) == "save_pretrained did not record the dtype"
 
 
 # -- the cache check's per-row outputs -----------------------------------------------------------------
