@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 import torch
+from generation_stand_ins import TinyCache, TinyConfig, TinyForCausalLM
 
 from microformers import GenerationError
 from microformers_generation.assisted import AssistantDrafts, PromptLookup
+from microformers_generation.custom import resolve_custom_generate
 from microformers_generation.decoding import IncrementalDecoder
 from microformers_generation.logits_process import (
     EncoderNoRepeatNGramLogitsProcessor,
@@ -199,6 +201,117 @@ def test_a_one_token_assistant_draft_is_accepted() -> None:
 def test_prompt_lookup_proposes_what_followed_the_last_token_earlier(row: list[int], expected: list[int]) -> None:
     lookup = PromptLookup(3, 1, [])  # one-token n-grams are allowed
     assert lookup.propose(torch.tensor([row]), 10, _unchanged).tolist() == expected
+
+
+class _CroppableTinyCache(TinyCache):
+    def crop(self, length: int) -> None:
+        self.states = self.states[:, :length]
+
+
+class _MarkedTiny(TinyForCausalLM):
+    """The tiny stand-in LM with one more forward input, recorded at each call, and a cache that crops.
+
+    ``stale_at``: its cached states go stale once the sequence reaches that many tokens (as Phi-3's LongRoPE).
+    """
+
+    stale_at: int | None = None
+
+    def cache_needs_recompute(self, past_length: int, total_length: int) -> bool:
+        return self.stale_at is not None and past_length < self.stale_at <= total_length
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Any = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        marker: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self.markers.append(marker)
+        self.chunks.append((0 if past_key_values is None else past_key_values.get_seq_length(), input_ids.shape[1]))
+        if use_cache and past_key_values is None:
+            past_key_values = _CroppableTinyCache()
+        return super().forward(
+            input_ids, attention_mask, position_ids, past_key_values, use_cache, return_dict, **kwargs
+        )
+
+
+def _marked_tiny() -> _MarkedTiny:
+    torch.manual_seed(0)
+    model = _MarkedTiny(TinyConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0)).eval()
+    model.markers, model.chunks = [], []
+    return model
+
+
+def test_prompt_lookup_passes_the_models_own_inputs_to_every_forward() -> None:
+    model = _marked_tiny()
+    model.generate(torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]]), prompt_lookup_num_tokens=2, max_new_tokens=4, marker="m")
+    assert model.markers and set(model.markers) == {"m"}
+
+
+def test_prompt_lookup_reruns_the_sequence_once_where_the_cache_goes_stale() -> None:
+    model = _marked_tiny()
+    prompt = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
+    greedy = model.generate(prompt, max_new_tokens=8, do_sample=False)
+    model.stale_at, model.chunks = 12, []
+    out = model.generate(prompt, prompt_lookup_num_tokens=3, max_new_tokens=8)
+    assert torch.equal(out, greedy)
+    # no chunk fed on top of the cache reaches past the stale length; reaching it reruns everything, once
+    assert all(past + length < 12 for past, length in model.chunks if 0 < past < 12), model.chunks
+    reruns = [length for past, length in model.chunks[1:] if past == 0]
+    assert len(reruns) == 1 and reruns[0] >= 12, model.chunks
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"use_cache": False}, "need the KV cache; drop use_cache=False"),
+        ({"past_key_values": True}, "start from the prompt; drop past_key_values"),
+    ],
+)
+def test_prompt_lookup_refuses_what_it_cannot_honour(
+    model: Any, prompts: dict[str, dict[str, torch.Tensor]], kwargs: dict[str, Any], message: str
+) -> None:
+    if "past_key_values" in kwargs:
+        with torch.no_grad():
+            kwargs = {"past_key_values": model(**prompts["single"], use_cache=True).past_key_values}
+    with pytest.raises(GenerationError, match=message):
+        model.generate(**prompts["single"], prompt_lookup_num_tokens=2, max_new_tokens=3, **kwargs)
+
+
+# -- custom_generate from the Hub -----------------------------------------------------------------------------------
+def test_hub_custom_generate_errors_name_the_repository(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import microformers.hub
+
+    monkeypatch.setattr(microformers.hub, "resolve_folder", lambda name, patterns, **kwargs: str(tmp_path))
+    with pytest.raises(GenerationError, match="custom_generate='someone/decoder': .* does not exist"):
+        resolve_custom_generate("someone/decoder", True, {})
+
+
+def test_hub_custom_generate_gets_the_hub_keywords_and_the_function_the_rest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import microformers.hub
+
+    (tmp_path / "custom_generate").mkdir()
+    (tmp_path / "custom_generate" / "generate.py").write_text(
+        "def generate(model, **kwargs):\n    return sorted(kwargs)\n"
+    )
+    fetched: list[dict[str, Any]] = []
+
+    def resolve_folder(name: str, patterns: list[str], **kwargs: Any) -> str:
+        fetched.append(kwargs)
+        return str(tmp_path)
+
+    monkeypatch.setattr(microformers.hub, "resolve_folder", resolve_folder)
+    names = _marked_tiny().generate(
+        torch.tensor([[5, 6]]), custom_generate="someone/decoder", trust_remote_code=True, revision="v2"
+    )
+    assert fetched == [{"revision": "v2"}]
+    assert "revision" not in names and "inputs" in names
 
 
 # -- streamers ------------------------------------------------------------------------------------------------------
