@@ -296,6 +296,8 @@ class _Scale(PreTrainedModel):
             model.extra.float()
         if cls.tamper == "shifted-on-reload":
             model.shift += 1e-3
+        if cls.tamper == "config-changed-on-reload":
+            model.config.low_offset = 1.0
         return model
 
     def to(self, *args: Any, **kwargs: Any) -> Any:
@@ -315,12 +317,16 @@ def _scale(base: float = 0.0, low_offset: float = 0.0, tamper: str | None = None
     return model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def test_round_trip_check_allows_no_drift_in_the_reloaded_outputs(tmp_path: Path) -> None:
+def test_round_trip_check_allows_no_drift_in_the_reloaded_outputs_or_config(tmp_path: Path) -> None:
     model, inputs = _scale()
     checks.check_save_load_round_trip(model, inputs, tmp_path / "good")
     model, inputs = _scale(tamper="shifted-on-reload")
     with pytest.raises(AssertionError, match=r"^reloaded model: 'logits' differs by 0\.001 \(allowed 1e-06\)$"):
         checks.check_save_load_round_trip(model, inputs, tmp_path / "bad")
+    model, inputs = _scale(tamper="config-changed-on-reload")
+    with pytest.raises(AssertionError) as raised:
+        checks.check_save_load_round_trip(model, inputs, tmp_path / "config")
+    assert str(raised.value) == "the config changed in the save/load round trip"
 
 
 def test_dtype_check_passes_at_exactly_its_tolerance_and_leaves_the_model_as_it_was(tmp_path: Path) -> None:
