@@ -19,7 +19,10 @@ from microformers_generation.logits_process import (
     RepetitionPenaltyLogitsProcessor,
     TypicalLogitsWarper,
     UnbatchedClassifierFreeGuidanceLogitsProcessor,
+    watermark_processor,
 )
+from microformers_generation.outputs import compute_transition_scores
+from microformers_generation.stopping_criteria import MaxTimeCriteria
 from microformers_generation.streamers import TextIteratorStreamer, TextStreamer
 
 NEG = float("-inf")
@@ -110,6 +113,28 @@ def test_encoder_no_repeat_ngram_with_a_prompt_shorter_than_the_ngram_bans_nothi
     assert torch.equal(processor(torch.tensor([[4, 5]]), scores.clone()), scores)
 
 
+def test_watermarking_config_as_an_object_sets_the_processor_as_the_same_dict() -> None:
+    ids, scores = torch.tensor([[4, 9, 11]]), torch.zeros(1, 96)
+    settings = {"bias": 5.0, "greenlist_ratio": 0.5}
+    from_dict = watermark_processor(settings, 96, torch.device("cpu"))(ids, scores.clone())
+    from_object = watermark_processor(SimpleNamespace(**settings), 96, torch.device("cpu"))(ids, scores.clone())
+    assert torch.equal(from_object, from_dict)
+    assert set(from_object.unique().tolist()) == {0.0, 5.0} and int((from_object == 5.0).sum()) == 48
+
+
+def test_watermarking_config_with_an_unknown_key_lists_the_known_ones() -> None:
+    with pytest.raises(GenerationError, match=r"unknown keys \['colour'\]; known: \['greenlist_ratio', 'bias'"):
+        watermark_processor({"bias": 1.0, "colour": 2}, 96, torch.device("cpu"))
+
+
+def test_transition_scores_are_the_raw_scores_unless_normalised() -> None:
+    scores = (torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[0.5, 0.0, -1.0]]))
+    sequences = torch.tensor([[7, 2, 0]])
+    assert compute_transition_scores(None, sequences, scores).tolist() == [[3.0, 0.5]]
+    normalised = compute_transition_scores(None, sequences, scores, normalize_logits=True)
+    torch.testing.assert_close(normalised, torch.stack([s.log_softmax(-1)[0, t] for s, t in zip(scores, (2, 0))])[None])
+
+
 @pytest.mark.parametrize("use_cache", [True, False])
 @pytest.mark.parametrize("negative", [False, True])
 def test_guidance_processor_matches_the_reference_step_by_step(
@@ -131,6 +156,13 @@ def test_guidance_processor_matches_the_reference_step_by_step(
             out = mine(ids, scores.clone())
         torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
         ids = torch.cat((ids, torch.randint(3, 96, (1, 1), generator=generator)), dim=1)
+
+
+# -- stopping criteria -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("max_time", [0, -1.5, float("nan")])
+def test_max_time_must_be_a_positive_number_of_seconds(max_time: float) -> None:
+    with pytest.raises(GenerationError, match=r"max_time=.* must be a positive number of seconds"):
+        MaxTimeCriteria(max_time)
 
 
 # -- assisted decoding: the assistant's drafts --------------------------------------------------------------------
