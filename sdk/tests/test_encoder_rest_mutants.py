@@ -142,3 +142,13 @@ def test_an_input_longer_than_the_position_table_says_how_to_truncate() -> None:
     with pytest.raises(InputError) as raised:
         rest_model()(torch.full((1, 11), 5))
     assert str(raised.value) == message
+
+
+def test_a_float32_head_mask_keeps_a_bfloat16_model_in_bfloat16() -> None:
+    model = rest_model().to(torch.bfloat16)
+    with torch.no_grad():
+        masked = model(IDS, attention_mask=MASK, head_mask=torch.tensor([1.0, 0.0]), output_attentions=True)
+        plain = model(IDS, attention_mask=MASK, output_attentions=True)
+    assert masked.last_hidden_state.dtype == torch.bfloat16 and masked.attentions[0].dtype == torch.bfloat16
+    assert torch.all(masked.attentions[0][:, 1] == 0)
+    torch.testing.assert_close(masked.attentions[0][:, 0], plain.attentions[0][:, 0])
