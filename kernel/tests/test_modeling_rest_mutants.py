@@ -366,3 +366,17 @@ def test_a_config_value_the_class_refuses_is_reported_with_the_weights_file_that
     assert _message(info) == f"{path}: width=3 is not supported"
     path.write_text(json.dumps({"config": {"width": 1}, "tensors": tensors}))
     assert _Picky.from_pretrained(tmp_path).inner.weight.item() == 0.5
+
+
+class _ShapesOnly:
+    """A format that lists tensor shapes (two layers)."""
+
+    def shapes(self, files: list[Path]) -> dict[str, tuple[int, ...]]:
+        return {"layers.0.weight": (2, 2), "layers.1.weight": (2, 2)}
+
+
+def test_check_declared_sizes_is_strict_by_default(tmp_path: Path) -> None:
+    files, fmt = [tmp_path / "model.safetensors"], _ShapesOnly()
+    modeling_module.check_declared_sizes(PretrainedConfig(num_hidden_layers=66), fmt, files)
+    with pytest.raises(ConfigError, match=r"^num_hidden_layers=67 in .* its tensors have layer indices up to 1\. "):
+        modeling_module.check_declared_sizes(PretrainedConfig(num_hidden_layers=67), fmt, files)
