@@ -83,6 +83,13 @@ def test_recomputing_a_stale_cache_feeds_every_token_with_the_prefill_positions(
     assert model.calls[-2]["input_ids"].shape == (2, 1)  # the step before only fed its newest token
 
 
+# -- beam search -------------------------------------------------------------------------------------------------
+def test_beam_search_without_the_cache_gives_the_same_beams(model: Any, prompts: dict[str, Any]) -> None:
+    kwargs = {"num_beams": 3, "max_new_tokens": 4, "num_return_sequences": 2}
+    cached = model.generate(**prompts["batch"], **kwargs)
+    assert torch.equal(model.generate(**prompts["batch"], **kwargs, use_cache=False), cached)
+
+
 # -- logits processors ------------------------------------------------------------------------------------------
 def test_logit_normalization_turns_each_row_into_log_probabilities() -> None:
     scores = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 4.0]])
