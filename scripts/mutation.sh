@@ -22,7 +22,8 @@
 #                                            # random.Random(seed).sample over the sorted names; list written to
 #                                            # .mutation/<name>-sample.txt) instead of every mutant
 #   MUTATION_ONLY="microformers_generation.logits_process.xǁMinLengthLogitsProcessorǁ__init____mutmut_18 ..."
-#                                            # run only these mutants (names as `mutmut results` prints them)
+#                                            # run only these mutants (names as `mutmut results` prints them,
+#                                            # separated by spaces or newlines: "$(cat list.txt)" works)
 #   MUTATION_PRELOAD="microformers microformers_sdk"   # also import these in the fork server (saves their import
 #                                            # per mutant); only for modules whose code under test does not run
 #                                            # at import time (never for plugins.py, whose Registry() is built then)
@@ -142,7 +143,7 @@ cd "$WORK"
 printf '%s\n' torch numpy safetensors safetensors.torch jinja2 pluggy attrs packaging huggingface_hub tokenizers \
     transformers pytest ${MUTATION_PRELOAD:-} > preload.txt
 export PYTHONDONTWRITEBYTECODE=1
-read -r -a chosen <<< "${MUTATION_ONLY:-}"
+read -r -d "" -a chosen <<< "${MUTATION_ONLY:-}" || true  # names separated by spaces or newlines
 if [ -n "${MUTATION_SAMPLE:-}" ]; then
     # Generate the mutants only (the first steps of mutmut's `run`), list them, and draw the sample.
     nice -n "${MUTATION_NICE:-10}" "$VENV/bin/python" - <<'EOF'
