@@ -17,7 +17,7 @@ from torch import nn
 
 from microformers import PretrainedConfig, PreTrainedModel
 from microformers.errors import InputError
-from microformers_sdk.encoder import EncoderEmbeddings, EncoderModelMixin, EncoderPreTrainedMixin
+from microformers_sdk.encoder import EncoderEmbeddings, EncoderLayer, EncoderModelMixin, EncoderPreTrainedMixin
 
 SETTINGS: dict[str, Any] = {
     "vocab_size": 30,
@@ -152,3 +152,25 @@ def test_a_float32_head_mask_keeps_a_bfloat16_model_in_bfloat16() -> None:
     assert masked.last_hidden_state.dtype == torch.bfloat16 and masked.attentions[0].dtype == torch.bfloat16
     assert torch.all(masked.attentions[0][:, 1] == 0)
     torch.testing.assert_close(masked.attentions[0][:, 0], plain.attentions[0][:, 0])
+
+
+class TaggedLayer(EncoderLayer):
+    """A plugin's own layer class (BERT names its ``BertLayer``)."""
+
+
+class TaggedModel(EncoderModelMixin, RestPreTrained):
+    def __init__(self, config: RestConfig) -> None:
+        super().__init__(config)
+        self._build_encoder(build_embeddings(config), add_pooling_layer=False, layer_class=TaggedLayer)
+        self.post_init()
+
+
+def test_the_encoder_is_built_from_the_plugins_layer_class() -> None:
+    model = TaggedModel(RestConfig(num_hidden_layers=3))
+    assert [type(layer) for layer in model.encoder.layer] == [TaggedLayer] * 3
+
+
+def test_token_types_refused_by_a_model_without_them_with_the_exact_message() -> None:
+    with pytest.raises(InputError) as raised:
+        rest_model(type_vocab_size=0)(IDS, token_type_ids=torch.zeros(2, 6, dtype=torch.long))
+    assert str(raised.value) == "this model has no token type embeddings; do not pass token_type_ids"
