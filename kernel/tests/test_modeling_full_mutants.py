@@ -688,6 +688,29 @@ def test_an_integer_parameter_whose_stored_values_its_dtype_cannot_hold_is_refus
         )
 
 
+class _Bytes(modeling_module.PreTrainedModel):
+    """A persistent uint8 buffer (e.g. packed quantized weights)."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.register_buffer("packed", torch.zeros(2, dtype=torch.uint8))
+        self.post_init()
+
+
+def test_signed_values_stored_for_an_unsigned_buffer_load_only_when_they_are_not_negative(tmp_path: Path) -> None:
+    _Bytes(PretrainedConfig()).save_pretrained(
+        tmp_path / "ok", state_dict={"packed": torch.tensor([1, 2], dtype=torch.int8)}
+    )
+    loaded = _Bytes.from_pretrained(tmp_path / "ok", config=PretrainedConfig())
+    assert loaded.packed.dtype == torch.uint8 and loaded.packed.tolist() == [1, 2]
+    state = {"packed": torch.tensor([-1, 2], dtype=torch.int8)}  # -1 would wrap to 255
+    _Bytes(PretrainedConfig()).save_pretrained(tmp_path / "bad", state_dict=state)
+    with pytest.raises(CheckpointError, match="stored as torch.int8 with values that torch.uint8"):
+        _Bytes.from_pretrained(tmp_path / "bad", config=PretrainedConfig())
+
+
 def test_missing_parameters_are_made_in_the_load_dtype_keeping_their_kind_and_trainability(tmp_path: Path) -> None:
     _Mixed(PretrainedConfig()).save_pretrained(tmp_path, state_dict={"linear.bias": torch.zeros(4)})
     loaded, info = _Mixed.from_pretrained(

@@ -503,7 +503,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             elif not current.is_floating_point() and tensor.dtype != current.dtype:
                 # The reference casts to the model's integer dtype; a cast that changes a value is refused instead.
                 cast = tensor.to(current.dtype)
-                if not torch.equal(cast.to(tensor.dtype), tensor):
+                if not torch.equal(cast, tensor):  # compares values, promoting both dtypes
                     raise CheckpointError(
                         f"tensor '{key}' in {file_of(key)} is stored as {tensor.dtype} with values that "
                         f"{current.dtype}, the dtype of the model's '{name}', cannot hold exactly; the checkpoint "
