@@ -15,8 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import microformers.modeling
+import microformers.plugins
 from microformers import PretrainedConfig, PreTrainedModel
 from microformers.errors import InputError
+from microformers.plugins import Registry
+from microformers_sdk.attention import sdpa_attention
 from microformers_sdk.encoder import EncoderEmbeddings, EncoderLayer, EncoderModelMixin, EncoderPreTrainedMixin
 
 SETTINGS: dict[str, Any] = {
@@ -174,3 +178,40 @@ def test_token_types_refused_by_a_model_without_them_with_the_exact_message() ->
     with pytest.raises(InputError) as raised:
         rest_model(type_vocab_size=0)(IDS, token_type_ids=torch.zeros(2, 6, dtype=torch.long))
     assert str(raised.value) == "this model has no token type embeddings; do not pass token_type_ids"
+
+
+class CountingEmbeddings(EncoderEmbeddings):
+    """Positions counted over the real tokens of ``input_ids`` (pad id 0), as RoBERTa counts from its pad."""
+
+    def default_position_ids(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        assert input_ids is not None
+        real = (input_ids != 0).long()
+        return real.cumsum(1) * real
+
+
+def test_default_position_ids_are_made_from_the_input_ids() -> None:
+    torch.manual_seed(0)
+    embeddings = CountingEmbeddings(30, 8, 10, 2, 1e-12, 0.0, 0).eval()
+    expected_positions = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 0, 0]])
+    with torch.no_grad():
+        by_default = embeddings(IDS, None, None, None)
+        explicit = embeddings(IDS, None, expected_positions, None)
+    torch.testing.assert_close(by_default, explicit)
+
+
+def test_the_layers_use_the_configured_attention_implementation(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, ...]] = []
+
+    def counting(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(tuple(query.shape))
+        return sdpa_attention(query, *args, **kwargs)
+
+    registry = Registry()
+    registry.add("attention", "counting", counting)
+    monkeypatch.setattr(microformers.plugins, "registry", registry)
+    monkeypatch.setattr(microformers.modeling, "registry", registry)
+    model = rest_model(attn_implementation="counting")
+    with torch.no_grad():
+        out = model(IDS, attention_mask=MASK)
+    assert calls == [(2, 2, 6, 4), (2, 2, 6, 4)]
+    torch.testing.assert_close(out.last_hidden_state, rest_model()(IDS, attention_mask=MASK).last_hidden_state)
