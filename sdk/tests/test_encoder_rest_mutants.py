@@ -21,7 +21,13 @@ from microformers import PretrainedConfig, PreTrainedModel
 from microformers.errors import InputError
 from microformers.plugins import Registry
 from microformers_sdk.attention import sdpa_attention
-from microformers_sdk.encoder import EncoderEmbeddings, EncoderLayer, EncoderModelMixin, EncoderPreTrainedMixin
+from microformers_sdk.encoder import (
+    EncoderEmbeddings,
+    EncoderLayer,
+    EncoderModelMixin,
+    EncoderPreTrainedMixin,
+    EncoderSelfAttention,
+)
 
 SETTINGS: dict[str, Any] = {
     "vocab_size": 30,
@@ -215,3 +221,25 @@ def test_the_layers_use_the_configured_attention_implementation(monkeypatch: pyt
         out = model(IDS, attention_mask=MASK)
     assert calls == [(2, 2, 6, 4), (2, 2, 6, 4)]
     torch.testing.assert_close(out.last_hidden_state, rest_model()(IDS, attention_mask=MASK).last_hidden_state)
+
+
+def test_an_own_output_projection_is_applied_to_the_merged_heads() -> None:
+    torch.manual_seed(0)
+    with_output = EncoderSelfAttention(8, 2, 0.0, names=("q_proj", "k_proj", "v_proj"), output="out_proj")
+    without = EncoderSelfAttention(8, 2, 0.0, names=("q_proj", "k_proj", "v_proj"))
+    without.load_state_dict({k: v for k, v in with_output.state_dict().items() if not k.startswith("out_proj")})
+    hidden = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        projected, _ = with_output(hidden, None, sdpa_attention, False)
+        merged, _ = without(hidden, None, sdpa_attention, False)
+        torch.testing.assert_close(projected, with_output.out_proj(merged))
+    assert not hasattr(without, "out_proj") and without.output_name is None
+
+
+def test_a_single_segment_vocabulary_keeps_its_token_type_embedding() -> None:
+    model = rest_model(type_vocab_size=1)
+    assert model.embeddings.token_type_embeddings.num_embeddings == 1
+    with torch.no_grad():
+        default = model(IDS).last_hidden_state
+        zeros = model(IDS, token_type_ids=torch.zeros(2, 6, dtype=torch.long)).last_hidden_state
+    torch.testing.assert_close(default, zeros)
