@@ -16,7 +16,13 @@ from microformers_generation.decoding import IncrementalDecoder
 from microformers_generation.logits_process import (
     EncoderNoRepeatNGramLogitsProcessor,
     LogitNormalization,
+    MinNewTokensLengthLogitsProcessor,
+    MinPLogitsWarper,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    TopKLogitsWarper,
     TypicalLogitsWarper,
     UnbatchedClassifierFreeGuidanceLogitsProcessor,
     watermark_processor,
@@ -90,7 +96,74 @@ def test_beam_search_without_the_cache_gives_the_same_beams(model: Any, prompts:
     assert torch.equal(model.generate(**prompts["batch"], **kwargs, use_cache=False), cached)
 
 
+@pytest.mark.parametrize("num_beams", [2, 3])
+def test_beam_search_with_early_stopping_matches_the_reference(
+    model: Any, reference_model: Any, prompts: dict[str, Any], num_beams: int
+) -> None:
+    # an end token the beams reach early, so that early_stopping decides when the search ends
+    eos = int(reference_model.generate(**prompts["batch"], max_new_tokens=3, do_sample=False)[0, -2])
+    kwargs = {
+        "num_beams": num_beams,
+        "early_stopping": True,
+        "eos_token_id": eos,
+        "max_new_tokens": 8,
+        "return_dict_in_generate": True,
+        "output_scores": True,
+    }
+    expected = reference_model.generate(**prompts["batch"], **kwargs)
+    mine = model.generate(**prompts["batch"], **kwargs)
+    assert torch.equal(mine.sequences, expected.sequences)
+    assert len(mine.scores) == len(expected.scores)
+
+
 # -- logits processors ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: MinNewTokensLengthLogitsProcessor(-1, 2, 2), r"^prompt_length_to_skip=-1 must be an integer >= 0"),
+        (lambda: MinNewTokensLengthLogitsProcessor(3, 2, [-1]), r"^eos_token_id=\[-1\] must be a token id"),
+        (lambda: NoBadWordsLogitsProcessor([[5]], eos_token_id=[-2]), r"^eos_token_id=\[-2\] must be a token id"),
+        (lambda: NoBadWordsLogitsProcessor([]), r"^bad_words_ids=\[\] must be a non-empty list"),
+        (lambda: NoBadWordsLogitsProcessor(((5,),)), r"^bad_words_ids=\(\(5,\),\) must be a non-empty list"),
+        (lambda: TypicalLogitsWarper(0.9, min_tokens_to_keep=0), r"^min_tokens_to_keep=0 must be an integer >= 1"),
+        (lambda: TopKLogitsWarper(0), r"^top_k=0 must be an integer >= 1"),
+        (lambda: TopKLogitsWarper(5, min_tokens_to_keep=0), r"^min_tokens_to_keep=0 must be an integer >= 1"),
+        (lambda: NoRepeatNGramLogitsProcessor(0), r"^no_repeat_ngram_size=0 must be an integer >= 1"),
+        (lambda: MinPLogitsWarper(1.5), r"^min_p=1.5 must be in \[0, 1\]"),
+        (
+            lambda: SequenceBiasLogitsProcessor([[[100], 1.0], [[3, 120], 2.0]])(
+                torch.tensor([[3]]), torch.zeros(1, 96)
+            ),
+            r"^sequence_bias names token ids \[100, 120\], outside the vocabulary of 96 ids",
+        ),
+    ],
+)
+def test_processor_setting_errors_name_the_setting_and_value(build: Any, message: str) -> None:
+    with pytest.raises(GenerationError, match=message):
+        build()
+
+
+def test_bad_words_ban_single_tokens_and_word_endings_as_the_reference() -> None:
+    import transformers  # the test oracle only
+
+    words = [[5], [2], [3, 4]]  # [2] is the end token: never banned
+    ids = torch.tensor([[7, 3], [3, 7]])
+    scores = torch.zeros(2, 8)
+    out = NoBadWordsLogitsProcessor(words, eos_token_id=2)(ids, scores.clone())
+    assert torch.isinf(out).nonzero().tolist() == [[0, 4], [0, 5], [1, 5]]
+    assert torch.equal(out, transformers.NoBadWordsLogitsProcessor(words, eos_token_id=2)(ids, scores.clone()))
+
+
+def test_min_p_keeps_only_the_best_token_by_default() -> None:
+    import transformers  # the test oracle only
+
+    scores = torch.tensor([[3.0, 0.0, -1.0, 2.9]])
+    ids = torch.zeros(1, 1, dtype=torch.long)
+    out = MinPLogitsWarper(0.99)(ids, scores.clone())
+    assert torch.isinf(out).tolist() == [[False, True, True, True]]
+    assert torch.equal(out, transformers.MinPLogitsWarper(0.99)(ids, scores.clone()))
+
+
 def test_logit_normalization_turns_each_row_into_log_probabilities() -> None:
     scores = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 4.0]])
     out = LogitNormalization()(torch.zeros(2, 1, dtype=torch.long), scores)
