@@ -11,6 +11,7 @@ from generation_stand_ins import TinyCache, TinyConfig, TinyForCausalLM
 
 from microformers import GenerationError
 from microformers_generation.assisted import AssistantDrafts, PromptLookup
+from microformers_generation.base import LogitsProcessorList
 from microformers_generation.custom import resolve_custom_generate
 from microformers_generation.decoding import IncrementalDecoder
 from microformers_generation.logits_process import (
@@ -22,6 +23,7 @@ from microformers_generation.logits_process import (
     NoRepeatNGramLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
     SequenceBiasLogitsProcessor,
+    SuppressTokensLogitsProcessor,
     TopKLogitsWarper,
     TypicalLogitsWarper,
     UnbatchedClassifierFreeGuidanceLogitsProcessor,
@@ -89,6 +91,89 @@ def test_recomputing_a_stale_cache_feeds_every_token_with_the_prefill_positions(
     assert model.calls[-2]["input_ids"].shape == (2, 1)  # the step before only fed its newest token
 
 
+class _KeepingModel(_StaleCacheModel):
+    """A model whose forward takes ``logits_to_keep`` and ``output_hidden_states`` (and nothing else)."""
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: _Cache | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        output_hidden_states: bool | None = None,
+    ) -> SimpleNamespace:
+        out = super().forward(input_ids, attention_mask, position_ids, past_key_values, use_cache, return_dict)
+        self.calls[-1].update(logits_to_keep=logits_to_keep, mask=attention_mask)
+        out.hidden_states = (torch.ones(1),) if output_hidden_states else None
+        return out
+
+    __call__ = forward
+
+
+def test_decoder_asks_for_the_last_logits_only_and_keeps_outputs_only_when_asked() -> None:
+    model = _KeepingModel(recompute_at=0)
+    plain = IncrementalDecoder(model, {}, max_length=10)
+    plain.prefill(torch.tensor([[4, 5]]))
+    assert model.calls[-1]["logits_to_keep"] == 1 and plain.last_outputs is None
+    with_states = IncrementalDecoder(model, {}, max_length=10, output_hidden_states=True)
+    with_states.prefill(torch.tensor([[4, 5]]))
+    assert with_states.last_outputs.hidden_states is not None
+
+
+def test_decoder_feeds_only_the_tokens_a_given_cache_lacks() -> None:
+    model = _StaleCacheModel(recompute_at=0)
+    decoder = IncrementalDecoder(model, {"past_key_values": _Cache(3)}, max_length=10)
+    decoder.prefill(torch.tensor([[4, 5, 6, 7, 8]]))
+    assert model.calls[-1]["input_ids"].tolist() == [[7, 8]]
+    assert model.calls[-1]["position_ids"].tolist() == [[3, 4]]
+
+
+def test_decoder_mask_grows_past_its_first_chunk_with_ones() -> None:
+    model = _KeepingModel(recompute_at=0)
+    decoder = IncrementalDecoder(model, {"attention_mask": torch.tensor([[0, 1]]), "use_cache": True}, max_length=400)
+    ids = torch.tensor([[0, 4]])
+    decoder.prefill(ids)
+    for _ in range(300):
+        ids = torch.cat((ids, torch.tensor([[5]])), dim=1)
+        decoder.step(ids)
+    mask = model.calls[-1]["mask"]
+    assert mask.shape == (1, 302) and mask[0, 0] == 0 and bool(mask[0, 1:].all())
+
+
+def test_processor_list_hands_each_processor_the_ids_with_extra_keywords() -> None:
+    seen: list[torch.Tensor] = []
+
+    def processor(input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        seen.append(input_ids)
+        return scores + kwargs["shift"]
+
+    ids = torch.tensor([[1, 2]])
+    out = LogitsProcessorList([processor, processor])(ids, torch.zeros(1, 3), shift=1.0)
+    assert torch.equal(out, torch.full((1, 3), 2.0)) and all(x is ids for x in seen) and len(seen) == 2
+
+
+def test_generate_returns_the_cache_of_the_sequences(model: Any, prompts: dict[str, Any]) -> None:
+    out = model.generate(**prompts["single"], max_new_tokens=3, return_dict_in_generate=True)
+    assert out.past_key_values is not None
+    assert out.past_key_values.get_seq_length() == out.sequences.shape[1] - 1
+
+
+def test_generate_works_with_a_model_configured_to_return_tuples(
+    model: Any, prompts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = model.generate(**prompts["batch"], max_new_tokens=3)
+    monkeypatch.setattr(model.config, "return_dict", False)
+    assert torch.equal(model.generate(**prompts["batch"], max_new_tokens=3), expected)
+
+
+def test_suppress_tokens_takes_a_list_of_ids() -> None:
+    out = SuppressTokensLogitsProcessor([1, 3])(torch.tensor([[0]]), torch.zeros(1, 5))
+    assert torch.isinf(out).nonzero()[:, 1].tolist() == [1, 3]
+
+
 # -- beam search -------------------------------------------------------------------------------------------------
 def test_beam_search_without_the_cache_gives_the_same_beams(model: Any, prompts: dict[str, Any]) -> None:
     kwargs = {"num_beams": 3, "max_new_tokens": 4, "num_return_sequences": 2}
@@ -127,6 +212,7 @@ def test_beam_search_with_early_stopping_matches_the_reference(
         (lambda: NoBadWordsLogitsProcessor(((5,),)), r"^bad_words_ids=\(\(5,\),\) must be a non-empty list"),
         (lambda: TypicalLogitsWarper(0.9, min_tokens_to_keep=0), r"^min_tokens_to_keep=0 must be an integer >= 1"),
         (lambda: TopKLogitsWarper(0), r"^top_k=0 must be an integer >= 1"),
+        (lambda: SuppressTokensLogitsProcessor([-1]), r"^suppress_tokens=\[-1\] must be a token id"),
         (lambda: TopKLogitsWarper(5, min_tokens_to_keep=0), r"^min_tokens_to_keep=0 must be an integer >= 1"),
         (lambda: NoRepeatNGramLogitsProcessor(0), r"^no_repeat_ngram_size=0 must be an integer >= 1"),
         (lambda: MinPLogitsWarper(1.5), r"^min_p=1.5 must be in \[0, 1\]"),
