@@ -380,3 +380,21 @@ def test_check_declared_sizes_is_strict_by_default(tmp_path: Path) -> None:
     modeling_module.check_declared_sizes(PretrainedConfig(num_hidden_layers=66), fmt, files)
     with pytest.raises(ConfigError, match=r"^num_hidden_layers=67 in .* its tensors have layer indices up to 1\. "):
         modeling_module.check_declared_sizes(PretrainedConfig(num_hidden_layers=67), fmt, files)
+
+
+class _Widened(modeling_module.PreTrainedModel):
+    """A model class that takes a positional argument after its config."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig, width: int = 1) -> None:
+        super().__init__(config)
+        self.width = width
+        self.inner = torch.nn.Linear(2, 2)
+        self.post_init()
+
+
+def test_positional_arguments_after_the_path_reach_the_model_class(tmp_path: Path) -> None:
+    _Widened(PretrainedConfig()).save_pretrained(tmp_path)
+    assert _Widened.from_pretrained(tmp_path, 5).width == 5
+    assert _Widened.from_pretrained(tmp_path).width == 1
