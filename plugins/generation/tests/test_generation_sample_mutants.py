@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,9 +15,11 @@ from microformers_generation.assisted import AssistantDrafts, PromptLookup
 from microformers_generation.base import LogitsProcessorList
 from microformers_generation.custom import resolve_custom_generate
 from microformers_generation.decoding import IncrementalDecoder
+from microformers_generation.defaults import merge_with_defaults
 from microformers_generation.logits_process import (
     EncoderNoRepeatNGramLogitsProcessor,
     LogitNormalization,
+    MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
     MinPLogitsWarper,
     NoBadWordsLogitsProcessor,
@@ -172,6 +175,51 @@ def test_generate_works_with_a_model_configured_to_return_tuples(
 def test_suppress_tokens_takes_a_list_of_ids() -> None:
     out = SuppressTokensLogitsProcessor([1, 3])(torch.tensor([[0]]), torch.zeros(1, 5))
     assert torch.isinf(out).nonzero()[:, 1].tolist() == [1, 3]
+
+
+# -- settings turned into processors -------------------------------------------------------------------------
+@pytest.mark.parametrize("settings", [{"repetition_penalty": 1.3}, {"min_new_tokens": 3}], ids=lambda s: next(iter(s)))
+def test_settings_act_as_in_the_reference(
+    model: Any, reference_model: Any, prompts: dict[str, Any], settings: dict[str, Any]
+) -> None:
+    # the end token is each row's first greedy choice, so min_new_tokens has something to forbid
+    eos = int(reference_model.generate(**prompts["batch"], max_new_tokens=1, do_sample=False)[0, -1])
+    kwargs = {**settings, "eos_token_id": eos, "max_new_tokens": 5, "return_dict_in_generate": True}
+    kwargs["output_scores"] = True
+    expected = reference_model.generate(**prompts["batch"], **kwargs)
+    mine = model.generate(**prompts["batch"], **kwargs)
+    assert torch.equal(mine.sequences, expected.sequences)
+    for a, b in zip(mine.scores, expected.scores, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_sampling_with_top_k_one_is_greedy(model: Any, prompts: dict[str, Any]) -> None:
+    greedy = model.generate(**prompts["batch"], max_new_tokens=4, do_sample=False)
+    torch.manual_seed(5)
+    assert torch.equal(model.generate(**prompts["batch"], max_new_tokens=4, do_sample=True, top_k=1), greedy)
+
+
+def test_a_passed_processor_replaces_the_default_of_its_type_with_a_warning() -> None:
+    default_min, other, passed_min = (
+        MinLengthLogitsProcessor(5, 2),
+        LogitNormalization(),
+        MinLengthLogitsProcessor(0, 2),
+    )
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("microformers")
+    logger.addHandler(handler)
+    try:
+        merged = merge_with_defaults([default_min, other], [passed_min], LogitsProcessorList)
+    finally:
+        logger.removeHandler(handler)
+    assert isinstance(merged, LogitsProcessorList)
+    assert [id(p) for p in merged] == [id(passed_min), id(other)]
+    assert [r.getMessage() for r in records] == [
+        "generate() was given a MinLengthLogitsProcessor although its settings already create one; "
+        "the one passed in is used"
+    ]
 
 
 # -- beam search -------------------------------------------------------------------------------------------------
