@@ -193,6 +193,32 @@ def test_settings_act_as_in_the_reference(
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"top_p": 0.6},
+        {"min_p": 0.3},
+        {"min_p": 0.9, "num_beams": 2},
+        {"min_p": 0.9, "num_beams": 2, "eos_token_id": None},
+    ],
+    ids=lambda s: "+".join(f"{k}={v}" for k, v in s.items()),
+)
+def test_sampling_warpers_act_as_in_the_reference(
+    model: Any, reference_model: Any, prompts: dict[str, Any], settings: dict[str, Any]
+) -> None:
+    import transformers  # the test oracle only
+
+    kwargs = {"do_sample": True, "max_new_tokens": 3, "return_dict_in_generate": True, "output_scores": True}
+    kwargs.update(settings)
+    transformers.set_seed(9)
+    expected = reference_model.generate(**prompts["batch"], **kwargs)
+    transformers.set_seed(9)
+    mine = model.generate(**prompts["batch"], **kwargs)
+    assert torch.equal(mine.sequences, expected.sequences)
+    for a, b in zip(mine.scores, expected.scores, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_sampling_with_top_k_one_is_greedy(model: Any, prompts: dict[str, Any]) -> None:
     greedy = model.generate(**prompts["batch"], max_new_tokens=4, do_sample=False)
     torch.manual_seed(5)
