@@ -248,6 +248,46 @@ def test_a_passed_processor_replaces_the_default_of_its_type_with_a_warning() ->
     ]
 
 
+# -- lengths and caches chosen by generate -------------------------------------------------------------------------
+def _warnings_of(run: Any) -> tuple[Any, list[str]]:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("microformers")
+    logger.addHandler(handler)
+    try:
+        result = run()
+    finally:
+        logger.removeHandler(handler)
+    return result, [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+
+
+def test_lengths_up_to_the_context_need_no_warning() -> None:
+    model = _marked_tiny()  # max_position_embeddings=64, default max_length 20
+    prompt = torch.full((1, 50), 5)
+    out, warnings = _warnings_of(lambda: model.generate(prompt))  # 50 + 20 is clamped to the context quietly
+    assert out.shape[1] == 64 and warnings == []
+    out, warnings = _warnings_of(lambda: model.generate(prompt, max_new_tokens=14))  # exactly the context
+    assert out.shape[1] == 64 and warnings == []
+    out, warnings = _warnings_of(lambda: model.generate(prompt, max_new_tokens=15))
+    assert out.shape[1] == 64 and len(warnings) == 1 and "max_position_embeddings=64" in warnings[0]
+
+
+def test_static_cache_is_sized_for_max_length_and_compile_config_true_compiles_with_defaults(
+    model: Any, prompts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[Any] = []
+    make = model.make_static_cache
+    monkeypatch.setattr(model, "make_static_cache", lambda length: sizes.append(length) or make(length))
+    expected = model.generate(**prompts["single"], max_new_tokens=3)
+    assert torch.equal(model.generate(**prompts["single"], max_new_tokens=3, cache_implementation="static"), expected)
+    assert sizes == [prompts["single"]["input_ids"].shape[1] + 3]
+    compiled: list[dict[str, Any]] = []
+    monkeypatch.setattr(model, "compile_decode_step", lambda **kwargs: compiled.append(kwargs))
+    model.generate(**prompts["single"], max_new_tokens=2, compile_config=True)
+    assert compiled == [{}]
+
+
 # -- beam search -------------------------------------------------------------------------------------------------
 def test_beam_search_without_the_cache_gives_the_same_beams(model: Any, prompts: dict[str, Any]) -> None:
     kwargs = {"num_beams": 3, "max_new_tokens": 4, "num_return_sequences": 2}
