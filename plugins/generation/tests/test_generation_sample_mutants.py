@@ -339,6 +339,24 @@ def test_a_strategy_builds_its_own_processors() -> None:
     assert out.tolist() == [[5, 6, 7, 7, 7]]
 
 
+# -- GenerationConfig.validate (this plugin's implementation) -----------------------------------------------------
+@pytest.mark.parametrize("settings", [{"stop_strings": ["ab", "c"]}, {"cache_implementation": "dynamic"}])
+def test_valid_settings_pass_validation(settings: dict[str, Any]) -> None:
+    GenerationConfig(**settings).validate()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"temperature": -1.0}, r"^temperature=-1\.0 must be a positive number\.$"),
+        ({"min_length": -1}, r"^min_length=-1 must be an integer >= 0$"),
+    ],
+)
+def test_invalid_settings_are_named_by_validation(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(GenerationError, match=message):
+        GenerationConfig(**settings).validate()
+
+
 # -- beam search -------------------------------------------------------------------------------------------------
 def test_beam_search_without_the_cache_gives_the_same_beams(model: Any, prompts: dict[str, Any]) -> None:
     kwargs = {"num_beams": 3, "max_new_tokens": 4, "num_return_sequences": 2}
