@@ -398,3 +398,29 @@ def test_positional_arguments_after_the_path_reach_the_model_class(tmp_path: Pat
     _Widened(PretrainedConfig()).save_pretrained(tmp_path)
     assert _Widened.from_pretrained(tmp_path, 5).width == 5
     assert _Widened.from_pretrained(tmp_path).width == 1
+
+
+class _DtypeRecordingFile(_OneFile):
+    """The one-file format, remembering the dtype each load asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[torch.dtype | None] = []
+
+    def load(self, files: list[Path], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        self.asked.append(dtype)
+        return super().load(files, dtype)
+
+
+def test_the_format_is_asked_for_tensors_in_the_load_dtype(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The format contract (hookspecs: load(files, dtype=...)): GGUF dequantises straight into the load dtype,
+    # so a bfloat16 load never holds a float32 copy of the weights.
+    from microformers.plugins import registry
+
+    registry.discover()
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))  # the registration below is undone
+    fmt = _DtypeRecordingFile()
+    registry.add("checkpoint_formats", "onefile", fmt, priority=1000)
+    tensors = {"inner.weight": [[0.5]], "inner.bias": [0.0]}
+    (tmp_path / "model.onefile").write_text(json.dumps({"config": {"width": 1}, "tensors": tensors}))
+    model = _Picky.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    assert fmt.asked == [torch.bfloat16] and model.inner.weight.dtype == torch.bfloat16
