@@ -281,29 +281,8 @@ def test_get_input_embeddings_of_a_model_without_them_says_so() -> None:
 # -- a format that carries the configuration in its weights file (as GGUF does) ----------------------------
 
 
-class _OneFile:
-    """A stand-in checkpoint format: one JSON file holding the config and the tensors."""
-
-    expected = "a .onefile file"
-
-    def find(self, folder: Path, **_: Any) -> list[Path]:
-        return sorted(Path(folder).glob("*.onefile"))
-
-    def load_config(self, files: list[Path]) -> dict[str, Any]:
-        return json.loads(files[0].read_text())["config"]
-
-    def load(self, files: list[Path], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        tensors = json.loads(files[0].read_text())["tensors"]
-        return {name: torch.tensor(value, dtype=dtype) for name, value in tensors.items()}
-
-
 @pytest.fixture
-def onefile_folder(toy_model: torch.nn.Module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from microformers.plugins import registry
-
-    registry.discover()
-    monkeypatch.setattr(registry, "_entries", dict(registry._entries))  # the registration below is undone
-    registry.add("checkpoint_formats", "onefile", _OneFile(), priority=1000)
+def onefile_folder(toy_model: torch.nn.Module, tmp_path: Path, one_file_format: Any) -> Path:
     config = {"model_type": "toy", "vocab_size": 40, "hidden_size": 24, "num_layers": 3}
     tensors = {k: v.tolist() for k, v in toy_model.state_dict().items() if k != "lm_head.weight"}
     (tmp_path / "model.onefile").write_text(json.dumps({"config": config, "tensors": tensors}))

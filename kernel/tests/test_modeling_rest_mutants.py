@@ -334,30 +334,9 @@ def test_inside_meta_parameters_tensor_operations_still_compute_their_results() 
     assert re.fullmatch(r"cpu", torch.empty(1).device.type)
 
 
-class _OneFile:
-    """A stand-in checkpoint format whose one file holds the config and the tensors (as GGUF does)."""
-
-    expected = "a .onefile file"
-
-    def find(self, folder: Path, **_: Any) -> list[Path]:
-        return sorted(Path(folder).glob("*.onefile"))
-
-    def load_config(self, files: list[Path]) -> dict[str, Any]:
-        return json.loads(files[0].read_text())["config"]
-
-    def load(self, files: list[Path], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        tensors = json.loads(files[0].read_text())["tensors"]
-        return {name: torch.tensor(value, dtype=dtype) for name, value in tensors.items()}
-
-
 def test_a_config_value_the_class_refuses_is_reported_with_the_weights_file_that_holds_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, one_file_format: Any
 ) -> None:
-    from microformers.plugins import registry
-
-    registry.discover()
-    monkeypatch.setattr(registry, "_entries", dict(registry._entries))  # the registration below is undone
-    registry.add("checkpoint_formats", "onefile", _OneFile(), priority=1000)
     tensors = {"inner.weight": [[0.5]], "inner.bias": [0.0]}
     path = tmp_path / "model.onefile"
     path.write_text(json.dumps({"config": {"width": 3}, "tensors": tensors}))
@@ -400,27 +379,10 @@ def test_positional_arguments_after_the_path_reach_the_model_class(tmp_path: Pat
     assert _Widened.from_pretrained(tmp_path).width == 1
 
 
-class _DtypeRecordingFile(_OneFile):
-    """The one-file format, remembering the dtype each load asked for."""
-
-    def __init__(self) -> None:
-        self.asked: list[torch.dtype | None] = []
-
-    def load(self, files: list[Path], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        self.asked.append(dtype)
-        return super().load(files, dtype)
-
-
-def test_the_format_is_asked_for_tensors_in_the_load_dtype(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_format_is_asked_for_tensors_in_the_load_dtype(tmp_path: Path, one_file_format: Any) -> None:
     # The format contract (hookspecs: load(files, dtype=...)): GGUF dequantises straight into the load dtype,
     # so a bfloat16 load never holds a float32 copy of the weights.
-    from microformers.plugins import registry
-
-    registry.discover()
-    monkeypatch.setattr(registry, "_entries", dict(registry._entries))  # the registration below is undone
-    fmt = _DtypeRecordingFile()
-    registry.add("checkpoint_formats", "onefile", fmt, priority=1000)
     tensors = {"inner.weight": [[0.5]], "inner.bias": [0.0]}
     (tmp_path / "model.onefile").write_text(json.dumps({"config": {"width": 1}, "tensors": tensors}))
     model = _Picky.from_pretrained(tmp_path, dtype=torch.bfloat16)
-    assert fmt.asked == [torch.bfloat16] and model.inner.weight.dtype == torch.bfloat16
+    assert one_file_format.asked == [torch.bfloat16] and model.inner.weight.dtype == torch.bfloat16
