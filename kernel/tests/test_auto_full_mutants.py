@@ -232,30 +232,43 @@ class HeadConfig(PretrainedConfig):
     model_type = "head_toy"
 
 
-class _Built:
+class RemoteConfig(PretrainedConfig):
+    model_type = "head_toy"
+
+
+class _StandIn:
+    """A model class stand-in: building it returns its name and what it was given."""
+
     @classmethod
     def from_config(cls, config: PretrainedConfig, **kwargs: object) -> tuple:
         return cls.__name__, config, kwargs
 
+    @classmethod
+    def from_pretrained(cls, checkpoint: object, *args: object, config: PretrainedConfig, **kwargs: object) -> tuple:
+        return cls.__name__, args, config, kwargs
 
-class LocalHead(_Built):
+
+class LocalHead(_StandIn):
     pass
 
 
-class RemoteHead(_Built):
+class RemoteHead(_StandIn):
     pass
 
 
 @pytest.fixture
 def remote_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
-    """Records what the auto class asks ``load_remote_class`` for (which code, from where, with what consent)."""
+    """Records what the auto classes ask ``load_remote_class`` for (which code, from where, with what consent).
+
+    The remote config and model code are stand-ins: ``RemoteConfig`` and ``RemoteHead``.
+    """
     import microformers.remote
 
     calls: list[tuple] = []
 
     def load_remote_class(*args: object) -> type:
         calls.append(args)
-        return RemoteHead
+        return RemoteConfig if args[5] == "AutoConfig" else RemoteHead
 
     monkeypatch.setattr(microformers.remote, "load_remote_class", load_remote_class)
     return calls
@@ -446,63 +459,30 @@ def test_no_backend_for_a_folder_names_the_installed_ones_or_says_none_is_instal
         AutoTokenizer.from_pretrained(folder)
 
 
-class RemoteConfig(PretrainedConfig):
-    model_type = "head_toy"
-
-
-class _Opened:
-    @classmethod
-    def from_pretrained(cls, checkpoint: object, *args: object, config: PretrainedConfig, **kwargs: object) -> tuple:
-        return cls.__name__, args, config, kwargs
-
-
-class LocalModel(_Opened):
-    pass
-
-
-class RemoteModel(_Opened):
-    pass
-
-
-@pytest.fixture
-def remote_loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
-    """Records each ``load_remote_class`` call; the config and the model code are stand-ins."""
-    import microformers.remote
-
-    calls: list[tuple] = []
-
-    def load_remote_class(*args: object) -> type:
-        calls.append(args)
-        return RemoteConfig if args[5] == "AutoConfig" else RemoteModel
-
-    monkeypatch.setattr(microformers.remote, "load_remote_class", load_remote_class)
-    return calls
-
-
 def test_auto_model_passes_consent_and_code_pins_to_the_remote_config_and_model(
-    tmp_path: Path, fresh: Registry, remote_loads: list[tuple]
+    tmp_path: Path, fresh: Registry, remote_calls: list[tuple]
 ) -> None:
-    AutoModelForCausalLM.register(HeadConfig, LocalModel)
+    AutoModelForCausalLM.register(HeadConfig, LocalHead)
     auto_map = {"AutoConfig": "configuration_head.HeadConfig", "AutoModelForCausalLM": "modeling_head.HeadModel"}
     folder = _write(tmp_path / "a", config={"model_type": "head_toy", "auto_map": auto_map})
     name, args, config, kwargs = AutoModelForCausalLM.from_pretrained(
         folder, "arg", trust_remote_code=True, code_revision="abc", code_sha256="f00", dtype="float16", extra=1
     )
-    assert (name, args, type(config)) == ("RemoteModel", ("arg",), RemoteConfig)
+    assert (name, args, type(config)) == ("RemoteHead", ("arg",), RemoteConfig)
     assert kwargs == {"trust_remote_code": True, "dtype": "float16", "extra": 1}
     pins = {"code_revision": "abc", "code_sha256": "f00"}
-    assert remote_loads == [
+    assert remote_calls == [
         ("configuration_head.HeadConfig", folder, True, {}, pins, "AutoConfig", auto_map),
         ("modeling_head.HeadModel", folder, True, {}, pins, "AutoModelForCausalLM", auto_map),
     ]
     # without consent the installed plugin's config and model are used and no code is loaded
     name, args, config, kwargs = AutoModelForCausalLM.from_pretrained(folder)
-    assert (name, type(config), kwargs) == ("LocalModel", HeadConfig, {})
-    assert len(remote_loads) == 2
+    assert (name, type(config), kwargs) == ("LocalHead", HeadConfig, {})
+    assert len(remote_calls) == 2
 
 
 def test_a_config_folder_given_as_config_is_read_with_the_same_subfolder(tmp_path: Path, fresh: Registry) -> None:
-    AutoModelForCausalLM.register(HeadConfig, LocalModel)
+    AutoModelForCausalLM.register(HeadConfig, LocalHead)
     _write(tmp_path / "model" / "inner", config={"model_type": "head_toy"})
     _write(tmp_path / "other", config={"model_type": "head_toy", "marker": "top"})
     _write(tmp_path / "other" / "inner", config={"model_type": "head_toy", "marker": "inner"})
