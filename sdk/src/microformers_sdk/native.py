@@ -1,27 +1,38 @@
 """C++ operators built on first use, and the SDK's own: ``mfsdk::few_rows_linear`` (csrc/few_rows.cpp).
 
-:func:`build_ops` compiles a C++ source that registers ``torch.ops`` with ``TORCH_LIBRARY`` (gcc,
-``-O3 -march=native -fopenmp``) into torch's extension cache (``TORCH_EXTENSIONS_DIR``, default
-``~/.cache/torch_extensions``) the first time a machine needs it; later processes load the cached
-library in milliseconds. Nothing is built at ``pip install`` time. ``-fopenmp``: ATen's
+:func:`build_ops` compiles a C++ source that registers ``torch.ops`` with ``TORCH_LIBRARY`` into
+torch's extension cache (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``) the first
+time a machine needs it; later processes load the cached library in milliseconds. Nothing is built
+at ``pip install`` time.
+
+The binary targets one named instruction set, never ``-march=native``: ``avx2`` is x86-64 with
+AVX2, FMA and F16C (``-mavx2 -mfma -mf16c``), and the extension's name carries it
+(``microformers_sdk_ops_avx2``), so a cache shared between machines, or baked into an image, can
+only hand a CPU a binary built for what it has. :func:`native_isa` checks at run time that this CPU
+has the features (``/proc/cpuinfo``, narrowed by ``ATEN_CPU_CAPABILITY`` the way torch's own
+kernels are); where it has not (an older x86, ARM, macOS, whose clang has no ``-fopenmp``), nothing
+is built and callers use torch's own products (BLAS), after one log line. ``-fopenmp``: ATen's
 ``parallel_for`` is an inline OpenMP region in the headers, so without it every op runs on one
 thread; the library's ``libgomp.so.1`` resolves to the copy torch has loaded (one thread pool).
 
 :func:`few_rows_linear` is ``F.linear`` for one to :data:`FEW_ROWS_MAX` float32 input rows
-(decoding), or None where the op is not available (no compiler, or ``MICROFORMERS_NATIVE=0``):
-callers then use torch's own products.
+(decoding), or None where the op is not available (no compiler, a CPU without the instruction set,
+or ``MICROFORMERS_NATIVE=0``): callers then use torch's own products.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import platform
+import shutil
+import sys
 import threading
 from pathlib import Path
 
 import torch
 
-__all__ = ["FEW_ROWS_MAX", "build_ops", "few_rows_linear"]
+__all__ = ["FEW_ROWS_MAX", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cpu_flags", "few_rows_linear", "native_isa", "unavailable_reason"]
 
 logger = logging.getLogger("microformers")
 
@@ -33,15 +44,74 @@ _lock = threading.Lock()
 _built: dict[str, bool] = {}
 
 
+# instruction set -> (the CPU flags it needs, as /proc/cpuinfo names them; the compiler flags)
+ISA_TARGETS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    "avx2": (frozenset({"avx2", "fma", "f16c"}), ("-mavx2", "-mfma", "-mf16c")),
+}
+# ATen's capability (torch.backends.cpu.get_cpu_capability(), ATEN_CPU_CAPABILITY) -> the targets it admits
+_ATEN_ADMITS: dict[str, frozenset[str]] = {"AVX2": frozenset({"avx2"}), "AVX512": frozenset({"avx2"})}
+
+
+class NativeUnavailable(RuntimeError):
+    """The native ops cannot run on this machine; the message says why."""
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags of this CPU as Linux reports them (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def native_isa() -> tuple[str | None, str]:
+    """The instruction set the native ops are built for on this machine, or None, and why."""
+    machine = platform.machine().lower()
+    if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
+        return None, f"native ops are built for x86-64 Linux only (this is {sys.platform}/{machine})"
+    capability = torch.backends.cpu.get_cpu_capability()
+    admitted = _ATEN_ADMITS.get(capability, frozenset())
+    flags = cpu_flags()
+    for isa, (needed, _) in ISA_TARGETS.items():
+        if isa in admitted and needed <= flags:
+            return isa, f"this CPU has {', '.join(sorted(needed))}"
+    missing = sorted(ISA_TARGETS["avx2"][0] - flags)
+    if missing:
+        return None, f"this CPU lacks {', '.join(missing)}"
+    return None, f"torch runs its {capability} kernels here (ATEN_CPU_CAPABILITY)"
+
+
+def unavailable_reason() -> str | None:
+    """Why the native ops cannot run in this process (``MICROFORMERS_NATIVE=0``, the CPU or platform, no
+    C++ compiler), without building anything; None where they can be built or are already loaded."""
+    if os.environ.get("MICROFORMERS_NATIVE", "1") == "0":
+        return "MICROFORMERS_NATIVE=0 turns the native ops off"
+    isa, why = native_isa()
+    if isa is None:
+        return why
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler ({compiler!r} is not on PATH)"
+    return None
+
+
 def build_ops(name: str, source: Path) -> Exception | None:
-    """Compile and load ``source`` as the extension ``name`` (once per process); the error, or None."""
+    """Compile and load ``source`` as the extension ``name`` for this CPU's instruction set (once per
+    process); the error (a :class:`NativeUnavailable` where the CPU or platform has no target), or None."""
+    isa, why = native_isa()
+    if isa is None:
+        return NativeUnavailable(why)
     try:
         from torch.utils.cpp_extension import load
 
         load(
-            name=name,
+            name=f"{name}_{isa}",
             sources=[str(source)],
-            extra_cflags=["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"],
+            extra_cflags=["-O3", *ISA_TARGETS[isa][1], "-ffp-contract=off", "-fopenmp"],
             extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=False,
@@ -61,7 +131,7 @@ def _few_rows_available() -> bool:
             else:
                 error = build_ops("microformers_sdk_ops", Path(__file__).with_name("csrc") / "few_rows.cpp")
                 if error is not None:
-                    logger.debug("microformers-sdk: native few-row products unavailable (%s); using torch's", error)
+                    logger.info("microformers-sdk: native few-row products unavailable (%s); using torch's", error)
                 _built["few_rows"] = error is None
         return _built["few_rows"]
 

@@ -95,7 +95,7 @@ class QuantDecoderStep:
     ) -> QuantDecoderStep | None:
         """The step for ``layers`` (and the head after them, when given), or None where they are not all
         quantized, hook-free, of one norm epsilon."""
-        if not layers or not kernels.native_available():
+        if not layers or not kernels.native_available() or layers[0].q_proj.qweight.device.type != "cpu":
             return None
         head: tuple[list[torch.Tensor], list[int], float] = ([], [], 0.0)
         if lm_head is not None:

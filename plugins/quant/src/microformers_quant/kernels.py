@@ -1,11 +1,12 @@
 """The CPU kernels: ``mfquant::q4_linear``, ``mfquant::q8_linear`` and friends (csrc/qlinear.cpp), built on first use.
 
-The C++ source is compiled once per machine with ``torch.utils.cpp_extension.load`` (gcc, ``-O3
--march=native -fopenmp``: AVX2/FMA/F16C where the CPU has them, output features split over
-torch's threads) into torch's extension cache
-(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); later processes load the cached
-library in milliseconds. Both ops have fake (meta) implementations, so ``torch.compile`` traces
-through them. Without a compiler (or with ``MICROFORMERS_QUANT_KERNELS=torch``) the same maths
+The C++ source is compiled once per machine by :func:`microformers_sdk.native.build_ops` (gcc,
+``-O3 -mavx2 -mfma -mf16c -fopenmp``, output features split over torch's threads) into torch's
+extension cache under a name that carries the instruction set; later processes load the cached
+library in milliseconds. On a CPU without AVX2/FMA/F16C (or on ARM, or macOS) nothing is built and
+the torch path below runs. Both ops have fake (meta) implementations, so ``torch.compile`` traces
+through them. Without a compiler (or with ``MICROFORMERS_QUANT_KERNELS=torch`` or ``MICROFORMERS_NATIVE=0``), and for
+tensors on another device than the CPU (CUDA), the same maths
 runs in plain torch — correct, but it de-quantises the weight on every call — after one warning.
 
 Layouts (see csrc/qlinear.cpp): q4 ``qweight`` uint8 ``[N, K/2]`` in ggml's nibble order (byte j of
@@ -47,7 +48,7 @@ def native_available() -> bool:
 
 
 def _build() -> bool:
-    if os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch":
+    if os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch" or os.environ.get("MICROFORMERS_NATIVE") == "0":
         return False
     if not (hasattr(torch.ops, "mfquant") and hasattr(torch.ops.mfquant, "q4_linear")) and not _compile():
         return False
@@ -59,10 +60,13 @@ def _build() -> bool:
 
 
 def _compile() -> bool:
-    from microformers_sdk.native import build_ops
+    from microformers_sdk.native import NativeUnavailable, build_ops
 
     exc = build_ops("microformers_quant_kernels", Path(__file__).with_name("csrc") / "qlinear.cpp")
-    if exc is not None:  # no compiler, no ninja, unsupported platform
+    if isinstance(exc, NativeUnavailable):  # a CPU or platform without the instruction set
+        logger.info("microformers-quant: no native kernels (%s); quantized layers de-quantise in torch", exc)
+        return False
+    if exc is not None:  # no compiler, no ninja
         logger.warning(
             "microformers-quant: could not build the C++ kernels (%s: %s); quantized layers fall back to "
             "de-quantising in torch (correct but slow). Install gcc/g++ and ninja for the fast path.",
@@ -118,7 +122,9 @@ def quantize_activations(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
     return (q * scale).reshape(x.shape)
 
 
-def _native(bits: int, act_bits: int | str) -> Any:
+def _native(bits: int, act_bits: int | str, x: torch.Tensor) -> Any:
+    if x.device.type != "cpu":  # the kernels are CPU code: CUDA tensors take the torch path
+        return None
     op = _ops.get((bits, act_bits))
     if op is None and "ok" not in _state and native_available():
         op = _ops.get((bits, act_bits))
@@ -129,7 +135,7 @@ def q4_linear(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, act_bits: int = 32
 ) -> torch.Tensor:
     """``x @ W.T`` for float32 2-D ``x`` and a q4 ``W``; ``act_bits`` 8 or 16 quantizes ``x`` per 32 values first."""
-    op = _native(4, act_bits)
+    op = _native(4, act_bits, x)
     if op is not None:
         if act_bits == 32:
             return op(x, qweight, scales, mins, group, GEMM_MIN_ROWS)
@@ -146,7 +152,7 @@ def q8_linear(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group: int, act_bits: int = 32
 ) -> torch.Tensor:
     """``x @ W.T`` for float32 2-D ``x`` and a q8 ``W``; ``act_bits`` 8 or 16 quantizes ``x`` per 32 values first."""
-    op = _native(8, act_bits)
+    op = _native(8, act_bits, x)
     if op is not None:
         if act_bits == 32:
             return op(x, qweight, scales, group, GEMM_MIN_ROWS)
@@ -165,7 +171,7 @@ def linear_many(
     act_bits: int = 32,
 ) -> list[torch.Tensor]:
     """``[x @ W.T for W in weights]`` in one kernel call, every weight ``bits``-bit with ``x``'s input size and ``group``."""
-    op = _native(bits, "many")
+    op = _native(bits, "many", x)
     if op is not None:
         if bits == 4:
             return op(x, qweights, scales, mins, group, act_bits, GEMM_MIN_ROWS)
