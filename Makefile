@@ -1,4 +1,4 @@
-.PHONY: install install-test test chat lint bench mutation
+.PHONY: install install-test test test-portability chat lint bench mutation
 
 install:
 	scripts/install.sh
@@ -9,6 +9,11 @@ install-test:
 # The test command (README and .ci/run): install everything, then run the whole suite.
 test: install-test
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile
+
+# The numerics-heavy part of the suite under other CPUs' code paths (scripts/test-portability.sh):
+# no AVX2, no AVX-512, no native ops and no compiler, 1 and 2 threads. LEGS="no-native" picks legs.
+test-portability: install-test
+	scripts/test-portability.sh $(LEGS)
 
 # The main job: chat with the embedded default model (SmolLM2-135M-Instruct).
 chat: install
