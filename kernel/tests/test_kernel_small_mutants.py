@@ -29,6 +29,7 @@ def test_setting_an_output_field_to_none_removes_it_and_outputs_pickle() -> None
     out["logits"] = None
     assert list(out.keys()) == ["loss"] and out.logits is None
     again = pickle.loads(pickle.dumps(out))
+    # exact: a pickle round trip copies bytes
     assert type(again) is CausalLMOutput and list(again.keys()) == ["loss"] and torch.equal(again.loss, out.loss)
 
 
@@ -146,6 +147,7 @@ def test_set_seed_seeds_python_numpy_and_torch() -> None:
         microformers.set_seed(seed)
         np_value = float(np.random.rand())
         np.random.seed(seed % 2**32)  # NumPy takes seeds below 2**32
+        # exact: the same seed draws the same numbers
         assert float(np.random.rand()) == np_value
     microformers.set_seed(4)
     assert draw() != first

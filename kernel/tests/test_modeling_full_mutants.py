@@ -710,6 +710,7 @@ def test_a_persistent_buffer_loads_its_saved_values_in_its_own_dtype(tmp_path: P
     model.table.add_(10.0)
     model.save_pretrained(tmp_path)
     loaded = _Flat.from_pretrained(tmp_path, config=PretrainedConfig(), dtype=torch.bfloat16)
+    # exact: a save/load round trip copies bytes (small integers)
     assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [10.0, 11.0, 12.0]
     assert "table" in dict(loaded.named_buffers()) and loaded.scale.dtype == torch.bfloat16
 
@@ -957,6 +958,7 @@ def test_a_tied_weight_listed_first_does_not_stop_the_others_loading(tmp_path: P
 def test_a_buffer_stored_in_another_float_dtype_is_cast_to_the_models(tmp_path: Path) -> None:
     _save_state(tmp_path, _flat_state(table=torch.tensor([1.5, 2.5, 3.5], dtype=torch.float16)))
     loaded = _Flat.from_pretrained(tmp_path, config=PretrainedConfig())
+    # exact: float16 to float32 is exact
     assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [1.5, 2.5, 3.5]
 
 

@@ -67,6 +67,7 @@ class _BufferFromEmpty(torch.nn.Module):
 def test_build_on_meta_builds_again_with_real_factories_when_a_buffer_came_out_on_meta() -> None:
     model = modeling_module.build_on_meta(_BufferFromEmpty)
     assert not model.table.is_meta
+    # exact: a copy of constant values
     assert torch.equal(model.table, torch.arange(4.0))
 
 

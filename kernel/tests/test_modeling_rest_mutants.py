@@ -294,6 +294,7 @@ def test_tensors_held_in_attributes_lists_and_dicts_are_built_real(hold: str) ->
     held = {"attribute": lambda h: h, "list": lambda h: h[0], "dict": lambda h: h["noise"]}[hold](model.held)
     assert not held.is_meta
     if hold != "dict":
+        # exact: a constant filled in, nothing computed
         assert torch.equal(held, torch.full((2,), 3.0))
     assert model.inner.weight.is_meta  # the second build still puts parameters on meta
 
@@ -314,6 +315,7 @@ def test_a_model_built_in_another_thread_is_real_and_initialised() -> None:
     assert not errors
     model = built[0]
     assert not any(p.is_meta for p in model.parameters())
+    # exact: a constant, nothing computed
     assert torch.equal(model.ones, torch.ones(3)) and model.bare.weight.abs().sum() > 0
 
 
@@ -325,10 +327,12 @@ def test_inside_meta_parameters_tensor_operations_still_compute_their_results() 
         weight = torch.empty(2, 3)
         assert weight.is_meta
         assert weight.t().shape == (3, 2) and weight.sum(0).shape == (3,)
+        # exact: small integers add exactly in float32
         assert torch.equal(torch.tensor([1.0, 2.0]), torch.full((2,), 1.0) + torch.arange(2.0))
         torch.nn.init.normal_(tensor=weight)  # initialisers leave meta tensors alone
         real = torch.ones(2, 3)
         torch.nn.init.zeros_(real)
+        # exact: zeros_ writes constants
         assert torch.equal(real, torch.zeros(2, 3))
         assert torch.empty(2, dtype=torch.float16).dtype == torch.float16
     assert re.fullmatch(r"cpu", torch.empty(1).device.type)
@@ -344,6 +348,7 @@ def test_a_config_value_the_class_refuses_is_reported_with_the_weights_file_that
         _Picky.from_pretrained(tmp_path)
     assert _message(info) == f"{path}: width=3 is not supported"
     path.write_text(json.dumps({"config": {"width": 1}, "tensors": tensors}))
+    # exact: 0.5 loaded from the file, nothing computed
     assert _Picky.from_pretrained(tmp_path).inner.weight.item() == 0.5
 
 

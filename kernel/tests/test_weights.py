@@ -17,6 +17,7 @@ def assert_same_state(a, b):
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     for key in sa:
+        # exact: a save/load round trip copies bytes
         assert torch.equal(sa[key], sb[key]), key
 
 
@@ -59,6 +60,7 @@ def test_load_builds_on_meta_and_never_random_inits(saved_toy, monkeypatch):
     model = microformers.AutoModelForCausalLM.from_pretrained(saved_toy)
     assert devices_after_construction and set(devices_after_construction) == {"meta"}
     assert all(p.device.type == "cpu" for p in model.parameters())
+    # exact: a constant buffer, nothing computed
     assert model.model.blocks[0].scale.item() == 0.5  # buffers are built normally
 
 
@@ -75,9 +77,11 @@ def test_dtype_auto_and_explicit(toy_model, tmp_path):
 def test_base_checkpoint_into_head_model_and_back(toy_model, tmp_path):
     toy_model.model.save_pretrained(tmp_path / "base")
     head = microformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    # exact: a save/load round trip copies bytes
     assert torch.equal(head.model.embed.weight, toy_model.model.embed.weight)
     toy_model.save_pretrained(tmp_path / "full")
     base = microformers.AutoModel.from_pretrained(tmp_path / "full")
+    # exact: a save/load round trip copies bytes
     assert torch.equal(base.blocks[0].proj.weight, toy_model.model.blocks[0].proj.weight)
 
 

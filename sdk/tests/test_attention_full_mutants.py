@@ -98,6 +98,7 @@ def test_eager_attention_in_half_precision_softmaxes_in_float32(dtype: torch.dty
     scores = torch.matmul(query, keys.transpose(2, 3)) * 16**-0.5
     scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), torch.finfo(dtype).min)
     expected_weights = scores.float().softmax(-1).to(dtype)
+    # exact: eager_attention is these very ops on the same shapes (repeat_kv copies like repeat_interleave)
     assert torch.equal(weights, expected_weights)
     assert torch.equal(output, torch.matmul(expected_weights, values))
 
@@ -156,6 +157,7 @@ def test_sdpa_applies_the_dropout() -> None:
     torch.manual_seed(0)
     first = sdpa_attention(query, key, value, None, dropout=0.25)
     torch.manual_seed(0)
+    # exact: the same seed, kernel and shapes
     assert torch.equal(sdpa_attention(query, key, value, None, dropout=0.25), first)  # seeded: reproducible
     assert not torch.allclose(first, sdpa_attention(query, key, value, None), atol=1e-3)
 

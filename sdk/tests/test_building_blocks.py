@@ -61,6 +61,7 @@ def test_rope_frequencies_per_scaling_type() -> None:
         settings(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16)
     )  # fmt: skip
     wavelength = 2 * math.pi / default
+    # exact: llama3 keeps these frequencies as computed
     assert torch.equal(llama3[wavelength < 4], default[wavelength < 4])
     assert torch.allclose(llama3[wavelength > 16], default[wavelength > 16] / 8)
     middle = (wavelength >= 4) & (wavelength <= 16)
@@ -108,6 +109,7 @@ def test_rotary_embedding_encodes_relative_position() -> None:
     assert (
         cos.dtype == torch.bfloat16
         and cos.shape == (1, 2, 16)
+        # exact: cos(0) is exactly 1
         and torch.equal(cos[0, 0], torch.ones(16, dtype=torch.bfloat16))
     )
 
@@ -117,6 +119,7 @@ def test_partial_rotary_leaves_the_rest_untouched() -> None:
     q = torch.randn(1, 2, 3, 16)
     cos, sin = rotary(torch.arange(3)[None])
     rq, _ = apply_rotary_pos_emb(q, q, cos, sin)
+    # exact: the dimensions past the rotary part are handed on as they are
     assert torch.equal(rq[..., 8:], q[..., 8:]) and not torch.allclose(rq[..., :8], q[..., :8])
 
 
@@ -180,6 +183,7 @@ def test_eager_returns_weights_and_repeat_kv() -> None:
     _out, weights = eager_attention(q, k, v, None, is_causal=True, return_weights=True)
     assert weights.shape == (1, 2, 3, 3) and torch.allclose(weights.sum(-1), torch.ones(1, 2, 3))
     assert weights[0, 0, 0, 1] == 0
+    # exact: repeat_kv copies
     assert torch.equal(repeat_kv(k, 2)[:, 1], k[:, 0])
 
 
@@ -203,6 +207,7 @@ def test_cache_update_crop_reorder(make: object) -> None:
         keys, values = cache.update(chunk, chunk + 1, layer_idx=0)
         cache.update(chunk * 2, chunk, layer_idx=1)
     everything = torch.cat(chunks, dim=2)
+    # exact: the cache copies the states it is given (the checks below)
     assert torch.equal(keys, everything) and torch.equal(values, everything + 1)
     assert cache.get_seq_length() == 107 and len(cache) == 2 and torch.equal(cache[1][0], everything * 2)
     cache.crop(6)
@@ -244,6 +249,7 @@ def test_cache_keeps_autograd_working() -> None:
 def test_legacy_round_trip_and_batch_mismatch() -> None:
     legacy = tuple((torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4)) for _ in range(2))
     cache = DynamicCache.from_legacy_cache(legacy)
+    # exact: the cache copies the states it is given
     assert all(torch.equal(a, b) for pair, orig in zip(cache.to_legacy_cache(), legacy) for a, b in zip(pair, orig))
     with pytest.raises(GenerationError, match="batch"):
         cache.update(torch.randn(3, 1, 1, 4), torch.randn(3, 1, 1, 4), 0)
@@ -302,6 +308,7 @@ def test_prepare_decoder_inputs_embeds_caches_and_positions() -> None:
     assert isinstance(prepared.cache, DynamicCache) and prepared.past_length == 0
     assert prepared.position_ids.tolist() == [[1, 0, 1]]  # left padding: real tokens count from 0
     assert prepared.output_hidden_states and not prepared.output_attentions and prepared.use_cache
+    # exact: the same embedding lookup (a copy of rows)
     assert torch.equal(prepared.inputs_embeds, embed(ids))
     no_cache = prepare_decoder_inputs(model, embed, input_ids=ids, use_cache=False, **common, **flags)
     assert no_cache.cache is None

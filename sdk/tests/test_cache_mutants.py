@@ -29,7 +29,9 @@ def test_dynamic_cache_grows_by_half_again_with_at_least_64_positions_of_headroo
     keys, values = cache.update(_states(1, 200, offset=1.0), _states(1, 200, offset=2.0), 0)
     assert cache.layer_storage(0)[0].shape[2] == 260 + 130
     assert keys.shape[2] == 260 and values.shape[2] == 260
+    # exact: the cache copies the states it is given
     assert torch.equal(keys[:, :, :10], _states(1, 10)) and torch.equal(keys[:, :, 10:60], _states(1, 50))
+    # exact: the cache copies the states it is given
     assert torch.equal(values[:, :, 60:], _states(1, 200, offset=2.0))
 
 
@@ -39,6 +41,7 @@ def test_values_may_have_their_own_head_count_and_size() -> None:
     cache.update(key, value, 0)
     keys, values = cache.update(key + 1, value + 1, 0)
     assert keys.shape == (2, 2, 6, 4) and values.shape == (2, 3, 6, 6)
+    # exact: the cache copies the states it is given
     assert torch.equal(values, torch.cat((value, value + 1), dim=2))
 
 
@@ -91,6 +94,7 @@ def test_layers_written_out_of_order_get_empty_placeholders() -> None:
     assert [cache.get_seq_length(i) for i in range(4)] == [0, 0, 3, 0]
     assert cache.seen_tokens == 0  # layer 0's count
     # reordering skips placeholder layers and reorders the real one
+    # exact: reordering and selecting copy rows (both checks below)
     cache.reorder_cache(torch.tensor([1, 0]))
     assert torch.equal(cache[2][0], _states(2, 3)[[1, 0]])
     cache.batch_repeat_interleave(2)
@@ -105,8 +109,10 @@ def test_iteration_and_legacy_form_cover_every_layer() -> None:
     for layer in range(3):
         cache.update(_states(1, 2, offset=layer), _states(1, 2, offset=-layer), layer)
     layers = list(cache)
+    # exact: the cache copies the states it is given
     assert len(layers) == 3 and all(torch.equal(k, _states(1, 2, offset=i)) for i, (k, _) in enumerate(layers))
     legacy = cache.to_legacy_cache()
+    # exact: the cache copies the states it is given
     assert isinstance(legacy, tuple) and torch.equal(legacy[2][1], _states(1, 2, offset=-2))
 
 
@@ -146,6 +152,7 @@ def test_crop_bounds_and_reset_keeps_storage() -> None:
     cache.reset()
     assert [cache.get_seq_length(i) for i in range(2)] == [0, 0] and len(cache) == 2
     keys, _ = cache.update(_states(1, 2, offset=9.0), _states(1, 2), 0)
+    # exact: the cache copies the states it is given
     assert cache.layer_storage(0)[0] is storage and torch.equal(keys, _states(1, 2, offset=9.0))
 
 
@@ -156,10 +163,12 @@ def test_states_that_need_gradients_are_concatenated_not_written_in_place() -> N
     assert keys is first and cache.get_seq_length() == 2
     second = _states(1, 3, offset=5.0).requires_grad_()
     keys, values = cache.update(second, second * 2, 0)
+    # exact: concatenation copies; doubling is exact
     assert torch.equal(keys, torch.cat((first, second), dim=2))
     assert torch.equal(values, torch.cat((first, second), dim=2) * 2)
     assert cache.get_seq_length() == 5
     (keys.sum() + values.sum()).backward()
+    # exact: gradients of sums: 1 + 2
     assert torch.equal(first.grad, torch.full_like(first, 3.0))
     # a value that needs gradients (keys do not) takes the same path
     other = DynamicCache()
@@ -176,6 +185,7 @@ def test_a_later_write_does_not_break_backward_when_only_values_need_gradients()
     loss = (values * values).sum()  # saves ``values`` for backward
     cache.update(_states(1, 1), _states(1, 1), 0)  # the next step, without gradients
     loss.backward()
+    # exact: d(v*v)/dv is v + v, exactly 2v
     assert torch.equal(value.grad, 2 * value.detach())
 
 
@@ -211,4 +221,5 @@ def test_a_layer_not_written_yet_reads_as_empty() -> None:
     keys, values = cache[0]
     assert keys.numel() == 0 and values.numel() == 0
     assert [k.shape[2] if k.dim() == 4 else 0 for k, _ in cache.to_legacy_cache()] == [0, 0, 3]
+    # exact: the cache copies the states it is given
     assert torch.equal(cache[2][1], key + 1)

@@ -263,6 +263,7 @@ def test_the_default_model_is_built_by_build_model() -> None:
     model = ModelConformanceTests().make_model(_Tiny, config)
     expected = checks.build_model(_Tiny, config)
     assert not model.training
+    # exact: the same seeded build
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), expected.parameters(), strict=True))
 
 

@@ -32,6 +32,7 @@ def test_default_labels_for_span_and_regression_heads_are_seeded() -> None:
         assert 0 <= int(first[key].min()) and int(first[key].max()) < 7
     regression = checks.default_labels(_Regression(), inputs, seed=4)
     assert set(regression) == {"labels"} and regression["labels"].dtype == torch.float32
+    # exact: the same seed draws the same numbers
     assert torch.equal(regression["labels"], checks.default_labels(_Regression(), inputs, seed=4)["labels"])
 
 

@@ -49,9 +49,11 @@ def test_randomize_parameters_draws_every_floating_parameter_from_the_seed() -> 
     expected = _expected_draws(_Mixed(), seed=0, std=0.1)
     assert sorted(expected) == ["LayerNorm.bias", "LayerNorm.weight", "proj.bias", "proj.weight"]
     for name, value in expected.items():
+        # exact: the same seeded draws and the same ops
         assert torch.equal(model.get_parameter(name), value), name
     again = checks.randomize_parameters(_Mixed(), seed=3, std=0.5)
     for name, value in _expected_draws(_Mixed(), seed=3, std=0.5).items():
+        # exact: the same seeded draws and the same ops
         assert torch.equal(again.get_parameter(name), value), name
 
 
@@ -91,6 +93,7 @@ def test_build_model_leaves_the_callers_config_untouched() -> None:
 def test_build_model_is_seeded_and_defaults_to_seed_zero() -> None:
     config = SimpleNamespace(vocab_size=7, built=[])
     default, zero, one = (checks.build_model(_Tied, config, **kw) for kw in ({}, {"seed": 0}, {"seed": 1}))
+    # exact: the same seed draws the same numbers (the checks below)
     assert torch.equal(default.embed.weight, zero.embed.weight)
     assert not torch.equal(default.embed.weight, one.embed.weight)
     assert torch.equal(one.embed.weight, checks.randomize_parameters(_Tied(config), seed=1).embed.weight)
@@ -192,6 +195,7 @@ def test_labels_default_to_seed_zero_and_follow_the_seed() -> None:
         zero, one = checks.default_labels(model, _ids(20, 6), seed=0), checks.default_labels(model, _ids(20, 6), seed=1)
         assert set(default) == set(zero) == set(one)
         for key in default:
+            # exact: the same seed draws the same numbers
             assert torch.equal(default[key], zero[key]), (type(model).__name__, key)
             assert not torch.equal(default[key], one[key]), (type(model).__name__, key)
 

@@ -64,6 +64,7 @@ class ToyForCausalLM(DecoderForCausalLM, ToyPreTrained):
 
 def test_keep_logits_positions() -> None:
     hidden = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(2, 5, 3)
+    # exact: keep_logits_positions only indexes (the four below)
     assert torch.equal(keep_logits_positions(hidden, 0), hidden)
     assert torch.equal(keep_logits_positions(hidden, 2), hidden[:, 3:])
     assert torch.equal(keep_logits_positions(hidden, torch.tensor([0, 4])), hidden[:, [0, 4]])
@@ -73,6 +74,7 @@ def test_keep_logits_positions() -> None:
 def test_keep_logits_positions_per_row_and_by_mask() -> None:
     hidden = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(2, 5, 3)
     per_row = keep_logits_positions(hidden, torch.tensor([[0, 4], [3, 1]]))
+    # exact: indexing only (both checks below)
     assert torch.equal(per_row, torch.stack([hidden[0, [0, 4]], hidden[1, [3, 1]]]))
     mask = torch.tensor([[True, False, False, False, True], [False, True, True, True, False]])
     assert torch.equal(keep_logits_positions(hidden, mask), torch.stack([hidden[0, 0], hidden[0, 4], *hidden[1, 1:4]]))
@@ -82,6 +84,7 @@ def test_pool_last_tokens_left_and_right_padding_and_missing_pad_id() -> None:
     logits = torch.randn(2, 4, 3)
     ids = torch.tensor([[5, 6, 0, 0], [0, 7, 8, 9]])  # right-padded, left-padded (pad 0)
     pooled = pool_last_tokens(logits, ids, 0, "Toy")
+    # exact: pool_last_tokens only indexes (both checks)
     assert torch.equal(pooled, torch.stack([logits[0, 1], logits[1, 3]]))
     with pytest.raises(InputError, match="Toy needs config.pad_token_id"):
         pool_last_tokens(logits, ids, None, "Toy")

@@ -141,6 +141,7 @@ def _same_mask(got: Any, expected: Any) -> bool:
     (got_mask, got_causal), (want_mask, want_causal) = got, expected
     if got_causal != want_causal or (got_mask is None) != (want_mask is None):
         return False
+    # exact: the same mask-building code on the same inputs
     return got_mask is None or torch.equal(got_mask, want_mask)
 
 
@@ -277,6 +278,7 @@ def test_causal_lm_passes_every_input_to_the_decoder() -> None:
     seen = decoder.layers[1].seen[-2]  # the step's call (the last one is the uncached run)
     assert _same_mask(seen["mask"], build_attention_mask(longer, 1, 5, sliding_window=2))
     assert torch.equal(decoder.rotary_emb.calls[-2][0], torch.tensor([[7], [9]]))
+    # exact: the embeddings are handed on as they are
     assert torch.equal(decoder.layers[0].seen[-2]["hidden"], embeds) and seen["attn"] is True
     assert step.past_key_values is first.past_key_values and first.past_key_values.get_seq_length() == 6
     assert len(step.hidden_states) == 4 and len(step.attentions) == 3
@@ -329,6 +331,7 @@ def test_static_cache_for_the_model() -> None:
 
 def test_keep_logits_positions_one_and_all() -> None:
     hidden = torch.arange(2 * 5 * 3, dtype=torch.float32).reshape(2, 5, 3)
+    # exact: keep_logits_positions only indexes (the three below)
     assert torch.equal(keep_logits_positions(hidden, 1), hidden[:, 4:])
     assert torch.equal(keep_logits_positions(hidden, 5), hidden)
     assert torch.equal(keep_logits_positions(hidden, torch.tensor([1])), hidden[:, [1]])
@@ -342,6 +345,7 @@ def test_pooling_without_pad_id_or_ids() -> None:
         "ToyModel needs config.pad_token_id to find the last token of each row in a batch of 2; "
         "set model.config.pad_token_id (e.g. to the tokenizer's pad_token_id)"
     )
+    # exact: pool_last_tokens only indexes (the checks below)
     assert torch.equal(pool_last_tokens(logits, None, 0, "ToyModel"), logits[:, -1])
     assert torch.equal(pool_last_tokens(logits[:1], torch.tensor([[1, 2, 0, 0]]), None, "ToyModel"), logits[:1, -1])
     three = torch.randn(3, 2, 1)

@@ -251,6 +251,7 @@ def test_embeddings_normalise_with_the_given_epsilon_and_drop_out_in_training() 
 def test_layer_head_masks_expand_one_row_to_every_layer() -> None:
     assert layer_head_masks(None, 3, 2) == [None, None, None]
     every = layer_head_masks([1.0, 0.0], 3, 2)
+    # exact: the given head masks, copied (both checks)
     assert len(every) == 3 and all(row.tolist() == [1.0, 0.0] for row in every)
     per_layer = layer_head_masks(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), 3, 2)
     assert [row.tolist() for row in per_layer] == [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
@@ -379,11 +380,13 @@ def test_labelled_heads_give_logits_losses_extras_and_tuples() -> None:
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits[0, 2:3], torch.tensor([7])))
     assert len(out.hidden_states) == 3 and len(out.attentions) == 2
     assert bare.loss is None and bare.hidden_states is None and bare.attentions is None
+    # exact: the same model on the same inputs: same kernels, same shapes
     assert isinstance(as_tuple, tuple) and len(as_tuple) == 2 and torch.equal(as_tuple[0], out.loss)
     model.config.return_dict = False
     with torch.no_grad():
         by_config = model(IDS, attention_mask=MASK)
         asked = model(IDS, attention_mask=MASK, return_dict=True)
+    # exact: the same model on the same inputs: same kernels, same shapes (both checks)
     assert isinstance(by_config, tuple) and torch.equal(by_config[0], bare.logits)
     assert type(asked).__name__ == "MaskedLMOutput" and torch.equal(asked.logits, bare.logits)
 

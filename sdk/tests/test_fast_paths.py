@@ -10,6 +10,7 @@ from torch import nn
 from microformers_sdk import layers
 from microformers_sdk.cache import DynamicCache, StaticCache
 from microformers_sdk.layers import RMSNorm, apply_linear, row_linear
+from microformers_sdk.testing import assert_close
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -22,7 +23,7 @@ def test_one_row_linear_matches_f_linear(shape: tuple[int, ...], bias: bool) -> 
         out = row_linear(x, weight, b)
     expected = F.linear(x, weight, b)
     assert out.shape == expected.shape
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert_close(out, expected)
 
 
 def test_row_linear_keeps_f_linear_where_it_does_not_apply(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -30,6 +31,7 @@ def test_row_linear_keeps_f_linear_where_it_does_not_apply(monkeypatch: pytest.M
     weight = torch.randn(96, 40)
     with torch.no_grad():
         rows = torch.randn(layers.FEW_ROWS_MAX + 1, 40)
+        # exact below: row_linear hands each of these to F.linear itself (same kernel, same shapes)
         assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))  # more rows than the few-row product
         monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # as without a compiler
         rows = torch.randn(8, 40)
@@ -41,7 +43,7 @@ def test_row_linear_keeps_f_linear_where_it_does_not_apply(monkeypatch: pytest.M
         assert torch.equal(row_linear(row.to(torch.bfloat16), half), F.linear(row.to(torch.bfloat16), half))
     row = torch.randn(1, 40, requires_grad=True)
     out = row_linear(row, weight)  # autograd on: the plain product, so training numerics are unchanged
-    assert torch.equal(out, F.linear(row, weight))
+    assert torch.equal(out, F.linear(row, weight))  # exact: F.linear itself
     out.sum().backward()
     assert row.grad is not None
 
@@ -58,8 +60,8 @@ def test_few_rows_linear_matches_f_linear(shape: tuple[int, ...], bias: bool, mo
         transposed = row_linear(x.transpose(0, -2).contiguous().transpose(0, -2), weight, b)  # strided input
     expected = F.linear(x, weight, b)
     assert out.shape == expected.shape and out.is_contiguous()
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(transposed, expected, rtol=1e-5, atol=1e-5)
+    assert_close(out, expected)
+    assert_close(transposed, expected)
 
 
 def test_few_rows_product_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +69,7 @@ def test_few_rows_product_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # the torch paths, as without a compiler
     weight, rows = torch.randn(96, 40), torch.randn(3, 40)
     with torch.no_grad():
-        assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))
+        assert torch.equal(row_linear(rows, weight), F.linear(rows, weight))  # exact: F.linear itself
 
 
 def test_row_split_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,7 +77,7 @@ def test_row_split_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # the torch paths, as without a compiler
     weight, row = torch.randn(96, 40), torch.randn(1, 40)
     with torch.no_grad():
-        assert torch.equal(row_linear(row, weight), F.linear(row, weight))
+        assert torch.equal(row_linear(row, weight), F.linear(row, weight))  # exact: F.linear itself
 
 
 def test_apply_linear_respects_hooks_and_subclasses() -> None:
@@ -93,7 +95,7 @@ def test_apply_linear_respects_hooks_and_subclasses() -> None:
     scaled = Scaled(8, 6)
     row = torch.randn(1, 8)
     with torch.no_grad():
-        assert torch.equal(apply_linear(scaled, row), scaled(row))
+        assert torch.equal(apply_linear(scaled, row), scaled(row))  # exact: the module's own forward, same input
 
 
 def test_rms_norm_float32_path_matches_the_formula() -> None:
@@ -109,6 +111,7 @@ def test_rms_norm_float32_path_matches_the_formula() -> None:
         half = norm.to(torch.bfloat16)
         xb = x.to(torch.bfloat16)
         normed = xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-5)
+        # exact: the bfloat16 path is these very ops on the same shapes
         assert torch.equal(half(xb), half.weight * normed.to(torch.bfloat16))
 
 
@@ -118,6 +121,7 @@ def test_layer_storage_and_advance(make: object) -> None:
     first = torch.randn(1, 2, 3, 4)
     cache.update(first, first + 1, 0)
     keys, values = cache.layer_storage(0)
+    # exact: the cache copies the states it is given (both checks)
     assert keys.shape[2] >= 4 and torch.equal(keys[:, :, :3], first) and torch.equal(values[:, :, :3], first + 1)
     step = torch.randn(1, 2, 1, 4)
     keys[:, :, 3:4] = step  # what a compiled step does, then reports

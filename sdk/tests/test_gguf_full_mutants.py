@@ -48,6 +48,7 @@ def test_shift_adds_in_float32_and_keeps_the_dtype(dtype: torch.dtype) -> None:
     stored = torch.tensor([1.0, 1.5, 0.25, 3.0]).to(dtype)
     out = Shift(-1.0).apply(stored, {})
     assert out.dtype == dtype
+    # exact: Shift is these very ops
     assert torch.equal(out, (stored.float() - 1.0).to(dtype))
     assert Shift(-1.0).shape((4,), {}) == (4,)
 

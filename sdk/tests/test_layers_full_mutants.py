@@ -42,6 +42,7 @@ def test_offset_rms_norm_adds_epsilon_over_the_last_dimension() -> None:
 def test_scaled_embedding_is_unscaled_by_default_and_prints_its_scale() -> None:
     embedding = ScaledEmbedding(10, 4, padding_idx=0)
     ids = torch.tensor([[3, 0, 7]])
+    # exact: an embedding lookup copies rows
     assert torch.equal(embedding(ids), embedding.weight[ids])
     assert repr(embedding) == "ScaledEmbedding(10, 4, padding_idx=0, embed_scale=1)"
     assert repr(ScaledEmbedding(10, 4, embed_scale=2.5)) == "ScaledEmbedding(10, 4, embed_scale=2.5)"
@@ -50,8 +51,10 @@ def test_scaled_embedding_is_unscaled_by_default_and_prints_its_scale() -> None:
 def test_scaled_embedding_passes_the_embedding_arguments_on() -> None:
     embedding = ScaledEmbedding(10, 4, padding_idx=2, embed_scale=3.0, dtype=torch.float64)
     assert embedding.weight.shape == (10, 4) and embedding.weight.dtype == torch.float64
+    # exact: the padding row is zero-filled
     assert torch.equal(embedding.weight[2], torch.zeros(4, dtype=torch.float64))  # the padding row starts at zero
     ids = torch.tensor([[2, 5]])
+    # exact: the same lookup times the same scale
     assert torch.equal(embedding(ids), embedding.weight[ids] * 3.0)
 
 
@@ -68,6 +71,7 @@ def test_the_opt_in_few_rows_product_without_the_native_op(
     assert out.shape == (*shape[:-1], 96) and out.is_contiguous()
     torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
     trained = layers.row_linear(x, weight.requires_grad_(), bias)  # autograd on: the plain product
+    # exact: autograd on: row_linear hands it to F.linear itself
     assert torch.equal(trained, F.linear(x, weight, bias))
 
 
@@ -81,6 +85,7 @@ def test_rms_norm_of_a_bfloat16_input_with_a_float32_weight() -> None:
     xf = x.float()
     normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
     assert out.dtype == torch.float32
+    # exact: the mixed-precision path is these very ops on the same shapes
     assert torch.equal(out, norm.weight * normed)
 
 

@@ -13,6 +13,7 @@ from microformers.errors import ConfigError
 from microformers_sdk import layers
 from microformers_sdk.layers import ACTIVATIONS, GatedMLP, RMSNorm, apply_linear, get_activation, row_linear
 from microformers_sdk.native import FEW_ROWS_MAX
+from microformers_sdk.testing import assert_close, needs_native_ops
 
 
 def rms_formula(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -39,6 +40,7 @@ def test_an_unknown_activation_names_the_setting_and_the_choices() -> None:
 # -- RMSNorm ----------------------------------------------------------------------------------------------
 def test_rms_norm_starts_at_ones_with_the_llama_epsilon() -> None:
     norm = RMSNorm(6)
+    # exact: initialised to the constant one
     assert isinstance(norm.weight, nn.Parameter) and torch.equal(norm.weight, torch.ones(6))
     assert norm.variance_epsilon == 1e-6
     assert [name for name, _ in norm.named_parameters()] == ["weight"]
@@ -60,7 +62,7 @@ def test_rms_norm_normalises_each_last_axis_row_with_its_epsilon(dtype: torch.dt
     if dtype == torch.float32:  # one fused kernel: the same formula up to rounding
         torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
     else:
-        assert torch.equal(out, want)
+        assert torch.equal(out, want)  # exact: the half-precision path is the formula's own ops on the same shapes
 
 
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float64])
@@ -73,7 +75,7 @@ def test_rms_norm_of_a_float32_input_with_another_weight_dtype(weight_dtype: tor
     with torch.no_grad():
         out = norm(x)
     assert out.dtype == torch.promote_types(weight_dtype, torch.float32)
-    assert torch.equal(out, rms_formula(x, norm.weight, 1e-5))
+    assert torch.equal(out, rms_formula(x, norm.weight, 1e-5))  # exact: not the fused path, the formula's own ops
 
 
 # -- GatedMLP ---------------------------------------------------------------------------------------------
@@ -106,27 +108,47 @@ def test_apply_linear_keeps_the_bias_and_honours_pre_hooks() -> None:
         torch.testing.assert_close(apply_linear(linear, x), F.linear(x, linear.weight, linear.bias))
         torch.testing.assert_close(apply_linear(linear, x[:1]), F.linear(x[:1], linear.weight, linear.bias))
         linear.register_forward_pre_hook(lambda _m, args: (args[0] * 0,))  # an adapter zeroing the input
-        assert torch.equal(apply_linear(linear, x), linear.bias.expand(3, 6))
+        assert torch.equal(apply_linear(linear, x), linear.bias.expand(3, 6))  # exact: sums of zeros, plus the bias
 
 
+@needs_native_ops()
 def test_a_gated_mlp_gives_each_row_the_same_alone_and_in_a_batch() -> None:
-    """Its plain ``nn.Linear`` layers go through ``row_linear``: decoding one sequence or a batch of them gives
-    bit-identical rows."""
+    """Its plain ``nn.Linear`` layers go through ``row_linear``: with the native few-row product, decoding one
+    sequence or a batch of them gives bit-identical rows."""
     torch.manual_seed(0)
     mlp = GatedMLP(40, 96)
     x = torch.randn(5, 40)
     with torch.no_grad():
         alone = torch.cat([mlp(x[i : i + 1]) for i in range(5)])
+        # exact: few_rows.cpp sums each output in one fixed order, alone or in a batch
         assert torch.equal(mlp(x), alone)
         gate = torch.cat([apply_linear(mlp.gate_proj, x[i : i + 1]) for i in range(4)])
-        assert torch.equal(apply_linear(mlp.gate_proj, x[:4].view(2, 2, 40)), gate.view(2, 2, 96))
+        assert torch.equal(apply_linear(mlp.gate_proj, x[:4].view(2, 2, 40)), gate.view(2, 2, 96))  # exact: as above
+
+
+def test_a_gated_mlp_gives_each_row_nearly_the_same_alone_and_in_a_batch_with_torch_products(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the native op (no compiler, another CPU): one row and a batch take different torch products, which
+    round differently, so rows agree to float32 tolerance."""
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)
+    torch.manual_seed(0)
+    mlp = GatedMLP(40, 96)
+    x = torch.randn(5, 40)
+    with torch.no_grad():
+        alone = torch.cat([mlp(x[i : i + 1]) for i in range(5)])
+        assert_close(mlp(x), alone)
+        gate = torch.cat([apply_linear(mlp.gate_proj, x[i : i + 1]) for i in range(4)])
+        assert_close(apply_linear(mlp.gate_proj, x[:4].view(2, 2, 40)), gate.view(2, 2, 96))
 
 
 # -- row_linear -------------------------------------------------------------------------------------------
+@needs_native_ops()
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(96, 40), (7, 13)])
 def test_each_row_is_computed_the_same_alone_and_in_a_batch(shape: tuple[int, int], bias: bool) -> None:
-    """Batch-1 and batch-n decoding give bit-identical rows for one to FEW_ROWS_MAX float32 rows."""
+    """With the native few-row product, batch-1 and batch-n decoding give bit-identical rows for one to
+    FEW_ROWS_MAX float32 rows."""
     torch.manual_seed(shape[0])
     weight = torch.randn(*shape)
     b = torch.randn(shape[0]) if bias else None
@@ -135,12 +157,36 @@ def test_each_row_is_computed_the_same_alone_and_in_a_batch(shape: tuple[int, in
         alone = torch.cat([row_linear(x[i : i + 1], weight, b) for i in range(FEW_ROWS_MAX)])
         for rows in range(1, FEW_ROWS_MAX + 1):
             out = row_linear(x[:rows], weight, b)
+            # exact: few_rows.cpp sums each output in one fixed order, alone or in a batch
             assert torch.equal(out, alone[:rows]), rows
-            torch.testing.assert_close(out, F.linear(x[:rows], weight, b), rtol=1e-5, atol=1e-4)
+            assert_close(out, F.linear(x[:rows], weight, b), rtol=1e-5, atol=1e-4)  # |out| ~ 6: another order
         batched = row_linear(x[:6].view(2, 3, shape[1]), weight, b)
-        assert torch.equal(batched, alone[:6].view(2, 3, shape[0]))
+        assert torch.equal(batched, alone[:6].view(2, 3, shape[0]))  # exact: as above
         single = row_linear(x[0], weight, b)  # one row without a batch axis
-        assert single.shape == (shape[0],) and torch.equal(single, alone[0])
+        assert single.shape == (shape[0],) and torch.equal(single, alone[0])  # exact: the same one-row call
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(96, 40), (7, 13)])
+def test_each_row_is_nearly_the_same_alone_and_in_a_batch_with_torch_products(
+    shape: tuple[int, int], bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the native op a row alone (the split one-row product) and in a batch (F.linear) round differently."""
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)
+    torch.manual_seed(shape[0])
+    weight = torch.randn(*shape)
+    b = torch.randn(shape[0]) if bias else None
+    x = torch.randn(FEW_ROWS_MAX, shape[1])
+    with torch.no_grad():
+        alone = torch.cat([row_linear(x[i : i + 1], weight, b) for i in range(FEW_ROWS_MAX)])
+        for rows in range(1, FEW_ROWS_MAX + 1):
+            out = row_linear(x[:rows], weight, b)
+            assert_close(out, alone[:rows], rtol=1e-5, atol=1e-4, msg=f"{rows} rows")
+            assert_close(out, F.linear(x[:rows], weight, b), rtol=1e-5, atol=1e-4)
+        batched = row_linear(x[:6].view(2, 3, shape[1]), weight, b)
+        assert_close(batched, alone[:6].view(2, 3, shape[0]), rtol=1e-5, atol=1e-4)
+        single = row_linear(x[0], weight, b)  # one row without a batch axis
+        assert single.shape == (shape[0],) and torch.equal(single, alone[0])  # exact: the same one-row call
 
 
 def test_a_strided_bias_gives_the_plain_product() -> None:
@@ -193,6 +239,6 @@ def test_inside_torch_compile_one_row_is_a_multiply_and_sum(bias: bool, monkeypa
             out = row_linear(x, weight, b)
             want = (x.unsqueeze(-2) * weight).sum(-1)
             assert out.shape == (*shape[:-1], 96)
-            assert torch.equal(out, want if b is None else want + b)
+            assert torch.equal(out, want if b is None else want + b)  # exact: these very ops on the same shapes
         rows = torch.randn(3, 40)
-        assert torch.equal(row_linear(rows, weight, b), F.linear(rows, weight, b))
+        assert torch.equal(row_linear(rows, weight, b), F.linear(rows, weight, b))  # exact: F.linear itself

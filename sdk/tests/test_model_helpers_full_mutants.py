@@ -85,6 +85,7 @@ def test_dtype_padding_bias_and_frozen_flags_are_kept() -> None:
     assert model.embed.weight.dtype == torch.bfloat16 and model.head.weight.dtype == torch.bfloat16
     assert model.head.bias.dtype == torch.bfloat16 and model.embed.padding_idx == 1
     assert model.embed.weight.requires_grad is False and model.head.bias.requires_grad is False
+    # exact: old values copied, new ones zero-filled
     assert torch.equal(model.head.bias[:10], old_bias) and torch.equal(
         model.head.bias[10:], torch.zeros(2, dtype=torch.bfloat16)
     )
@@ -176,6 +177,7 @@ def test_a_tied_bias_source_is_resized_with_its_target() -> None:
     model.resize_token_embeddings(12)
     predictions = model.cls.predictions
     assert predictions.bias.shape == (12,) and predictions.decoder.bias is predictions.bias
+    # exact: old values copied, new ones zero-filled
     assert torch.equal(predictions.bias.detach(), torch.cat([torch.arange(10.0), torch.zeros(2)]))
     assert predictions.decoder.weight is model.embed.weight and model.embed.weight.shape == (12, 4)
 
@@ -217,6 +219,7 @@ def test_init_weights_uses_the_configured_range_and_resets_layer_norms() -> None
         norm.weight.fill_(3.0)
         norm.bias.fill_(3.0)
     model_helpers.init_weights(owner, norm)
+    # exact: constants written by init_weights
     assert torch.equal(norm.weight, torch.ones(3)) and torch.equal(norm.bias, torch.zeros(3))
 
 
@@ -228,5 +231,6 @@ def test_copy_out_of_memory_map_gives_float_cpu_tensors_their_own_memory() -> No
     ids_pointer = module.ids.data_ptr()
     model_helpers.copy_out_of_memory_map(module)
     shared.fill_(7.0)
+    # exact: a copy of zeros
     assert torch.equal(module.weight.detach(), torch.zeros(4))  # no longer a view of ``shared``
     assert module.ids.data_ptr() == ids_pointer and torch.equal(module.ids, torch.arange(4))  # integers left alone

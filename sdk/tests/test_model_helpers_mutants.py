@@ -58,6 +58,7 @@ def test_new_rows_around_the_old_mean_or_around_zero() -> None:
     model = _model()
     model.resize_token_embeddings(400, mean_resizing=False)
     assert abs(float(model.embed.weight[10:].detach().mean())) < 0.05
+    # exact: the old rows are copied
     assert torch.equal(model.embed.weight[:10], torch.full((10, 4), 5.0))
 
 
@@ -65,6 +66,7 @@ def test_init_weights_zeroes_the_padding_row_and_sets_rms_norm_weights_to_one() 
     owner = SimpleNamespace(config=SimpleNamespace(initializer_range=0.5))
     embedding = nn.Embedding(6, 3, padding_idx=2)
     model_helpers.init_weights(owner, embedding)
+    # exact: the padding row is zero-filled
     assert torch.equal(embedding.weight[2], torch.zeros(3)) and bool(embedding.weight[0].any())
     plain = nn.Embedding(6, 3)
     model_helpers.init_weights(owner, plain)
@@ -82,6 +84,7 @@ def test_init_weights_zeroes_the_padding_row_and_sets_rms_norm_weights_to_one() 
     Other.__name__ = "Other"
     model_helpers.init_weights(owner, norm)
     model_helpers.init_weights(owner, other)
+    # exact: constants written by init_weights
     assert torch.equal(norm.weight, torch.ones(3)) and torch.equal(other.weight, torch.zeros(3))
 
 

@@ -116,6 +116,7 @@ def test_fused_experts_source_slices_stacked_tensors() -> None:
     assert len(view) == 1 + 3 * 3 and "model.layers.0.block_sparse_moe.gate.weight" in view
     stem = "model.layers.0.block_sparse_moe.experts"
     for e in range(3):
+        # exact: slices of the stored tensors (the three below)
         assert torch.equal(view[f"{stem}.{e}.w1.weight"], gate_up[e, :5])
         assert torch.equal(view[f"{stem}.{e}.w3.weight"], gate_up[e, 5:])
         assert torch.equal(view[f"{stem}.{e}.w2.weight"], down[e])

@@ -70,6 +70,7 @@ def test_a_single_expert_checkpoint_reads_each_slice() -> None:
     gate_up, down = torch.randn(1, 6, 4), torch.randn(1, 4, 3)
     view = FusedExpertsSource({"m.experts.gate_up_proj": gate_up, "m.experts.down_proj": down}, "w1", "w3", "w2", 1)
     for _ in range(2):  # read again after the stacked tensors were released
+        # exact: slices of the stored tensors (the three below)
         assert torch.equal(view["m.experts.0.w2.weight"], down[0])
         assert torch.equal(view["m.experts.0.w1.weight"], gate_up[0, :3])
         assert torch.equal(view["m.experts.0.w3.weight"], gate_up[0, 3:])
@@ -154,6 +155,7 @@ def test_block_weights_take_the_model_dtype_unless_float32_weights() -> None:
             kwargs = {} if float32_weights is None else {"float32_weights": float32_weights}
             block = _moe_block(True, **kwargs).to(torch.bfloat16)
             out, _ = block(hidden)
+            # exact: the block's own router products and run_experts on the same shapes
             assert torch.equal(out, _routed_by_hand(block, hidden, 2, True, dtype)), float32_weights
 
 
@@ -190,6 +192,7 @@ def test_one_token_sums_its_experts_in_ascending_order_in_its_own_dtype() -> Non
         expected = experts[0](hidden) * 0.3
         expected = expected + experts[2](hidden) * 0.2
         expected = expected + experts[3](hidden) * 0.5
+        # exact: run_experts calls each expert on this one row and adds in this order
         assert torch.equal(run_experts(hidden, experts, index, weights), expected)
         low = [expert.to(torch.bfloat16) for expert in experts]
         out = run_experts(hidden.to(torch.bfloat16), low, index, weights)  # Mixtral: float32 weights

@@ -73,6 +73,7 @@ def test_each_stacked_expert_tensor_is_read_once_and_then_released() -> None:
     source = _CountingSource({"m.experts.gate_up_proj": gate_up, "m.experts.down_proj": down})
     view = FusedExpertsSource(source, "w1", "w3", "w2", 3)
     for e in range(3):
+        # exact: slices of the stored tensors (the three below)
         assert torch.equal(view[f"m.experts.{e}.w1.weight"], gate_up[e, :5])
         assert torch.equal(view[f"m.experts.{e}.w3.weight"], gate_up[e, 5:])
         assert torch.equal(view[f"m.experts.{e}.w2.weight"], down[e])

@@ -58,6 +58,7 @@ def test_batch_feature_survives_pickle_and_deepcopy() -> None:
     batch = BatchFeature({"input_values": np.arange(3.0), "ids": [1, 2]})
     for clone in (pickle.loads(pickle.dumps(batch)), copy.deepcopy(batch)):
         assert isinstance(clone, BatchFeature) and set(clone) == {"input_values", "ids"}
+        # exact: a copy
         assert clone.ids == [1, 2] and clone.input_values.tolist() == [0.0, 1.0, 2.0]
 
 
@@ -68,6 +69,7 @@ def test_convert_to_tensors_numpy_torch_and_enum_types() -> None:
     assert isinstance(as_pt["x"], torch.Tensor) and as_pt["x"].tolist() == [[1, 2], [3, 4]]
     assert isinstance(BatchFeature({"x": [1]}, _Kind.NP)["x"], np.ndarray)
     reversed_rows = np.arange(4.0)[::-1]  # a negative-stride view: torch needs a contiguous copy
+    # exact: conversions copy values (both checks)
     assert BatchFeature({"x": reversed_rows}, "pt")["x"].tolist() == [3.0, 2.0, 1.0, 0.0]
     tensors = BatchFeature({"x": [torch.tensor([1.0, 2.0])]}, "np")
     assert isinstance(tensors["x"], np.ndarray) and tensors["x"].tolist() == [[1.0, 2.0]]
@@ -325,6 +327,7 @@ def test_pad_frames_of_several_features() -> None:
     fe.model_input_names = ["input_features"]
     out = fe.pad({"input_features": [np.ones((2, 2)), np.zeros((1, 2))]}, return_tensors="pt")
     assert out["input_features"].shape == (2, 2, 2) and out["input_features"].dtype == torch.float32
+    # exact: padding copies values and adds constants
     assert out["input_features"][1].tolist() == [[9.0, 9.0], [0.0, 0.0]]
     assert out["attention_mask"].tolist() == [[1, 1], [0, 1]]
 
@@ -388,6 +391,7 @@ def test_pad_errors_name_the_input_and_the_setting() -> None:
 def test_pad_hook_pads_one_example_for_subclasses() -> None:
     fe = _extractor()
     padded = fe._pad({"input_values": np.array([1.0, 2.0])}, None, "longest", 4, True)
+    # exact: padding copies values and adds constants (both checks)
     assert padded["input_values"].tolist() == [1.0, 2.0, 0.0, 0.0] and padded["attention_mask"].tolist() == [1, 1, 0, 0]
     same = fe._pad({"input_values": np.array([1.0, 2.0])}, 3, "do_not_pad", None, False)
     assert same["input_values"].tolist() == [1.0, 2.0] and "attention_mask" not in same

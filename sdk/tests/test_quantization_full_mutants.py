@@ -48,6 +48,7 @@ def test_a_model_without_a_base_prefix_converts_its_own_weights() -> None:
     model.proj = nn.Linear(3, 2, bias=False)
     weight = torch.tensor([[1.0, -2.0, 3.0], [-1.0, 1.0, -1.0]])
     view = _Mine({}).prepare(model, _Format({"proj.weight": weight}), ["f"], torch.float32)
+    # exact: sign() of the same values: -1, 0 or 1
     assert sorted(view) == ["proj.q", "proj.scale"] and torch.equal(view["proj.q"], weight.sign())
 
 
@@ -62,6 +63,7 @@ def test_a_base_model_loads_the_head_models_checkpoint_with_its_prefix() -> None
     weight = torch.tensor([[1.0, -2.0, 3.0], [-1.0, 1.0, -1.0]])
     view = _Mine({}).prepare(Base(), _Format({"model.proj.weight": weight}), ["f"], torch.float32)
     assert sorted(view) == ["model.proj.q", "model.proj.scale"]
+    # exact: sign() of the same values: -1, 0 or 1
     assert torch.equal(view["model.proj.q"], weight.sign())
 
 

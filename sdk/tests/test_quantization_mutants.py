@@ -72,6 +72,7 @@ def test_prepare_converts_checkpoint_weights_named_without_the_base_prefix() -> 
     assert fmt.dtypes == [torch.float16]
     assert "proj.q" in view and "other.bias" in view
     assert "proj.weight" not in view and "nope" not in view  # replaced by its quantized tensors; unknown
+    # exact: sign() of the same values: -1, 0 or 1
     assert torch.equal(view["proj.q"], weight.sign()) and view["proj.scale"].shape == (2, 1)
     assert source.reads == ["proj.weight"] and view._pending == {}  # read once, released after the last part
     assert view.file_of("proj.q") == "file of proj.weight" and view.file_of("other.bias") == "file of other.bias"

@@ -27,6 +27,7 @@ def test_linear_scaling_divides_the_frequencies_and_leaves_cos_sin_unscaled() ->
     torch.testing.assert_close(linear, default / 2.0)
     assert scale == 1.0
     cos, _ = RotaryEmbedding(_settings(rope_type="linear", factor=2.0))(torch.zeros(1, 1, dtype=torch.long))
+    # exact: cos(0) is exactly 1
     assert torch.equal(cos, torch.ones(1, 1, 8))
 
 

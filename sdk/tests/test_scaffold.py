@@ -127,6 +127,7 @@ def test_scaffolded_plugin_installs_passes_its_tests_and_is_discovered(tmp_path:
         model.save_pretrained(sys.argv[1])
         loaded = AutoModelForCausalLM.from_pretrained(sys.argv[1])
         ids = torch.tensor([[1, 2, 3]])
+        # exact: a save/load round trip copies the weights' bytes; same kernels, same shapes
         assert torch.equal(loaded(ids).logits, model.eval()(ids).logits)
         base = AutoModel.from_pretrained(sys.argv[1])
         print(type(loaded).__name__, type(base).__name__)

@@ -38,6 +38,7 @@ def test_eager_softcap_caps_scaled_scores_before_the_mask_and_sdpa_delegates() -
 
 def test_offset_rms_norm_multiplies_by_one_plus_weight_in_float32() -> None:
     norm = OffsetRMSNorm(6, eps=1e-6)
+    # exact: initialised to the constant zero
     assert torch.equal(norm.weight, torch.zeros(6))
     with torch.no_grad():
         norm.weight.copy_(torch.linspace(-0.5, 0.5, 6))
@@ -49,6 +50,7 @@ def test_offset_rms_norm_multiplies_by_one_plus_weight_in_float32() -> None:
     assert got.dtype == torch.bfloat16
     xf = half.float()
     exact = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + norm.weight.float())).to(torch.bfloat16)
+    # exact: OffsetRMSNorm is these very ops on the same shapes
     assert torch.equal(got, exact)  # one rounding at the end, not before the weight
 
 
@@ -58,6 +60,7 @@ def test_scaled_embedding_rounds_the_scale_to_the_weight_dtype() -> None:
     assert torch.allclose(embedding(ids), embedding.weight[ids] * 3072**0.5)
     half = embedding.to(torch.bfloat16)
     # sqrt(3072) = 55.43 becomes 55.5 in bfloat16, as in the reference
+    # exact: the same lookup times the same bfloat16 scale
     assert torch.equal(half(ids), half.weight[ids] * torch.tensor(55.5, dtype=torch.bfloat16))
     assert "embed_scale" not in dict(embedding.named_buffers()) and len(embedding.state_dict()) == 1
 
@@ -68,5 +71,6 @@ def test_build_attention_masks_one_per_window() -> None:
     assert list(masks) == [3, None]
     for window in (3, None):
         expected = build_attention_mask(padding, 6, 0, sliding_window=window)
+        # exact: the same mask-building code on the same inputs
         assert torch.equal(masks[window][0], expected[0])
     assert not torch.equal(masks[3][0], masks[None][0])
