@@ -15,7 +15,7 @@ from microformers_gemma.configuration_gemma2 import Gemma2Config
 from microformers_gemma.configuration_gemma3 import Gemma3TextConfig
 from microformers_gemma.modeling_gemma2 import Gemma2ForCausalLM
 from microformers_gemma.modeling_gemma3 import Gemma3ForCausalLM
-from microformers_sdk.testing import build_model
+from microformers_sdk.testing import assert_similar_generation, build_model
 
 TINY = {
     "vocab_size": 64,
@@ -126,11 +126,12 @@ def test_decoding_past_the_window_matches_full_forwards() -> None:
     prompt = torch.randint(1, 64, (1, 5))
     with torch.no_grad():
         generated = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
-        sequence = prompt
+        sequence, scores = prompt, []
         for _ in range(6):
-            next_token = model(sequence, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
-            sequence = torch.cat((sequence, next_token), dim=1)
-    assert torch.equal(generated, sequence)
+            scores.append(model(sequence, use_cache=False).logits[:, -1])
+            sequence = torch.cat((sequence, scores[-1].argmax(-1, keepdim=True)), dim=1)
+    # one token at a time through the cache vs full forwards: other shapes, so the same tokens up to a near tie
+    assert_similar_generation(generated, sequence, scores, prompt_length=prompt.shape[1])
 
 
 def test_window_changes_the_result_once_the_sequence_is_longer() -> None:
@@ -187,4 +188,5 @@ def test_hub_files_hybrid_cache_setting_decodes_with_the_default_cache(tmp_path:
     assert loaded.generation_config.cache_implementation is None
     prompt = torch.tensor([[5, 6, 7]])
     options = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    # exact: both decode with the same (default) cache and code, the weights save/load copied byte for byte
     assert torch.equal(loaded.generate(prompt, **options), model.generate(prompt, **options))

@@ -73,7 +73,7 @@ def test_jitter_noise_only_in_training() -> None:
     ids = torch.randint(1, 64, (1, 6))
     model.eval()
     with torch.no_grad():
-        assert torch.equal(model(ids).logits, model(ids).logits)
+        assert torch.equal(model(ids).logits, model(ids).logits)  # exact: the same call twice, no noise in eval
         model.train()
         assert not torch.equal(model(ids).logits, model(ids).logits)
 

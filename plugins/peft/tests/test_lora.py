@@ -56,7 +56,7 @@ def test_a_new_adapter_is_the_identity_and_only_it_trains(capsys: pytest.Capture
     before = _logits(model)
     model.add_adapter(LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     assert model.active_adapters() == ["default"]
-    torch.testing.assert_close(_logits(model), before, rtol=0, atol=0)  # lora_B starts at zero
+    torch.testing.assert_close(_logits(model), before, rtol=0, atol=0)  # exact: lora_B starts at zero, adds 0.0
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_A.default." in n or ".lora_B.default." in n for n in trainable)
     assert len(trainable) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B)

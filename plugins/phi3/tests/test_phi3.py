@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,10 @@ from microformers import AutoConfig, AutoModelForCausalLM, ConfigError
 from microformers_phi3.configuration_phi3 import Phi3Config
 from microformers_phi3.modeling_phi3 import Phi3ForCausalLM
 from microformers_sdk.cache import DynamicCache, StaticCache
-from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
+from microformers_sdk.testing import (
+    assert_similar_generation,
+    one_thread,  # noqa: F401  (an autouse fixture, found by name)
+)
 
 TINY: dict[str, Any] = {
     "vocab_size": 64,
@@ -27,6 +32,7 @@ TINY: dict[str, Any] = {
     "pad_token_id": 0,
     "eos_token_id": 1,
 }
+SCORES = {"output_scores": True, "return_dict_in_generate": True}
 FACTORS = {"short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [2.0, 3.0, 4.0, 8.0]}
 
 
@@ -107,10 +113,12 @@ def test_long_factors_apply_past_the_original_length_and_generate_recomputes_the
     assert not tiny_model().cache_needs_recompute(past_length=8, total_length=9)  # plain rotary: cache stays valid
 
     ids = torch.randint(2, 64, (1, 5), generator=torch.Generator().manual_seed(1))
-    settings = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
+    settings = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, **SCORES}
     generated = model.generate(ids, **settings)
     uncached = model.generate(ids, use_cache=False, **settings)
-    assert torch.equal(generated, uncached)  # the cache was rebuilt with the long factors at 9 tokens
+    # the cache was rebuilt with the long factors at 9 tokens: the same tokens as full forwards (other shapes,
+    # so up to a near tie)
+    assert_similar_generation(generated.sequences, uncached.sequences, uncached.scores, prompt_length=ids.shape[1])
 
 
 def stepwise_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any, prefill: int) -> torch.Tensor:
@@ -150,8 +158,12 @@ def test_static_decode_steps_match_the_dynamic_cache() -> None:
         assert torch.isfinite(keys).all() and torch.isfinite(values).all()
     valid = mask.bool()
     torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=1e-5)
-    settings = {"attention_mask": mask, "max_new_tokens": 4, "do_sample": False}
-    assert torch.equal(model.generate(ids, cache_implementation="static", **settings), model.generate(ids, **settings))
+    settings = {"attention_mask": mask, "max_new_tokens": 4, "do_sample": False, **SCORES}
+    static, dynamic = model.generate(ids, cache_implementation="static", **settings), model.generate(ids, **settings)
+    # a static cache attends over a differently shaped (padded) cache: the same tokens up to a near tie
+    assert_similar_generation(
+        static.sequences, dynamic.sequences, dynamic.scores, prompt_length=ids.shape[1], pad_token_id=0
+    )
     model.uncompile_decode_step()
     assert "_compiled_decode_step" not in model.__dict__
 
@@ -164,16 +176,21 @@ def test_saved_model_loads_back_identically(tmp_path: Path) -> None:
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
     ids = torch.randint(2, 64, (2, 12), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        assert torch.equal(loaded(ids).logits, model(ids).logits)
+        assert torch.equal(loaded(ids).logits, model(ids).logits)  # exact: save/load copies the bytes; same code
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "c++")) is None, reason="torch.compile on CPU needs a C++ compiler (CXX)"
+)
 def test_compiled_decode_step_generates_the_eager_tokens() -> None:
     model = tiny_model()
     ids = torch.randint(2, 64, (2, 5), generator=torch.Generator().manual_seed(4))
     mask = torch.ones_like(ids)
     mask[0, :2] = 0
-    settings = {"attention_mask": mask, "max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
+    settings = {"attention_mask": mask, "max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, **SCORES}
     eager = model.generate(ids, **settings)
     model.compile_decode_step()
-    assert torch.equal(model.generate(ids, past_key_values=StaticCache(max_cache_len=13), **settings), eager)
+    compiled = model.generate(ids, past_key_values=StaticCache(max_cache_len=13), **settings)
+    # compiled kernels over a static cache vs eager over a dynamic one: the same tokens up to a near tie
+    assert_similar_generation(compiled.sequences, eager.sequences, eager.scores, prompt_length=ids.shape[1])
