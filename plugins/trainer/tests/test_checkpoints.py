@@ -16,6 +16,7 @@ from resume_script import make_trainer
 from trainer_helpers import lm_rows, tiny_gpt2
 
 from microformers import Trainer
+from microformers_sdk.testing import TEST_THREADS
 from microformers_trainer import checkpointing
 
 SCRIPT = Path(__file__).parent / "resume_script.py"
@@ -24,7 +25,8 @@ SCRIPT = Path(__file__).parent / "resume_script.py"
 def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path: Path) -> None:
     # 40 rows / batch 4 = 10 batches = 5 steps an epoch; 3 epochs = 15 steps; killed after step 8 (mid-epoch 2)
     killed = tmp_path / "killed"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # the killed run uses this process's thread count, so every step runs the same kernels either way
+    env = {**os.environ, "OMP_NUM_THREADS": str(TEST_THREADS)}
     cmd = [sys.executable, str(SCRIPT), str(killed), "--kill-at", "8"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
@@ -37,10 +39,13 @@ def test_sigkill_after_checkpoint_then_resume_is_bit_identical(tmp_path: Path) -
 
     assert resumed.state.global_step == straight.state.global_step == 15
     theirs = straight.model.state_dict()
+    # exact: the resumed run reloads the checkpoint's bytes (weights, optimizer, RNG, data position) and runs the
+    # same batches through the same kernels, shapes and thread count as the straight run
     for name, tensor in resumed.model.state_dict().items():
         assert torch.equal(tensor, theirs[name]), f"{name} differs after resume"
     steps = [h["loss"] for h in straight.state.log_history if "loss" in h]
-    assert [h["loss"] for h in resumed.state.log_history if "loss" in h] == steps  # history restored + continued
+    # exact, as the weights: history restored (copied) + continued by the same computation
+    assert [h["loss"] for h in resumed.state.log_history if "loss" in h] == steps
     fresh = tiny_gpt2()
     assert any(not torch.equal(t, fresh.state_dict()[n]) for n, t in theirs.items())
 
