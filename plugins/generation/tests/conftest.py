@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+
+# the tests share generation_similarity.py (pytest runs with --import-mode=importlib)
+sys.path.insert(0, str(Path(__file__).parent))
 
 VOCAB = 96
 

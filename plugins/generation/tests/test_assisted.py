@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation_similarity import assert_same_generation
 
 import microformers
 from microformers import GenerationError
@@ -73,16 +74,19 @@ def test_same_tokens_and_scores_as_greedy(model, twin, small_assistant, prompts,
         kwargs = {"max_new_tokens": 10, "eos_token_id": eos, "return_dict_in_generate": True, "output_scores": True}
         expected = model.generate(ids, **kwargs, **{k: v for k, v in settings.items() if k not in DRAFTING})
         ours = model.generate(ids, **kwargs, **settings)
-        assert torch.equal(ours.sequences, expected.sequences)
-        assert len(ours.scores) == len(expected.scores)
-        for mine, theirs in zip(ours.scores, expected.scores, strict=True):
-            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+        # drafts are verified several tokens at a time, plain greedy one: other matrix shapes, so the same tokens
+        # up to a near tie, and the same scores while they agree
+        assert_same_generation(ours, expected, prompt_length=ids.shape[1], rtol=1e-4, atol=1e-4)
 
 
 def test_prompt_lookup_matches_reference(model, reference_model, prompts):
     ids = prompts["single"]["input_ids"].repeat(1, 3)
     kwargs = {"max_new_tokens": 12, "prompt_lookup_num_tokens": 4, "do_sample": False}
-    assert torch.equal(model.generate(ids, **kwargs), reference_model.generate(ids, **kwargs))
+    kwargs.update(return_dict_in_generate=True, output_scores=True)
+    # two libraries' kernels: the same tokens up to a near tie
+    assert_same_generation(
+        model.generate(ids, **kwargs), reference_model.generate(ids, **kwargs), prompt_length=ids.shape[1]
+    )
 
 
 def test_a_perfect_assistant_saves_model_calls(model, twin, prompts):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation_similarity import assert_same_generation, beam_row_scores, common_steps
 
 from microformers import set_seed
+from microformers_sdk.testing import assert_close, assert_similar_generation
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +35,22 @@ def test_attentions_and_hidden_states_match_reference(model, eager_reference, pr
         "return_dict_in_generate": True,
         "output_attentions": True,
         "output_hidden_states": True,
+        "output_logits": True,
     }
     # unpadded rows: what a model puts at padded positions is its own business, not generate()'s
     expected = eager_reference.generate(**prompts["single"], **kwargs)
     ours = model.generate(**prompts["single"], **kwargs)
     assert type(ours).__name__ == type(expected).__name__
-    assert torch.equal(ours.sequences, expected.sequences)
-    _assert_nested_close(ours.attentions, expected.attentions)
-    _assert_nested_close(ours.hidden_states, expected.hidden_states)
+    # two libraries' kernels: the same tokens up to a near tie of the logits; attentions and hidden states agree
+    # for every step before the first difference (all of them where the tokens are the same)
+    logits = beam_row_scores(ours, ours.logits) if "num_beams" in settings else ours.logits
+    assert_similar_generation(ours.sequences, expected.sequences, logits, prompt_length=8)
+    steps = common_steps(ours.sequences, expected.sequences, 8)
+    if steps == len(expected.attentions):
+        assert len(ours.attentions) == len(expected.attentions)
+        assert len(ours.hidden_states) == len(expected.hidden_states)
+    _assert_nested_close(ours.attentions[:steps], expected.attentions[:steps])
+    _assert_nested_close(ours.hidden_states[:steps], expected.hidden_states[:steps])
     assert ours.scores is None and expected.scores is None
 
 
@@ -66,14 +76,19 @@ def test_transition_scores_match_reference(model, reference_model, prompts, sett
     ours = model.generate(**prompts["batch"], **kwargs)
     set_seed(4)
     expected = reference_model.generate(**prompts["batch"], **kwargs)
-    assert torch.equal(ours.sequences, expected.sequences)
+    # two libraries' kernels: the same tokens up to a near tie; the transition scores need the same tokens
+    identical = assert_same_generation(
+        ours, expected, prompt_length=8, pad_token_id=0, beams="num_beams" in settings, rtol=1e-4, atol=1e-4
+    )
     beams = {"beam_indices": expected.beam_indices} if "num_beams" in settings else {}
     theirs = reference_model.compute_transition_scores(
         expected.sequences, expected.scores, normalize_logits=normalize, **beams
     )
     mine_beams = {"beam_indices": ours.beam_indices} if "num_beams" in settings else {}
     mine = model.compute_transition_scores(ours.sequences, ours.scores, normalize_logits=normalize, **mine_beams)
-    torch.testing.assert_close(mine, theirs)
+    # the steps every row shares (all of them unless a near tie broke differently)
+    steps = mine.shape[1] if identical else common_steps(ours.sequences, expected.sequences, 8)
+    assert_close(mine[:, :steps], theirs[:, :steps], rtol=1.3e-6)  # torch.testing's fp32 rtol, as before
     if "num_beams" in settings and settings.get("length_penalty") == 0.0:
         # with no length penalty a beam's score is the sum of its transition scores
         torch.testing.assert_close(mine.sum(dim=1), ours.sequences_scores)

@@ -29,7 +29,7 @@ def test_strategy_plugin_installed_through_entry_point_changes_output(model, pro
     )
     assert by_name.shape == greedy.shape
     assert not torch.equal(by_name[:, 8:], greedy[:, 8:])
-    assert torch.equal(by_name, by_config)
+    assert torch.equal(by_name, by_config)  # exact: the same strategy on the same eager path and shapes, run twice
     # it has no builders of its own: the kernel gave it this plugin's processors (bad words apply)
     banned = int(by_name[0, 8])
     with_bad_words = model.generate(
@@ -40,6 +40,7 @@ def test_strategy_plugin_installed_through_entry_point_changes_output(model, pro
 
 def test_registered_name_through_custom_generate(model, prompts):
     by_custom = model.generate(**prompts["single"], max_new_tokens=4, custom_generate="least_likely")
+    # exact: the same strategy on the same eager path and shapes, run twice
     assert torch.equal(by_custom, model.generate(**prompts["single"], max_new_tokens=4, strategy="least_likely"))
 
 
