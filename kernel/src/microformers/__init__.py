@@ -11,6 +11,7 @@ from ._version import KERNEL_API_VERSION, __version__
 from .errors import (
     CheckpointError,
     ConfigError,
+    DeviceError,
     FileMissingError,
     GenerationError,
     InputError,
@@ -55,6 +56,7 @@ __all__ = [
     "KERNEL_API_VERSION",
     "CheckpointError",
     "ConfigError",
+    "DeviceError",
     "FileMissingError",
     "GenerationError",
     "InputError",

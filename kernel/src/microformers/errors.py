@@ -48,3 +48,7 @@ class GenerationError(MicroformersError, ValueError):
 
 class PluginConflictWarning(UserWarning):
     """Two plugins registered the same name; the documented rule picked one."""
+
+
+class DeviceError(ConfigError):
+    """A requested device (``device=``, ``device_map=``, ``--device``) does not exist on this machine."""

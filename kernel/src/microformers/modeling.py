@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +21,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .configuration import PretrainedConfig, config_from_dict, dtype_name, read_json, refuse_push_to_hub
+from .devices import AUTOMATIC_DEVICE_MAPS, check_device, check_device_map
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import resolve_file, split_hub_kwargs, staged_folder
@@ -378,6 +379,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         strict: bool = True,
         **kwargs: Any,
     ) -> Any:
+        if device is not None:
+            check_device(device, "device")
+        check_device_map(device_map)
         checkpoint, kwargs = open_checkpoint(pretrained_model_name_or_path, kwargs)
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
@@ -414,7 +418,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             raise ConfigError(f"{config_source(fmt, files)}: {exc}") from exc
         quantizer = _quantizer(config, **quant_args)
         source = quantizer.prepare(model, fmt, files, target_dtype) if quantizer else fmt.load(files, dtype=target_dtype)
-        info = model._materialise(source, target_dtype, ignore_mismatched_sizes, strict, files)
+        info = model._materialise(
+            source, target_dtype, ignore_mismatched_sizes, strict, files, placement=tensor_placement(device, device_map)
+        )
         model.tie_weights()
         if quantizer is not None:
             quantizer.finish(model)
@@ -462,7 +468,11 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         ignore_mismatched_sizes: bool,
         strict: bool,
         files: list[Path],
+        placement: Callable[[str], torch.device | None] | None = None,
     ) -> dict[str, list[Any]]:
+        """Put the checkpoint's tensors into the meta-built model; ``placement`` (parameter name -> device,
+        or None to leave it where the checkpoint put it) moves each tensor as it is read, so a model
+        loaded onto an accelerator never exists whole on the CPU."""
         import re
 
         checkpoint_keys = set(source.keys())
@@ -481,6 +491,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                 missing.append(name)
                 continue
             tensor = source[key]
+            target = placement(name) if placement is not None else None
+            if target is not None and tensor.device != target:
+                tensor = tensor.to(target)
             if tuple(tensor.shape) != tuple(current.shape):
                 if not ignore_mismatched_sizes:
                     raise ShapeMismatchError(
@@ -614,6 +627,31 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
 
     def _save_extra_files(self, folder: Path) -> None:
         """Extension point: write model-specific files into a save's staging folder (nothing by default)."""
+
+
+def tensor_placement(device: Any, device_map: Any) -> Callable[[str], torch.device | None] | None:
+    """Parameter name -> the device ``from_pretrained(device=..., device_map=...)`` will put it on (``device_map``
+    wins, as it is applied last), or None when neither is given. A name takes its longest matching prefix."""
+    wanted = device_map if device_map is not None else device
+    if wanted is None:
+        return None
+    if isinstance(wanted, str) and wanted in AUTOMATIC_DEVICE_MAPS:
+        wanted = "cuda:0" if torch.cuda.is_available() else "cpu"
+    by_prefix = {
+        prefix: check_device(value, "device_map")
+        for prefix, value in (wanted.items() if isinstance(wanted, dict) else [("", wanted)])
+        if value != "disk"
+    }
+    by_prefix = {prefix: value for prefix, value in by_prefix.items() if value.type != "meta"}
+    ordered = sorted(by_prefix.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def device_of(name: str) -> torch.device | None:
+        for prefix, value in ordered:
+            if not prefix or name == prefix or name.startswith(prefix + "."):
+                return value
+        return None
+
+    return device_of
 
 
 def check_attention(name: str) -> str:

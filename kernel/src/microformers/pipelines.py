@@ -15,6 +15,7 @@ from typing import Any
 
 from . import auto
 from .configuration import PretrainedConfig
+from .devices import check_device, check_device_map
 from .errors import ConfigError
 from .hub import HUB_KWARGS
 from .plugins import IN_PROCESS, Registration, ref_name, registry
@@ -131,6 +132,9 @@ def pipeline(
     Remaining keyword arguments are the task's options (``top_k=...``) or loading arguments
     (``revision``, ``gguf_file``, ...).
     """
+    if device is not None:  # before any weights are read: a missing device fails fast
+        check_device(device, "device")
+    check_device_map(device_map)
     load_kwargs = {k: kwargs.pop(k) for k in (*HUB_KWARGS, *format_arguments()) if k in kwargs}
     if trust_remote_code is not None:
         load_kwargs["trust_remote_code"] = trust_remote_code
