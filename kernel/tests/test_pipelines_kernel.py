@@ -31,7 +31,10 @@ class CharTokenizer:
 
 
 class SumModel(torch.nn.Module):
-    """Records every batch it sees; returns per-row sums of the real tokens."""
+    """Records every batch it sees; returns per-row sums of the real tokens.
+
+    exact: the sums are of small integers, exact in float in any order and batch, so tests compare them with ==.
+    """
 
     def __init__(self) -> None:
         super().__init__()
