@@ -130,7 +130,9 @@ def test_loads_with_consent_isolated_and_round_trips(tmp_path):
     for _ in range(5):
         next_token = model(expected).logits[:, -1].argmax(-1, keepdim=True)
         expected = torch.cat([expected, next_token], dim=1)
+    # exact: use_cache=False runs the same full forward on the same sequences as the loop above
     assert torch.equal(generated, expected)
+    # exact: the same code on the same input, with the same bytes loaded from the same folder
     assert torch.equal(model.model(ids).last_hidden_state, base(ids).last_hidden_state)
 
     digests = type(model)._microformers_code_sha256

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from microformers_sdk.testing import assert_similar_generation
+
 _SKIP_RANDOMIZE_SUFFIXES = ("inv_freq",)
 
 
@@ -134,9 +136,51 @@ def assert_close(
 
 
 def assert_same_state_dict(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor], atol: float = 0.0) -> None:
-    """Same tensor names, shapes and values."""
+    """Same tensor names, shapes and values.
+
+    Exact by default: callers compare a checkpoint with what loading it gives (a copy of the bytes, no
+    arithmetic); pass ``atol`` for tensors that were computed.
+    """
     assert set(ours) == set(theirs), (
         f"names differ: only ours {set(ours) - set(theirs)}, only theirs {set(theirs) - set(ours)}"
     )
     for name, tensor in ours.items():
         assert_close(tensor, theirs[name], atol=atol, what=name)
+
+
+SCORE_OUTPUTS = {"output_scores": True, "return_dict_in_generate": True}
+
+
+def generate_both(ours: Any, reference: Any, ids: torch.Tensor, **settings: Any) -> tuple[Any, Any]:
+    """``generate`` with both implementations on the same inputs, each returning its per-step scores."""
+    with torch.no_grad():
+        return ours.generate(ids, **settings, **SCORE_OUTPUTS), reference.generate(ids, **settings, **SCORE_OUTPUTS)
+
+
+def assert_generation_matches(got: Any, want: Any, prompt_length: int, what: str = "generation") -> None:
+    """Two ``generate(..., output_scores=True, return_dict_in_generate=True)`` results agree up to a near tie.
+
+    The two run different kernels (ours and the reference's, or two cache layouts), so a near tie
+    between two candidates may break either way; anything else must match (the numeric policy).
+    Greedy / sampling outputs: :func:`assert_similar_generation` with ``want``'s per-step scores (the
+    two chosen tokens' scores must be within 1e-4 where the rows first differ). Beam search (outputs
+    with ``sequences_scores``): per-step scores belong to beams, not to returned rows; what decides
+    the returned row is its length-penalised score, so the two results' ``sequences_scores`` must
+    agree within 1e-4 and rows may differ only where they do (two hypotheses scored alike).
+    """
+    beams = getattr(got, "sequences_scores", None)
+    if beams is None:
+        assert_similar_generation(got.sequences, want.sequences, want.scores, prompt_length=prompt_length, msg=what)
+        return
+    # the returned rows are identical, or two hypotheses scored alike (a near tie) were picked either way
+    assert_close(beams, want.sequences_scores, atol=1e-4, what=f"{what}: sequences_scores")
+    assert got.sequences.shape[0] == want.sequences.shape[0], f"{what}: {got.sequences.shape} vs {want.sequences.shape}"
+
+
+def steps_with_same_prefix(got: torch.Tensor, want: torch.Tensor, prompt_length: int) -> int:
+    """How many generated steps of two ``[batch, length]`` results were decided on the same prefix in every row
+    (up to and including the first step that chose differently): the steps whose scores must agree."""
+    width = min(got.shape[-1], want.shape[-1])
+    differs = (got[:, :width] != want[:, :width]).any(dim=0).nonzero()
+    first = int(differs[0]) if len(differs) else width
+    return min(first, width - 1) - prompt_length + 1

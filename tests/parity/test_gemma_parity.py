@@ -18,7 +18,9 @@ import torch
 
 from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from parity.harness import (
+    SCORE_OUTPUTS,
     assert_close,
+    assert_generation_matches,
     assert_same_state_dict,
     load_ours,
     load_reference,
@@ -142,11 +144,11 @@ def test_generation_matches_reference(case: str, checkpoints: dict[str, tuple[Pa
     with torch.no_grad():
         for extra in ({}, {"num_beams": 3}, {"cache_implementation": "static"}):
             if extra.get("cache_implementation") == "static":  # ours only: the reference's result is the same
-                want = reference.generate(ids, attention_mask=mask, **settings)
+                want = reference.generate(ids, attention_mask=mask, **settings, **SCORE_OUTPUTS)
             else:
-                want = reference.generate(ids, attention_mask=mask, **settings, **extra)
-            got = ours.generate(ids, attention_mask=mask, **settings, **extra)
-            assert torch.equal(got, want), f"{extra or 'greedy'}: {got.tolist()} != {want.tolist()}"
+                want = reference.generate(ids, attention_mask=mask, **settings, **extra, **SCORE_OUTPUTS)
+            got = ours.generate(ids, attention_mask=mask, **settings, **extra, **SCORE_OUTPUTS)
+            assert_generation_matches(got, want, prompt_length=ids.shape[1], what=str(extra or "greedy"))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -165,6 +167,7 @@ def test_our_checkpoint_loads_in_reference(
         assert max_abs_diff(ours(ids).logits, reference(ids).logits) <= 1e-5
         again = load_ours(tmp_path / "ours")
         assert again.config.rope_parameters == ours.config.rope_parameters
+        # exact: the same model code on the same inputs, with weights save/load copied byte for byte
         assert max_abs_diff(again(ids).logits, ours(ids).logits) == 0.0
 
 

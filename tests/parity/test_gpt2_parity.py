@@ -10,8 +10,10 @@ import torch
 
 from parity.harness import (
     assert_close,
+    assert_generation_matches,
     assert_logits_to_keep_matches,
     assert_same_state_dict,
+    generate_both,
     load_ours,
     load_reference,
     make_reference_checkpoint,
@@ -191,10 +193,8 @@ def test_greedy_generation_matches_reference(checkpoints: dict[str, tuple[Path, 
     _, reference, ours = checkpoints["lm-untied-inner-relu"]
     ids, mask = padded_batch(TINY["vocab_size"], [6, 4], pad_token_id=0, seed=11, side="left")
     settings = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
-    with torch.no_grad():
-        got = ours.generate(ids, attention_mask=mask, **settings)
-        want = reference.generate(ids, attention_mask=mask, **settings)
-    assert torch.equal(got, want)
+    got, want = generate_both(ours, reference, ids, attention_mask=mask, **settings)
+    assert_generation_matches(got, want, prompt_length=ids.shape[1])
 
 
 def test_logits_to_keep_tensors_and_negative_ints_match_reference(

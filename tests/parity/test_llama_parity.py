@@ -147,13 +147,15 @@ def test_our_checkpoint_loads_in_reference(
     assert type(reference).__name__ == CASES[case][1]
     ids = random_ids(TINY["vocab_size"], batch=2, length=CASES[case][3], seed=4)
     with torch.no_grad():
-        assert max_abs_diff(ours(ids).logits, reference(ids).logits) == 0.0
+        # two implementations: the policy's fp32 tolerance, not equality
+        assert_close(ours(ids).logits, reference(ids).logits, atol=1e-5)
     assert_same_state_dict(
         {k: v for k, v in ours.state_dict().items()}, {k: v for k, v in reference.state_dict().items()}
     )
     # And back: the folder we wrote loads here with the same logits.
     again = load_ours(tmp_path / "ours")
     with torch.no_grad():
+        # exact: the same model code on the same inputs, with weights save/load copied byte for byte
         assert max_abs_diff(again(ids).logits, ours(ids).logits) == 0.0
 
 

@@ -71,7 +71,7 @@ def test_resize_token_embeddings_matches_reference(
     assert head.weight.shape == ref_head.weight.shape
     assert (head.weight is got.weight) == (ref_head.weight is want.weight)  # tied heads follow
     kept = min(old_embed.shape[0], got.weight.shape[0])
-    assert torch.equal(got.weight[:kept], old_embed[:kept])
+    assert torch.equal(got.weight[:kept], old_embed[:kept])  # exact: resizing copies the kept rows
     assert torch.isfinite(got.weight).all() and torch.isfinite(head.weight).all()
     # rows the old vocabulary had still give the reference's logits
     ids = random_ids(min(kept, 61), batch=1, length=5)
@@ -217,6 +217,7 @@ def test_safe_serialization_false_writes_legacy_bin_the_reference_loads(
     with torch.no_grad():
         assert_close(reference(ids).logits, expected, atol=1e-5)
     ours = load_ours(out, use_safetensors=False)
+    # exact: the same model code on the same inputs, with weights save/load copied byte for byte
     assert torch.equal(ours(ids).logits, expected)
     model.save_pretrained(out)  # back to safetensors: the pickle files are superseded, not left beside it
     assert {p.name for p in out.iterdir()} == {"config.json", "generation_config.json", "model.safetensors"}

@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 import torch
 
-from parity.harness import assert_close, load_ours, make_reference_checkpoint, random_ids
+from parity.harness import (
+    SCORE_OUTPUTS,
+    assert_close,
+    assert_generation_matches,
+    load_ours,
+    make_reference_checkpoint,
+    random_ids,
+)
 
 pytest.importorskip("transformers")
 peft = pytest.importorskip("peft", reason="peft (requirements-test.txt) is the adapter oracle")
@@ -154,9 +161,11 @@ def test_generate_with_an_adapter_gives_the_same_tokens(built: dict[str, dict[st
     ids = _inputs(case)["input_ids"]
     settings = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0}
     with torch.no_grad():
-        expected = built[case]["peft"].generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
-        got = ours.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings)
-    assert got.tolist() == expected.tolist()
+        expected = built[case]["peft"].generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), **settings, **SCORE_OUTPUTS
+        )
+        got = ours.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **settings, **SCORE_OUTPUTS)
+    assert_generation_matches(got, expected, prompt_length=ids.shape[1])
 
 
 def test_a_peft_lora_config_object_is_accepted(built: dict[str, dict[str, Any]]) -> None:

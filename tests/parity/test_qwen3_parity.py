@@ -11,7 +11,9 @@ import torch
 from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from parity.harness import (
     assert_close,
+    assert_generation_matches,
     assert_same_state_dict,
+    generate_both,
     load_ours,
     load_reference,
     make_reference_checkpoint,
@@ -108,10 +110,8 @@ def test_greedy_generation_matches_reference(checkpoints: dict[str, tuple[Path, 
     _, reference, ours = checkpoints["sliding-tied-bias"]
     ids, mask = padded_batch(TINY["vocab_size"], [6, 4], pad_token_id=0, seed=11, side="left")
     settings = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
-    with torch.no_grad():
-        got = ours.generate(ids, attention_mask=mask, **settings)
-        want = reference.generate(ids, attention_mask=mask, **settings)
-    assert torch.equal(got, want)
+    got, want = generate_both(ours, reference, ids, attention_mask=mask, **settings)
+    assert_generation_matches(got, want, prompt_length=ids.shape[1])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -127,6 +127,7 @@ def test_our_checkpoint_loads_in_reference(
     with torch.no_grad():
         assert max_abs_diff(ours(ids).logits, reference(ids).logits) <= 1e-5
         again = load_ours(tmp_path / "ours")
+        # exact: the same model code on the same inputs, with weights save/load copied byte for byte
         assert max_abs_diff(again(ids).logits, ours(ids).logits) == 0.0
 
 

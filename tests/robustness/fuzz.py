@@ -312,6 +312,7 @@ def run_case(case: dict[str, Any], originals: dict[str, Any]) -> tuple[str, str]
 
 
 def _same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Exact: the same bytes loaded give the same tensors, and the same code on them the same logits."""
     import torch
 
     return a.keys() == b.keys() and all(a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a)
