@@ -401,24 +401,35 @@ class TensorPlan:
         self._cache = (info.name, dtype, tensor)
         return tensor
 
+    def ordered_bytes(self, hf_name: str) -> tuple[TensorInfo, Any] | None:
+        """``(info, raw bytes)`` of an entry that is one whole GGUF tensor, its rows already in Hugging Face order
+        (whole quantised rows permuted: blocks never cross rows), so dequantising the bytes gives the tensor;
+        ``None`` for entries that need more (parts, experts, layout transforms, a permuted 1-D tensor)."""
+        simple = self.row_permutation(hf_name)
+        if simple is None:
+            return None
+        info, perm = simple
+        raw = self.gguf.tensor_bytes(info)
+        if perm is None:
+            return info, raw
+        if len(info.shape) == 2:
+            return info, raw.view(info.shape[0], -1).index_select(0, perm).view(-1)
+        return None
+
     def load(self, hf_name: str, dtype: Any) -> Any:
         """The tensor under ``hf_name``, dequantised to ``dtype`` and transformed."""
         import torch
 
         from .dequant import dequantize
 
+        ordered = self.ordered_bytes(hf_name)
+        if ordered is not None:
+            info, raw = ordered
+            return dequantize(raw, info.type_id, info.shape, dtype)
         simple = self.row_permutation(hf_name)
-        if simple is not None:
+        if simple is not None:  # a permuted 1-D tensor: dequantise, then reorder the values
             info, perm = simple
-            raw = self.gguf.tensor_bytes(info)
-            if perm is None:
-                return dequantize(raw, info.type_id, info.shape, dtype)
-            if len(info.shape) == 2:
-                # Permute whole quantised rows (blocks never cross rows), then dequantise once.
-                return dequantize(
-                    raw.view(info.shape[0], -1).index_select(0, perm).view(-1), info.type_id, info.shape, dtype
-                )
-            return dequantize(raw, info.type_id, info.shape, dtype)[perm]
+            return dequantize(self.gguf.tensor_bytes(info), info.type_id, info.shape, dtype)[perm]
         pieces = []
         for source in self.entries[hf_name]:
             stacked = source.expert is not None or isinstance(source.target, Part)

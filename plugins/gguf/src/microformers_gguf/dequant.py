@@ -9,7 +9,8 @@ of ggml (``block_q4_0`` ... ``block_q6_K``); K-quant super-blocks hold 256 value
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -232,3 +233,25 @@ def dequantize(
     out = torch.empty(shape, dtype=torch.float32)
     dequantiser(blocks, out.view(-1, block_size))
     return out if dtype == torch.float32 else out.to(dtype)
+
+
+def dequantize_many(
+    raws: Sequence[torch.Tensor], ggml_type: int, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype = torch.float32
+) -> list[torch.Tensor]:
+    """``[dequantize(raw, ggml_type, shape, dtype) for ...]`` for tensors of one quantised type, in one pass.
+
+    Blocks are independent, so the tensors' bytes are joined and expanded by one call of the type's
+    dequantiser: a handful of large torch ops instead of a few per tensor (each large op is a parallel
+    region, and on a busy machine every region's barrier can wait on a descheduled thread). The results
+    are views into one buffer, the same values ``dequantize`` gives.
+    """
+    kind = GGMLQuantizationType(ggml_type)
+    dequantiser = QUANTISED[kind]
+    block_size, type_size = GGML_QUANT_SIZES[kind]
+    blocks = torch.cat([raw.reshape(-1) for raw in raws]).view(-1, type_size)
+    sizes = [math.prod(shape) for shape in shapes]
+    out = torch.empty(sum(sizes), dtype=torch.float32)
+    dequantiser(blocks, out.view(-1, block_size))
+    if dtype != torch.float32:
+        out = out.to(dtype)
+    return [piece.view(shape) for piece, shape in zip(out.split(sizes), shapes, strict=True)]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,31 +60,13 @@ def _torch_dtype(dtype: Any) -> Any:
     return value
 
 
-@contextmanager
-def _one_intra_op_thread() -> Iterator[None]:
-    """Run torch ops on one thread for a while.
-
-    Dequantising is hundreds of small element-wise ops; splitting each across OpenMP threads costs a
-    barrier per op, which on a busy machine (a descheduled worker thread) turns 0.2 s into seconds.
-    """
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def load_state_dict(gguf: GGUFFile, dtype: Any = None) -> dict[str, Any]:
     """Every mapped tensor, dequantised to ``dtype`` (float32 by default), under its Hugging Face name."""
-    with _one_intra_op_thread():
-        return _load_state_dict(gguf, dtype)
+    return _load_state_dict(gguf, dtype)
 
 
 def _load_state_dict(gguf: GGUFFile, dtype: Any) -> dict[str, Any]:
-    from .dequant import SUPPORTED_TYPES, is_supported
+    from .dequant import QUANTISED, SUPPORTED_TYPES, dequantize_many, is_supported
 
     torch_dtype = _torch_dtype(dtype)
     plan = TensorPlan(gguf)
@@ -102,7 +84,39 @@ def _load_state_dict(gguf: GGUFFile, dtype: Any) -> dict[str, Any]:
             f"{shown}{' ...' if len(unsupported) > 5 else ''}. Supported types: {', '.join(SUPPORTED_TYPES)}. "
             "Use a GGUF quantised to one of these (e.g. Q4_K_M, Q8_0) or the safetensors checkpoint."
         )
-    return {hf_name: plan.load(hf_name, torch_dtype) for hf_name in plan.entries}
+    loaded: dict[str, Any] = {}
+    batches: dict[int, list[tuple[str, Any, Any]]] = {}
+    for hf_name in plan.entries:
+        ordered = plan.ordered_bytes(hf_name)
+        if ordered is None or ordered[0].type_id not in QUANTISED:
+            loaded[hf_name] = plan.load(hf_name, torch_dtype)
+        else:
+            info, raw = ordered
+            batches.setdefault(info.type_id, []).append((hf_name, info, raw))
+    for type_id, members in batches.items():
+        for batch in _up_to(members, _BATCH_VALUES):
+            tensors = dequantize_many([raw for _, _, raw in batch], type_id, [info.shape for _, info, _ in batch], torch_dtype)
+            loaded.update(zip([name for name, _, _ in batch], tensors, strict=True))
+    return {hf_name: loaded[hf_name] for hf_name in plan.entries}
+
+
+# Values dequantised together at most (one float32 buffer of 128 MiB; a bigger tensor goes alone).
+_BATCH_VALUES = 1 << 25
+
+
+def _up_to(members: list[tuple[str, Any, Any]], limit: int) -> Iterator[list[tuple[str, Any, Any]]]:
+    """Consecutive groups of ``members`` holding at most ``limit`` values each (a larger tensor alone)."""
+    group: list[tuple[str, Any, Any]] = []
+    values = 0
+    for member in members:
+        size = math.prod(member[1].shape)
+        if group and values + size > limit:
+            yield group
+            group, values = [], 0
+        group.append(member)
+        values += size
+    if group:
+        yield group
 
 
 class GGUFFormat:
