@@ -395,8 +395,11 @@ class Embedder:
         with self._lock, torch.inference_mode():
             width = max(len(ids) for ids in batch)
             pad = self.tokenizer.pad_token_id or 0
-            ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch], dtype=torch.long)
-            mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in batch], dtype=torch.long)
+            device = self.model.device
+            ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch], dtype=torch.long, device=device)
+            mask = torch.tensor(
+                [[1] * len(row) + [0] * (width - len(row)) for row in batch], dtype=torch.long, device=device
+            )
             hidden = self.model(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state.float()
             weights = mask.unsqueeze(-1).float()
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)

@@ -29,6 +29,7 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16; default: the checkpoint's)")
     parser.add_argument("--model-name", default=None, help="the id clients use in 'model' (default: MODEL as given)")
     parser.add_argument("--max-body-bytes", type=_positive, default=4 * 1024 * 1024, help="request size limit (413 above)")
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1 (default cpu)")
     parser.add_argument("--threads", type=_positive, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     return run_serve
@@ -58,6 +59,7 @@ def _int(text: str) -> int:
 def load_server(args: argparse.Namespace) -> Any:
     """Load MODEL: a causal LM gets the batching engine, an encoder the embedding endpoint."""
     import microformers
+    from microformers.devices import check_device
     from microformers.errors import InputError
 
     from .app import Embedder, Server
@@ -65,6 +67,14 @@ def load_server(args: argparse.Namespace) -> Any:
 
     if args.pack_weights and args.quantize:
         raise InputError("--pack-weights packs float32 weights and --quantize replaces them: use one of the two")
+    device = check_device(getattr(args, "device", None) or "cpu", "--device")  # a Namespace built by a caller may lack it
+    if args.pack_weights and device.type != "cpu":
+        raise InputError(
+            f"--pack-weights lays weights out for oneDNN's CPU product, which --device {args.device} cannot run: "
+            "drop --pack-weights, or use --device cpu"
+        )
+    # --quantize needs no check here: microformers-quant's layers run on any device through torch (its native
+    # kernels only take CPU tensors and the rest falls back to de-quantising with torch ops).
     load: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
     tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load)
     config = microformers.AutoConfig.from_pretrained(args.model, **load)
@@ -75,6 +85,8 @@ def load_server(args: argparse.Namespace) -> Any:
         from microformers.modeling import to_torch_dtype
 
         model_kwargs["dtype"] = args.dtype if args.dtype == "auto" else to_torch_dtype(args.dtype)
+    if device.type != "cpu":  # each tensor goes there as it is read (the CPU load stays exactly as before)
+        model_kwargs["device"] = device
     name = args.model_name or args.model
     aliases = (Path(args.model).name,) if Path(args.model).exists() else ()
     if _is_generative(config):

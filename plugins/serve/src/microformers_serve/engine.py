@@ -158,7 +158,8 @@ class RaggedCache(Cache):
         self.row_lengths.pop()
 
     def begin_step(self) -> None:
-        self._index = torch.tensor(self.row_lengths, dtype=torch.long)
+        device = self._keys[0].device if self._keys else None
+        self._index = torch.tensor(self.row_lengths, dtype=torch.long, device=device)
 
     def update(
         self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict[str, Any] | None = None
@@ -166,7 +167,7 @@ class RaggedCache(Cache):
         rows = key.shape[0]
         if key.shape[2] != 1 or rows != self.rows or self._index is None:
             raise RuntimeError("RaggedCache takes one new token per running row per step")
-        batch_index = torch.arange(rows)
+        batch_index = torch.arange(rows, device=key.device)
         self._keys[layer_idx][batch_index, :, self._index] = key[:, :, 0]
         self._values[layer_idx][batch_index, :, self._index] = value[:, :, 0]
         end = max(self.row_lengths) + 1
@@ -259,6 +260,7 @@ class Engine:
         if max_batch_size < 1 or max_queue < 0:
             raise ValueError(f"max_batch_size must be >= 1 and max_queue >= 0, got {max_batch_size}, {max_queue}")
         self.model = model.eval()
+        self.device = model.device
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.max_queue = max_queue
@@ -361,9 +363,9 @@ class Engine:
             return
         if request.seed is not None:
             request.generator = torch.Generator().manual_seed(request.seed)
-        ids = torch.tensor([request.prompt_ids], dtype=torch.long)
+        ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=self.device)
         prefilled = DynamicCache()
-        positions = torch.arange(ids.shape[1]).unsqueeze(0)
+        positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)
         _STEP.lengths = None
         outputs = self.model(
             input_ids=ids, position_ids=positions, past_key_values=prefilled, use_cache=True,
@@ -379,11 +381,11 @@ class Engine:
     def _step(self) -> None:
         rows = self._running
         cache = self._cache
-        lengths = torch.tensor(cache.row_lengths, dtype=torch.long)
-        longest = int(lengths.max()) + 1
+        lengths = torch.tensor(cache.row_lengths, dtype=torch.long, device=self.device)
+        longest = max(cache.row_lengths) + 1
         cache.reserve(len(rows), longest)
-        ids = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long)
-        mask = (torch.arange(longest)[None, :] <= lengths[:, None])[:, None, None, :]
+        ids = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
+        mask = (torch.arange(longest, device=self.device)[None, :] <= lengths[:, None])[:, None, None, :]
         cache.begin_step()
         _STEP.lengths = [int(n) + 1 for n in cache.row_lengths]
         try:
@@ -404,6 +406,7 @@ class Engine:
             self._guarded(request, lambda r, t=token: self._accept(r, t))
 
     def _choose(self, request: GenerationRequest, logits: torch.Tensor) -> int:
+        logits = logits.cpu()  # one row; the seeded generator is a CPU one
         if request.frequency_penalty or request.presence_penalty:
             logits = logits.clone()
             for token, count in request.counts.items():
