@@ -326,17 +326,13 @@ def check_batch_size(batch_size: Any) -> int:
 
 
 def resolve_device(device: Any, model: Any = None) -> torch.device:
-    """``None`` (the model's device), ``-1``/``"cpu"``, a CUDA index, ``"cuda:1"``, ``"mps"`` or a torch.device."""
+    """``None`` (the model's device), ``-1``/``"cpu"``, a CUDA index, ``"cuda:1"``, ``"mps"`` or a torch.device;
+    a device this machine does not have is refused (``DeviceError``) before the model is moved."""
     if device is None:
         return getattr(model, "device", None) or torch.device("cpu")
-    if isinstance(device, torch.device):
-        return device
-    if isinstance(device, int) and not isinstance(device, bool):
-        return torch.device("cpu") if device < 0 else torch.device("cuda", device)
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device={device!r} is not a device; use 'cpu', 'cuda', 'cuda:0', 0 or -1") from exc
+    from microformers.devices import check_device
+
+    return check_device(device, "device")
 
 
 def custom_pipelines(cls: type, config: Any) -> dict[str, dict[str, Any]]:

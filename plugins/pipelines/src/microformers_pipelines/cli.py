@@ -49,17 +49,10 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def _check_device(device: str | None) -> None:
-    if device is None:
-        return
-    import torch
+    if device is not None:
+        from microformers.devices import check_device
 
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, ValueError) as exc:
-        raise ConfigError(f"--device {device!r} is not a device ({exc}); use cpu, cuda, cuda:0, mps") from None
-    backend = getattr(torch, kind, None)
-    if kind != "cpu" and not (backend is not None and getattr(backend, "is_available", lambda: True)()):
-        raise ConfigError(f"--device {device}: {kind} is not available on this machine; use --device cpu")
+        check_device(device, "--device")
 
 
 def _check_dtype(dtype: str | None) -> None:
