@@ -398,7 +398,19 @@ class Trainer:
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.args.bf16:
             return torch.autocast(device_type=self.args.device.type, dtype=torch.bfloat16)
+        if self.args.fp16:
+            return torch.autocast(device_type=self.args.device.type, dtype=torch.float16)
         return contextlib.nullcontext()
+
+    @property
+    def _grad_scaler(self) -> torch.amp.GradScaler | None:
+        """fp16 training's loss scaler (float16 gradients underflow without it), made on first use."""
+        if not self.args.fp16:
+            return None
+        scaler = self.__dict__.get("_fp16_scaler")
+        if scaler is None:
+            scaler = self.__dict__["_fp16_scaler"] = torch.amp.GradScaler(self.args.device.type)
+        return scaler
 
     def _smoothed_loss(self, outputs: Any, labels: torch.Tensor, num_items: Any) -> torch.Tensor:
         logits = outputs["logits"] if isinstance(outputs, Mapping) else outputs[0]
@@ -470,7 +482,8 @@ class Trainer:
             loss = loss / self._current_accumulation
         elif num_items_in_batch is not None and self.is_distributed:
             loss = loss * self.args.world_size
-        loss.backward()
+        scaler = self._grad_scaler
+        (loss if scaler is None else scaler.scale(loss)).backward()
         return loss.detach()
 
     # -- training loop -------------------------------------------------------------------------------
@@ -688,10 +701,17 @@ class Trainer:
         args = self.args
         params = [p for p in model.parameters() if p.grad is not None]
         grad_norm = None
+        scaler = self._grad_scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)  # clipping and the callbacks see the true gradients
         if args.max_grad_norm is not None and args.max_grad_norm > 0 and params:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm))
         self.control = self.callback_handler.on_pre_optimizer_step(args, self.state, self.control)
-        self.optimizer.step()
+        if scaler is None:
+            self.optimizer.step()
+        else:  # skips the step when a gradient overflowed, and adapts the scale
+            scaler.step(self.optimizer)
+            scaler.update()
         self.control = self.callback_handler.on_optimizer_step(args, self.state, self.control)
         self._step_lr = self._get_learning_rate()
         self.lr_scheduler.step()

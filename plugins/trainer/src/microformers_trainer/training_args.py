@@ -112,7 +112,9 @@ class TrainingArguments:
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"TrainingArguments({name}={getattr(self, name)}): must be at least 1")
-        if self.fp16:
+        if self.fp16 and self.bf16:
+            raise ConfigError("TrainingArguments(fp16=True, bf16=True): pick one mixed-precision dtype")
+        if self.fp16 and self.device.type != "cuda":
             raise ConfigError("TrainingArguments(fp16=True): float16 mixed precision needs CUDA; use bf16=True on CPU")
         if self.warmup_steps < 0 or self.warmup_ratio < 0 or self.warmup_ratio > 1:
             raise ConfigError("TrainingArguments: warmup_steps must be >= 0 and warmup_ratio within [0, 1]")
