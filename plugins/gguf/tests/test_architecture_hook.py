@@ -143,8 +143,10 @@ def test_fused_parts_stacked_experts_and_reshapes(tmp_path: Path, fused_arch: st
         "layer.0.gate.weight",
         *(f"layer.0.experts.{e}.weight" for e in range(3)),
     }
+    # exact: F32 tensors are copied (and concatenated), not computed
     assert torch.equal(state["layer.0.qkv.weight"], torch.from_numpy(np.concatenate([q, k, v]).astype(np.float32)))
     for e in range(3):
+        # exact: F32 tensors are copied (and concatenated), not computed
         assert torch.equal(state[f"layer.0.experts.{e}.weight"], torch.from_numpy(experts[e].astype(np.float32)))
     assert state["layer.0.gate.weight"].shape == (1, 4)
     shapes = GGUF_FORMAT.shapes([path])

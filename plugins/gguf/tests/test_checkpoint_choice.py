@@ -36,10 +36,12 @@ def embedding(model: torch.nn.Module) -> torch.Tensor:
 def test_gguf_file_wins_over_safetensors(mixed_folder: Path, tiny_weights: Callable[..., dict]) -> None:
     from_gguf = microformers.AutoModelForCausalLM.from_pretrained(mixed_folder, gguf_file="tiny.gguf")
     expected = torch.from_numpy(np.asarray(tiny_weights(1)["model.embed_tokens.weight"])).float()
+    # exact: F32 weights are copied, not computed
     assert torch.equal(embedding(from_gguf), expected)
     # without the argument, priority picks safetensors: the two sources really differ
     from_safetensors = microformers.AutoModelForCausalLM.from_pretrained(mixed_folder)
     other = torch.from_numpy(np.asarray(tiny_weights(2)["model.embed_tokens.weight"])).float()
+    # exact: F32 weights are copied, not computed
     assert torch.equal(embedding(from_safetensors), other)
     assert not torch.equal(expected, other)
 

@@ -49,6 +49,7 @@ def test_quantised_types_match_reference(kind: GGMLQuantizationType) -> None:
     expected = gguf.quants.dequantize(raw, kind)
     result = ours(raw, kind, data.shape)
     assert result.dtype == torch.float32 and tuple(result.shape) == data.shape
+    # exact: the reference's elementwise float32 formula, each operation correctly rounded on any CPU
     assert np.array_equal(result.numpy(), expected)
     assert np.abs(result.numpy() - data).max() < 0.5  # and it really is the data
 
@@ -60,6 +61,7 @@ def test_k_quants_match_reference(kind: GGMLQuantizationType) -> None:
     expected = gguf.quants.dequantize(raw, kind)
     result = ours(raw, kind, (21, 3 * block_size))
     assert np.isfinite(expected).all()
+    # exact: the reference's elementwise float32 formula, each operation correctly rounded on any CPU
     assert np.array_equal(result.numpy(), expected)
 
 
@@ -69,8 +71,10 @@ def test_plain_types_match_reference(kind: GGMLQuantizationType) -> None:
     stored = gguf.quants.quantize(data, kind)  # float32, float16, or BF16 bytes
     expected = gguf.quants.dequantize(stored, kind)
     result = ours(stored.view(np.uint8), kind, data.shape)
+    # exact: the reference's elementwise float32 formula, each operation correctly rounded on any CPU
     assert np.array_equal(result.numpy(), expected.reshape(data.shape))
     if kind == Q.F32:
+        # exact: F32 bytes are copied, not computed
         assert np.array_equal(result.numpy(), data)
 
 
@@ -88,6 +92,7 @@ def test_any_placement_in_memory(kind: GGMLQuantizationType, offset: int) -> Non
     buffer[offset:] = torch.from_numpy(raw.reshape(-1).copy())
     shape = (4, raw.shape[1] // type_size * block_size)
     result = dequantize(buffer[offset:], int(kind), shape)
+    # exact: the reference's elementwise float32 formula, each operation correctly rounded on any CPU
     assert np.array_equal(result.numpy(), gguf.quants.dequantize(raw, kind))
 
 
@@ -102,6 +107,7 @@ def test_other_output_dtypes_round_the_float32_result(kind: GGMLQuantizationType
     shape = (2, 256)
     result = ours(raw, kind, shape, dtype=dtype)
     assert result.dtype == dtype
+    # exact: the same float32 result rounded once to dtype, both ways
     assert torch.equal(result, ours(raw, kind, shape).to(dtype))
 
 

@@ -60,6 +60,7 @@ def test_every_weight_matches_reference(smollm2_folder: Path, files: list[Path])
     for name, tensor in state.items():
         assert tensor.dtype == torch.float32 and tensor.shape == reference[name].shape, name
         torch.testing.assert_close(tensor, reference[name], rtol=0, atol=1e-6, msg=name)
+    # exact: the tied head is the same tensor the embedding was loaded from
     assert torch.equal(state["model.embed_tokens.weight"], reference["lm_head.weight"])
 
 

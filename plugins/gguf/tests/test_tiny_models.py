@@ -37,6 +37,7 @@ def test_f32_weights_come_back_exactly_under_hf_names(
     assert set(state) == set(weights)
     for name, expected in weights.items():
         assert state[name].dtype == torch.float32
+        # exact: F32 tensors are copied (rows un-permuted), not computed
         assert np.array_equal(state[name].numpy(), expected), name
 
 
@@ -66,6 +67,7 @@ def test_requested_dtype(
     target = dtype if isinstance(dtype, torch.dtype) else torch.float16
     for name, tensor in reduced.items():
         assert tensor.dtype == target
+        # exact: the same float32 values rounded once to the target dtype, both ways
         assert torch.equal(tensor, full[name].to(target)), name
 
 
@@ -117,6 +119,7 @@ def test_matches_reference_on_tiny_files(
         biases = {name for name in weights if name.endswith(".bias")}
         assert biases and set(state) == expected_names | biases
         for name in biases:
+            # exact: F32 tensors are copied (rows un-permuted), not computed
             assert np.array_equal(state.pop(name).numpy(), weights[name]), name
     assert set(state) == expected_names
     for name, tensor in state.items():

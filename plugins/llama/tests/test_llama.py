@@ -110,7 +110,7 @@ def test_rope_parameters_spelling_is_equivalent() -> None:
         a = tiny_model(**{"rope_theta": 5e5, "rope_scaling": {"type": "linear", "factor": 2.0}})(ids).logits
         b = tiny_model(rope_parameters={"rope_type": "linear", "rope_theta": 5e5, "factor": 2.0})(ids).logits
         c = tiny_model(rope_theta=5e5)(ids).logits
-    assert torch.equal(a, b)
+    assert torch.equal(a, b)  # exact: the same weights and rotary tables on the same eager path and shapes
     assert not torch.allclose(a, c, atol=1e-4)  # the scaling is actually applied
     plain = LlamaConfig(**TINY, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
     assert plain.rope_scaling is None and plain.rope_theta == 1e6
@@ -128,7 +128,7 @@ def test_save_and_load_round_trip_keeps_tied_weights(tmp_path: Path) -> None:
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
     ids = torch.randint(0, 64, (2, 7))
     with torch.no_grad():
-        assert torch.equal(loaded(ids).logits, model(ids).logits)
+        assert torch.equal(loaded(ids).logits, model(ids).logits)  # exact: a save/load copy, the same path
 
 
 def test_checkpoint_missing_a_layer_names_the_tensor(tmp_path: Path) -> None:
@@ -148,6 +148,7 @@ def test_base_model_loads_from_causal_lm_checkpoint(tmp_path: Path) -> None:
     assert isinstance(base, LlamaModel)
     ids = torch.randint(0, 64, (1, 5))
     with torch.no_grad():
+        # exact: a save/load copy of the same decoder on the same eager path and shapes
         assert torch.equal(base(ids).last_hidden_state, model.model(ids).last_hidden_state)
 
 
@@ -228,6 +229,7 @@ def test_logits_to_keep_and_return_dict() -> None:
         last = model(ids, logits_to_keep=1).logits
         as_tuple = model(ids, return_dict=False, use_cache=False)
     assert last.shape == (2, 1, 64) and torch.allclose(last, full[:, -1:], atol=1e-6)
+    # exact: the same eager path and shapes; only the container (and the cache left unbuilt) differ
     assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], full)
 
 
