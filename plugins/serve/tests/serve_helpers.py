@@ -13,10 +13,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import microformers
+from microformers_sdk.testing import assert_similar_generation
 
 REPO = Path(__file__).resolve().parents[3]
 CHAT_TEMPLATE = (
@@ -72,6 +74,47 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def scored_greedy(model: Any, prompt: list[int], new: int) -> tuple[list[int], list[torch.Tensor]]:
+    """What ``generate`` makes alone (greedy, one thread) after ``prompt``: the new token ids, and per step the
+    ``[1, vocab]`` scores that chose them."""
+    with one_thread():
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=new, do_sample=False, return_dict_in_generate=True, output_scores=True
+        )
+    return out.sequences[0, len(prompt) :].tolist(), list(out.scores)
+
+
+def assert_similar_tokens(ours: list[int], expected: list[int], scores: list[torch.Tensor]) -> None:
+    """The engine's tokens (a batch of other rows, a ragged cache: other shapes) against ``generate`` alone: the
+    same up to a near tie of ``scores`` (:func:`scored_greedy`)."""
+    assert_similar_generation([ours], [expected], scores)
+
+
+def assert_similar_text(text: str, expected: list[int], scores: list[torch.Tensor], tokenizer: Any) -> None:
+    """An answer the server sent as text against the tokens ``generate`` chose alone (:func:`scored_greedy`): the
+    same text, or the same up to a token where a token the answer goes on with instead scored within 1e-4 (or 1e-4
+    relative) of the one chosen alone, a near tie the engine's other shapes may break the other way. After it the
+    two may differ in anything."""
+    if text == tokenizer.decode(expected, skip_special_tokens=True):
+        return
+
+    def shown(ids: list[int]) -> str:  # the text of ids, without a character still waiting for its next bytes
+        return tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
+
+    k = 0
+    while k < len(expected) and text.startswith(shown(expected[: k + 1])):
+        k += 1
+    assert k < len(expected), f"{text!r} goes on past what generate made alone: {shown(expected)!r}"
+    step = scores[k][0].float()
+    chosen = float(step[expected[k]])
+    others = [t for t in range(step.shape[-1]) if t != expected[k] and text.startswith(shown([*expected[:k], t]))]
+    gap = min((abs(float(step[t]) - chosen) for t in others), default=float("inf"))
+    assert gap <= max(1e-4, 1e-4 * abs(chosen)), (
+        f"{text!r} differs from generate alone ({shown(expected)!r}) after {k} tokens, where no token it goes on with "
+        f"was a near tie of the one chosen alone (closest gap {gap:.3g})"
+    )
 
 
 def free_port() -> int:
