@@ -14,6 +14,7 @@ import torch
 
 import microformers
 from microformers import ChunkPipeline, ConfigError, MicroformersError, Pipeline, PluginError, UnknownModelTypeError
+from microformers.errors import DeviceError
 from microformers.pipelines import PIPELINE_REGISTRY
 from microformers.plugins import IN_PROCESS, registry
 from microformers_pipelines.base import resolve_device
@@ -170,13 +171,19 @@ def test_padding_without_pad_token_is_a_clear_error(sum_pipe):
     assert [r["sum"] for r in sum_pipe(["a", "bcd"])] == [expected_sum("a"), expected_sum("bcd")]
 
 
-def test_model_goes_to_eval_mode_and_device(sum_pipe):
+def test_model_goes_to_eval_mode_and_device(sum_pipe, monkeypatch):
     model = SumModel().train()
     pipe = SumPipeline(model, CharTokenizer(), device="cpu", dtype="float64")
     assert not model.training and model.weight.dtype == torch.float64
     assert pipe.device == torch.device("cpu")
     assert resolve_device(-1) == torch.device("cpu")
+    # a CUDA index names a CUDA device where there is one (simulated), and is refused where there is none
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert resolve_device(0) == torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match=r"^device=0: this machine has no cuda device"):
+        resolve_device(0)
     with pytest.raises(ConfigError, match="device"):
         resolve_device("not a device")
 
