@@ -69,7 +69,7 @@ def forward_loop(model: Any, ids: Any, mask: Any, new_tokens: int) -> Any:
 
     with torch.inference_mode():
         batch, length = ids.shape
-        full_mask = torch.ones(batch, length + new_tokens, dtype=mask.dtype)
+        full_mask = torch.ones(batch, length + new_tokens, dtype=mask.dtype, device=mask.device)
         full_mask[:, :length] = mask
         padded = not bool(mask.all())
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -100,6 +100,7 @@ def prefill_row(
     import torch
 
     ids, _ = common.prompts(folder, 1, length=length)
+    ids = ids.to(next(ours.parameters()).device)
     models = {"reference": reference, "microformers": ours}
     times: dict[str, list[float]] = {name: [] for name in models}
     logits: dict[str, Any] = {}
@@ -133,6 +134,7 @@ def main() -> None:
     parser.add_argument("--regional", action="store_true", help="compile_decode_step(regional=True)")
     parser.add_argument("--prefill", type=int, default=0, metavar="N", help="also time prefill of an N-token prompt")
     parser.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
+    parser.add_argument("--device", default="cpu", help="where both models run: cpu, cuda, cuda:1 (default cpu)")
     parser.add_argument(
         "--no-loop", action="store_true", help="skip the forward-loop variant (eager generate and reference only)"
     )
@@ -147,6 +149,9 @@ def main() -> None:
     folder = common.model_folder(args.model)
     reference = common.load_reference(folder)
     ours = common.load_ours(folder)
+    device = torch.device(args.device)
+    reference.to(device)
+    ours.to(device)
     if not args.no_compile:
         ours.compile_decode_step(regional=args.regional, **({"mode": args.compile_mode} if args.compile_mode else {}))
     n = args.new_tokens
@@ -159,7 +164,20 @@ def main() -> None:
     if not args.no_compile:
         variants["compiled"] = lambda ids, mask: our_generate(ours, ids, mask, n, static=True)
 
-    payload: dict[str, Any] = {"model": args.model, "new_tokens": n, "threads": torch.get_num_threads()}
+    if device.type == "cuda":  # the GPU runs asynchronously: a timed call ends when its work does
+
+        def synchronised(run: Any) -> Any:
+            def call(ids: Any, mask: Any) -> Any:
+                out = run(ids, mask)
+                torch.cuda.synchronize(device)
+                return out
+
+            return call
+
+        variants = {name: synchronised(run) for name, run in variants.items()}
+    payload: dict[str, Any] = {
+        "model": args.model, "new_tokens": n, "threads": torch.get_num_threads(), "device": str(device)
+    }
     rows: list[tuple[str, str, str, str]] = []
     notes: list[str] = [f"load average at start: {common.load_average()}"]
     if args.prefill:
@@ -167,6 +185,7 @@ def main() -> None:
         rows.append(row)
     for batch in args.batch:
         ids, mask = common.prompts(folder, batch)
+        ids, mask = ids.to(device), mask.to(device)
         outputs: dict[str, Any] = {}
         first: dict[str, float] = {}
         for name, run in variants.items():  # warm-up (and, for the compiled variant, compilation)

@@ -91,13 +91,15 @@ def test_greedy_generation_with_a_dynamic_cache(family: str, device: str) -> Non
     _assert_same_greedy(got, want, ids.shape[1], family)
 
 
-@pytest.mark.parametrize("settings", [{"cache_implementation": "static"}, {"compile_config": True}], ids=str)
+@pytest.mark.parametrize(
+    "settings", [{"cache_implementation": "static"}, {"cache_implementation": "static", "compile_config": True}], ids=str
+)
 def test_greedy_generation_with_a_static_cache_and_compiled_step(settings: dict[str, Any], device: str) -> None:
     model = tiny_model("llama")
     ids = tiny_inputs("llama", batch=1)["input_ids"]
     want = _greedy(model, ids)
     on_device = copy.deepcopy(model).to(device)
-    got = _greedy(on_device, ids.to(device), cache_implementation="static", **settings)
+    got = _greedy(on_device, ids.to(device), **settings)
     _assert_same_greedy(got, want, ids.shape[1], str(settings))
 
 

