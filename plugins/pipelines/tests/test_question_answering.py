@@ -79,7 +79,7 @@ def test_top_k_is_best_first_and_distinct(qa):
     assert len({(a["start"], a["end"]) for a in answers}) == 5
     for a in answers:
         assert CONTEXT[a["start"] : a["end"]] == a["answer"] and 0 <= a["score"] <= 1
-    assert answers[0] == qa(question=QUESTION, context=CONTEXT)
+    assert answers[0] == qa(question=QUESTION, context=CONTEXT)  # exact: the same forward, only top_k differs
 
 
 def test_max_answer_len_bounds_the_span(qa):
@@ -120,6 +120,7 @@ def test_impossible_answer_competes_when_asked(qa):
 
 def test_input_forms_and_batching_agree(qa):
     one = qa(question=QUESTION, context=CONTEXT)
+    # exact below: each input form runs one question at a time (batch_size 1), the same path and shapes
     assert qa({"question": QUESTION, "context": CONTEXT}) == one
     assert qa(QUESTION, CONTEXT) == one
     other = {"question": "Where is the tower?", "context": CONTEXT}
