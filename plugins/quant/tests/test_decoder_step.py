@@ -11,8 +11,10 @@ import torch
 from microformers import AutoModelForCausalLM, Int4Config, Int8Config
 from microformers.errors import InputError
 from microformers_quant import decoder_step
+from microformers_sdk.testing import assert_close, assert_similar_generation
 
 from .conftest import make_checkpoint
+from .markers import needs_quant_kernels
 
 IDS = torch.tensor([[1, 5, 9, 33, 40, 7, 60, 11]])
 SETTINGS = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, "cache_implementation": "static"}
@@ -42,6 +44,24 @@ def generate(model: Any, ids: torch.Tensor, **extra: Any) -> Any:
         return model.generate(ids, output_logits=True, return_dict_in_generate=True, **SETTINGS, **extra)
 
 
+def assert_same_decoding(native: Any, eager: Any, prompt_length: int, tolerance: float = 1e-4) -> None:
+    """The native step against the eager one: other kernels, so the same tokens up to a near tie of the logits
+    (within ``tolerance``, what the two may drift apart), and logits within ``tolerance`` for every step before
+    the first difference (every step where the tokens are the same)."""
+    assert_similar_generation(
+        native.sequences, eager.sequences, eager.logits, prompt_length=prompt_length, tie_tolerance=tolerance
+    )
+    if torch.equal(native.sequences, eager.sequences):
+        assert len(native.logits) == len(eager.logits)
+    drift = 0.0
+    for step, (a, b) in enumerate(zip(native.logits, eager.logits)):
+        if not torch.equal(native.sequences[:, : prompt_length + step], eager.sequences[:, : prompt_length + step]):
+            break
+        drift = max(drift, float((a - b).abs().max()))
+    assert drift < tolerance
+
+
+@needs_quant_kernels
 @pytest.mark.parametrize(
     "fixture,config,tolerance",
     [
@@ -60,11 +80,10 @@ def test_native_step_gives_the_eager_steps_logits(
     calls = count_native_calls(monkeypatch)
     native = generate(model, IDS)
     assert calls == list(range(IDS.shape[1], IDS.shape[1] + 7))  # every step after the prompt, at its position
-    assert torch.equal(native.sequences, eager.sequences)
-    drift = max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True))
-    assert drift < tolerance
+    assert_same_decoding(native, eager, IDS.shape[1], tolerance)
 
 
+@needs_quant_kernels
 def test_left_padded_batch_matches_eager(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows of different lengths: per-row rotary positions and the padding hidden from each row's attention."""
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
@@ -75,10 +94,10 @@ def test_left_padded_batch_matches_eager(tiny_llama: Path, monkeypatch: pytest.M
     calls = count_native_calls(monkeypatch)
     native = generate(model, ids, attention_mask=mask)
     assert len(calls) == 7
-    assert torch.equal(native.sequences, eager.sequences)
-    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+    assert_same_decoding(native, eager, ids.shape[1])
 
 
+@needs_quant_kernels
 def test_uncompile_returns_to_the_eager_step(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
     model.compile_decode_step()
@@ -100,6 +119,7 @@ def test_layers_without_a_native_step(tiny_llama: Path) -> None:
         quantized.compile_decode_step(native=True, mode="default")
 
 
+@needs_quant_kernels
 def test_chat_decodes_quantized_models_through_the_native_step(tiny_llama: Path) -> None:
     from microformers_chat.commands import _native_decode_step
 
@@ -109,6 +129,7 @@ def test_chat_decodes_quantized_models_through_the_native_step(tiny_llama: Path)
     assert isinstance(quantized.__dict__["_compiled_decode_step"].layers_step, decoder_step.QuantDecoderStep)
 
 
+@needs_quant_kernels
 def test_a_batch_sharing_positions_without_position_ids(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Direct forward calls into a static cache, no position ids: one rotary row serves every batch row."""
     from microformers_sdk.cache import StaticCache
@@ -129,19 +150,26 @@ def test_a_batch_sharing_positions_without_position_ids(tiny_llama: Path, monkey
     assert calls == [4]
 
 
+@needs_quant_kernels
 def test_beam_search_reorders_the_cache_the_native_step_reads(
     tiny_llama: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
-    settings = {**SETTINGS, "num_beams": 3}
+    settings = {**SETTINGS, "num_beams": 3, "return_dict_in_generate": True, "output_scores": True}
     with torch.no_grad():
         eager = model.generate(IDS, **settings)
         model.compile_decode_step()
         calls = count_native_calls(monkeypatch)
-        assert torch.equal(model.generate(IDS, **settings), eager)
+        native = model.generate(IDS, **settings)
     assert len(calls) == 7
+    # other kernels: the same beam up to a near tie of the scores of the beam it came from
+    rows = [scores[eager.beam_indices[:, step].clamp(min=0)] for step, scores in enumerate(eager.scores)]
+    assert_similar_generation(native.sequences, eager.sequences, rows, prompt_length=IDS.shape[1])
+    if torch.equal(native.sequences, eager.sequences):
+        assert_close(native.sequences_scores, eager.sequences_scores, rtol=1e-4, atol=1e-4)
 
 
+@needs_quant_kernels
 def test_a_long_cache_matches_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """150 cached positions: the vectorised softmax over many 8-wide chunks, and the cache's capacity unused past it."""
     model = AutoModelForCausalLM.from_pretrained(
@@ -153,10 +181,10 @@ def test_a_long_cache_matches_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     calls = count_native_calls(monkeypatch)
     native = generate(model, ids)
     assert calls == list(range(150, 157))
-    assert torch.equal(native.sequences, eager.sequences)
-    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+    assert_same_decoding(native, eager, ids.shape[1])
 
 
+@needs_quant_kernels
 @pytest.mark.parametrize(
     "fixture,config,includes_head",
     [
@@ -173,10 +201,10 @@ def test_the_final_norm_and_head_run_natively_where_the_head_is_quantized(
     model.compile_decode_step()
     assert model.__dict__["_compiled_decode_step"].includes_head is includes_head
     native = generate(model, IDS)
-    assert torch.equal(native.sequences, eager.sequences)
-    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+    assert_same_decoding(native, eager, IDS.shape[1])
 
 
+@needs_quant_kernels
 def test_a_hooked_head_or_final_norm_runs_eagerly_after_the_native_layers(tiny_llama: Path) -> None:
     for hooked in ("lm_head", "model.norm"):
         model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
@@ -189,6 +217,7 @@ def test_a_hooked_head_or_final_norm_runs_eagerly_after_the_native_layers(tiny_l
         assert len(seen) == SETTINGS["max_new_tokens"]  # the hook ran at the prompt and at every step
 
 
+@needs_quant_kernels
 def test_a_tied_quantized_head_adds_its_bias(tiny_llama: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
     head = model.lm_head
@@ -201,10 +230,10 @@ def test_a_tied_quantized_head_adds_its_bias(tiny_llama: Path) -> None:
     model.compile_decode_step()
     assert model.__dict__["_compiled_decode_step"].includes_head
     native = generate(model, IDS)
-    assert torch.equal(native.sequences, eager.sequences)
-    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+    assert_same_decoding(native, eager, IDS.shape[1])
 
 
+@needs_quant_kernels
 def test_a_batch_past_the_gemm_threshold_matches_eager(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """16+ rows take the de-quantised tiles + GEMM inside the step, copied into the step's buffers."""
     from microformers_quant import kernels
@@ -217,5 +246,4 @@ def test_a_batch_past_the_gemm_threshold_matches_eager(tiny_llama: Path, monkeyp
     calls = count_native_calls(monkeypatch)
     native = generate(model, ids)
     assert len(calls) == 7
-    assert torch.equal(native.sequences, eager.sequences)
-    assert max(float((a - b).abs().max()) for a, b in zip(native.logits, eager.logits, strict=True)) < 1e-4
+    assert_same_decoding(native, eager, ids.shape[1])
