@@ -410,6 +410,11 @@ def test_layers_that_cannot_share_a_call_run_one_by_one() -> None:
     apply_linears([four, four], x)
     handle.remove()
     assert len(seen) == 3
-    wide = _filled(QuantLinear(32, 16, False, 4, 32), 2)
+
+
+@needs_quant_kernels
+def test_the_grouped_op_checks_every_weight_against_the_input() -> None:
+    x = torch.randn(1, 64)
+    four, wide = _filled(QuantLinear(64, 32, False, 4, 32), 0), _filled(QuantLinear(32, 16, False, 4, 32), 2)
     with pytest.raises(RuntimeError, match="features"):  # the op checks every weight against x
         kernels.linear_many(x, 4, [four.qweight, wide.qweight], [four.scales, wide.scales], [four.mins, wide.mins], 32)
