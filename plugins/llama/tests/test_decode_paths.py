@@ -28,6 +28,15 @@ needs_compiler = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX", "c++")) is None,
     reason=f"torch.compile on the CPU needs a C++ compiler ({os.environ.get('CXX', 'c++')!r} is not on PATH)",
 )
+# torch's inductor (2.13) emits at::vec reductions for these graphs even where ATEN_CPU_CAPABILITY=default leaves it
+# no vector ISA, and its C++ then fails to compile ("'at::vec' has not been declared"): a torch limitation
+needs_inductor_vectors = pytest.mark.skipif(
+    os.environ.get("ATEN_CPU_CAPABILITY") == "default",
+    reason="torch.compile's C++ code for these graphs does not build under ATEN_CPU_CAPABILITY=default",
+)
+# Weights drawn with a 0.3 spread (tiny_model) amplify rounding through three layers: the step-by-step and full
+# forwards (other matrix shapes) differ by up to 1.2e-5 in logits around 0.1-1 under ATen's default kernels.
+DECODE_ATOL = 5e-5
 
 TINY: dict[str, Any] = {
     "vocab_size": 64,
@@ -88,7 +97,7 @@ def test_batch_one_steps_match_the_full_forward(family: str) -> None:
     with torch.no_grad():
         full = model(ids).logits
         stepped = stepwise_logits(model, ids, None, DynamicCache(), prefill=3)
-    torch.testing.assert_close(stepped, full, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stepped, full, rtol=1e-5, atol=DECODE_ATOL)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2-bias"])
@@ -105,7 +114,7 @@ def test_static_decode_step_matches_eager_steps(family: str, padded: bool) -> No
         fast = stepwise_logits(model, ids, mask, StaticCache(max_cache_len=16), prefill=4)
     assert step.calls == 6
     valid = mask.bool()
-    torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=DECODE_ATOL)
 
 
 def test_decode_step_is_only_used_where_it_applies() -> None:
@@ -148,6 +157,7 @@ def test_greedy_tokens_match_the_reference(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @needs_compiler
+@needs_inductor_vectors
 def test_compiled_decode_step_generates_the_eager_tokens() -> None:
     model = tiny_model()
     ids = torch.randint(2, 64, (2, 5), generator=torch.Generator().manual_seed(4))
@@ -204,7 +214,7 @@ def test_static_steps_of_a_row_still_all_padding_stay_finite(compiled_function: 
         assert torch.isfinite(keys).all() and torch.isfinite(values).all()
     valid = mask.bool()
     assert torch.isfinite(fast[valid]).all()
-    torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=DECODE_ATOL)
 
 
 def test_regional_step_function_matches_eager_steps() -> None:
@@ -222,7 +232,7 @@ def test_regional_step_function_matches_eager_steps() -> None:
         object.__setattr__(model, "_compiled_decode_step", step)
         regional = stepwise_logits(model, ids, mask, StaticCache(max_cache_len=12), prefill=4)
     valid = mask.bool()
-    torch.testing.assert_close(regional[valid], eager[valid], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(regional[valid], eager[valid], rtol=1e-5, atol=DECODE_ATOL)
 
 
 def test_regional_compilation_refuses_overridden_layers() -> None:
@@ -242,6 +252,7 @@ def test_regional_compilation_refuses_overridden_layers() -> None:
 
 @pytest.mark.slow
 @needs_compiler
+@needs_inductor_vectors
 def test_regional_compiled_decode_step_generates_the_eager_tokens() -> None:
     model = tiny_model()
     ids = torch.randint(2, 64, (2, 5), generator=torch.Generator().manual_seed(8))
