@@ -64,7 +64,7 @@ def test_seed_out_of_range_is_an_argument_error(models):
 @pytest.mark.parametrize(
     ("options", "needles"),
     [
-        (["--device", "cuda"], ["--device cuda: cuda is not available on this machine; use --device cpu"]),
+        (["--device", "cuda"], ["--device='cuda'", "this machine has no cuda device", "use --device='cpu'"]),
         (["--dtype", "int8"], ["--dtype int8 is not a floating-point dtype", "quantization config"]),
         (["-o", "unknown=1", "-o", "top_k=2"], ["-o unknown: not an option of the fill-mask task", "top_k"]),
     ],
