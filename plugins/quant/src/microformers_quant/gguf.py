@@ -33,8 +33,7 @@ class GgufBlockSource(Mapping[str, torch.Tensor]):
     def __init__(self, gguf: Any, dtype: torch.dtype) -> None:
         from gguf.constants import GGMLQuantizationType
 
-        from microformers_gguf.architectures import TensorPlan
-        from microformers_gguf.dequant import PLAIN, SUPPORTED_TYPES, is_supported
+        from microformers_gguf import PLAIN, SUPPORTED_TYPES, TensorPlan, is_supported
 
         self.gguf, self.dtype = gguf, dtype
         self.plan = TensorPlan(gguf)
@@ -137,7 +136,7 @@ class GgufBlockSource(Mapping[str, torch.Tensor]):
 
 
 def _requantize_q8(source: GgufBlockSource, info: Any, hf: str, rows: int, cols: int) -> dict[str, torch.Tensor]:
-    from microformers_gguf.dequant import dequantize
+    from microformers_gguf import dequantize
 
     weight = dequantize(source._raw_rows(info, hf).reshape(-1), info.type_id, (rows, cols), torch.float32)
     w = weight.view(rows, cols // 32, 32)
@@ -152,7 +151,7 @@ class GgufQuantizer(PluginQuantizer):
 
     def open_source(self, fmt: Any, files: list[Any], dtype: torch.dtype) -> Mapping[str, Any]:
         if getattr(fmt, "name", None) == "gguf":
-            from microformers_gguf.format import open_gguf
+            from microformers_gguf import open_gguf
 
             return GgufBlockSource(open_gguf(files[0]), dtype)
         source = fmt.load(files, dtype=dtype)
