@@ -46,7 +46,7 @@ def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records each call of the checkpoint format's ``load``: a refusal must come before the first."""
-    from microformers_sdk.formats.safetensors_format import SafetensorsFormat
+    from microformers.formats.safetensors_format import SafetensorsFormat
 
     calls: list[str] = []
     original = SafetensorsFormat.load

@@ -129,11 +129,17 @@ def test_hub_download_subfolder_and_the_repo_named_in_errors(monkeypatch: pytest
         hub._hub_download("org/name", "config.json", True, None, None, False, None, "", False)
 
 
-def test_staged_folder_hands_on_the_replace_globs(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple] = []
-    monkeypatch.setattr(hub, "implementation", lambda name: lambda *args, **kwargs: calls.append((name, args, kwargs)))
-    hub.staged_folder("target", replace=["*.bin"])
-    assert calls == [("hub.staged_folder", ("target",), {"replace": ["*.bin"]})]
+def test_staged_folder_is_the_kernels_own_and_honours_the_replace_globs(tmp_path: Path) -> None:
+    from microformers import staging
+
+    assert hub.staged_folder is staging.staged_folder  # no lookup: the kernel's implementation
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "old.bin").write_text("stale")
+    (target / "keep.txt").write_text("kept")
+    with hub.staged_folder(target, replace=["*.bin"]) as folder:
+        (folder / "new.bin").write_text("fresh")
+    assert sorted(p.name for p in target.iterdir()) == ["keep.txt", "new.bin"]
 
 
 def test_an_optional_file_missing_from_a_cached_snapshot_is_none(monkeypatch: pytest.MonkeyPatch) -> None:

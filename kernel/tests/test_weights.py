@@ -134,7 +134,7 @@ def test_no_weights_at_all(saved_toy):
 
 
 def test_interrupted_save_leaves_no_partial_checkpoint(toy_model, tmp_path, monkeypatch):
-    from microformers_sdk.formats import safetensors_format
+    from microformers.formats import safetensors_format
 
     target = tmp_path / "ckpt"
     toy_model.save_pretrained(target)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import microformers
-from microformers_sdk import staging
+from microformers import staging
 
 HERE = Path(__file__).parent
 LONG = os.environ.get("MICROFORMERS_FUZZ", "").lower() == "long"

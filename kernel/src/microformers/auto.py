@@ -15,6 +15,7 @@ from .configuration import CONFIG_NAME, PretrainedConfig, config_file, config_fr
 from .errors import ConfigError, MicroformersError
 from .hub import resolve_file, resolve_folder, split_hub_kwargs
 from .plugins import IN_PROCESS, registry
+from .protocols import TokenizerBackend
 from .weights import Checkpoint, open_checkpoint, resolve_source
 
 TOKENIZER_FILES = [
@@ -230,7 +231,7 @@ class AutoTokenizer:
         registry.add("tokenizers", name, tokenizer_class, tokenizer_classes=tokenizer_classes, priority=priority)
 
 
-def _backend_for(tokenizer_class: str | None, folder: Path | None) -> Any:
+def _backend_for(tokenizer_class: str | None, folder: Path | None) -> TokenizerBackend:
     backends = sorted(registry.all("tokenizers"), key=lambda r: -int(r.meta.get("priority", 0)))
     if tokenizer_class:
         for reg in backends:

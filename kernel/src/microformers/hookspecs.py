@@ -5,7 +5,11 @@ A plugin is a module named by an entry point in the ``microformers`` group. It d
 below with ``@microformers.hookimpl``. Each hook receives one argument, ``register``, a callable
 that records what the plugin provides. Nothing is imported from the plugin beyond this module
 until it is needed: wherever a hook takes a class or function, a ``"module.path:Name"`` string may
-be given instead and is imported on first use (an import error then names the plugin).
+be given instead and is imported on first use (an import error then names the plugin). What the kernel
+calls on a registered object is a ``typing.Protocol`` in :mod:`microformers.protocols`.
+
+No hook supplies code the kernel cannot work without: building, loading, initialising, placing and
+saving a model (safetensors and ``.bin`` included) are the kernel's own; hooks only add to them.
 
 Conflicts: when two plugins register the same name of the same kind, the registration made
 in-process (``AutoConfig.register`` and friends) wins; between plugins, the one whose entry-point
@@ -77,7 +81,10 @@ def register_callbacks(register):
 
 @hookspec
 def register_quantizers(register):
-    """Provide quantizers: ``register(quant_method, cls)``, keyed by ``quantization_config.quant_method``."""
+    """Provide quantizers: ``register(quant_method, cls)``, keyed by ``quantization_config.quant_method``.
+
+    ``cls(quantization_config_dict)`` is a ``protocols.Quantizer`` (``prepare``, ``finish``, ``to_dict``).
+    """
 
 
 @hookspec
@@ -120,10 +127,25 @@ def register_generation_strategies(register):
 
 
 @hookspec
-def register_checkpoint_formats(register):
-    """Provide weight file formats (safetensors itself is registered this way).
+def register_generation_config_checks(register):
+    """Contribute checks to ``GenerationConfig.validate`` (optional; validate works without any).
 
-    Call ``register(name, fmt, priority=0)``. One kernel function (``weights.open_checkpoint``) opens a
+    Call ``register(name, check)``: ``check(config) -> None`` raises ``GenerationError`` naming the setting
+    when a value the plugin's strategies read is invalid (contract: ``protocols.GenerationConfigCheck``).
+    ``validate`` runs the kernel's own checks of the settings it reads itself (lengths, beams, cache,
+    compile), then every registered check in name order, then the kernel's checks of token ids and of
+    contradictions between settings. ``microformers-generation`` registers the checks of the standard
+    strategies' settings (sampling, penalties, stop strings ...).
+    """
+
+
+@hookspec
+def register_checkpoint_formats(register):
+    """Provide weight file formats (the kernel's own safetensors and ``.bin`` formats are registered this way,
+    by its built-in plugin ``core``; a plugin may add formats, or override them by name and priority).
+
+    Call ``register(name, fmt, priority=0)``; ``fmt`` follows ``protocols.CheckpointFormat`` (and
+    ``SavingFormat`` / ``ShapedFormat`` / ``CarryingFormat`` for the optional parts). One kernel function (``weights.open_checkpoint``) opens a
     checkpoint for ``AutoConfig``, ``AutoTokenizer`` and ``from_pretrained`` alike; ``fmt`` tells it:
 
     - ``arguments``: the keyword arguments the format reads (``("gguf_file",)``); they are routed to the
@@ -169,20 +191,6 @@ def register_cli_commands(register):
     Call ``register(name, command, help="...")``: ``command(subparsers_parser)`` is called with the
     command's ``argparse.ArgumentParser`` to add arguments and must return the function that runs
     it, ``run(args) -> int | None``.
-    """
-
-
-@hookspec
-def register_implementations(register):
-    """Provide the body of a method the kernel declares (signature and contract) but does not implement.
-
-    Call ``register(name, "module:function")``; the kernel's method calls ``function(self, *args)``
-    with its own arguments. Names: ``"PreTrainedModel.resize_token_embeddings"``,
-    ``"PreTrainedModel.enable_input_require_grads"``, ``"PreTrainedModel.disable_input_require_grads"``,
-    ``"PreTrainedModel.place_modules"`` (``device_map``), ``"PreTrainedModel._init_weights"`` and
-    ``"hub.staged_folder"`` (the atomic folder swap every save uses) from ``microformers-sdk``;
-    ``"GenerationConfig.validate"`` and ``"GenerationMixin.compute_transition_scores"`` from
-    ``microformers-generation``.
     """
 
 

@@ -2,7 +2,7 @@
 
 Also the one place files are written: ``atomic_write_*`` write to a temporary file beside the
 target and rename it into place, so a failed write never leaves a half-written file; ``staged_folder``
-(the contract every save uses) swaps a whole folder in.
+(every save uses it; implemented in :mod:`microformers.staging`) swaps a whole folder in.
 """
 
 from __future__ import annotations
@@ -10,13 +10,11 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from .errors import FileMissingError
-from .plugins import implementation
+from .staging import staged_folder as staged_folder  # the atomic folder swap, re-exported here for plugins
 
 HUB_KWARGS = ("revision", "cache_dir", "local_files_only", "token", "subfolder", "force_download", "proxies")
 
@@ -210,19 +208,3 @@ def umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def staged_folder(target: str | os.PathLike[str], *, replace: Iterable[str] = ()) -> AbstractContextManager[Path]:
-    """Build the new content of folder ``target`` in a staging folder, then swap it in atomically.
-
-    The body writes into the yielded staging folder (a hidden sibling of ``target``). On success the
-    files of the old ``target`` that the body did not write are hard-linked (or copied) into it, except
-    top-level names matching a ``replace`` glob (stale shards), and the two folders are exchanged with
-    one ``renameat2(RENAME_EXCHANGE)``: at every instant ``target`` is the complete old or the complete
-    new folder. Where the kernel or file system cannot exchange, two renames are used; a process killed
-    between them leaves the old folder beside ``target`` and the next save puts it back. Where no sibling
-    can be created (read-only parent, ``target`` a mount point) files are moved in one by one (not atomic).
-    Staging folders of killed saves are removed by the next save; see docs/reliability.md. Implemented by
-    microformers-sdk (``microformers_sdk.staging``, hook ``register_implementations``).
-    """
-    return implementation("hub.staged_folder")(target, replace=replace)

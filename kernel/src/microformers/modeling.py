@@ -25,7 +25,15 @@ from .devices import AUTOMATIC_DEVICE_MAPS, check_device, check_device_map
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import resolve_file, split_hub_kwargs, staged_folder
-from .plugins import implementation, registry
+from .model_helpers import (
+    disable_input_require_grads,
+    enable_input_require_grads,
+    init_weights,
+    place_modules,
+    resize_token_embeddings,
+)
+from .plugins import registry
+from .protocols import AdapterManager, CheckpointFormat, Quantizer, QuantizerFactory
 from .remote import RegisterForAutoClass, write_custom_code
 from .weights import open_checkpoint, save_format
 
@@ -98,12 +106,12 @@ _DIM_FIELDS = ("hidden_size", "intermediate_size", "vocab_size", "head_dim", "nu
 MAX_LAYERS = 4096
 
 
-def config_source(fmt: Any, files: list[Path]) -> Path:
+def config_source(fmt: CheckpointFormat, files: list[Path]) -> Path:
     """The file a checkpoint's configuration was read from: the weights file itself (GGUF) or config.json."""
     return files[0] if hasattr(fmt, "load_config") else files[0].parent / "config.json"
 
 
-def check_declared_sizes(config: PretrainedConfig, fmt: Any, files: list[Path], strict: bool = True) -> None:
+def check_declared_sizes(config: PretrainedConfig, fmt: CheckpointFormat, files: list[Path], strict: bool = True) -> None:
     """Refuse, before building anything, sizes in a config that the checkpoint's tensors cannot back.
 
     A dimension larger than every tensor dimension, or more layers than the tensors have layer indices,
@@ -180,9 +188,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
 
     def _init_weights(self, module: nn.Module) -> None:
         """Initialise one module's fresh parameters (called for every module by ``post_init``, and for the modules of
-        weights a checkpoint lacks): the reference's defaults, implemented by microformers-sdk
-        (``model_helpers.init_weights``). Models with other initialisers override it."""
-        implementation("PreTrainedModel._init_weights")(self, module)
+        weights a checkpoint lacks): the reference's defaults (``model_helpers.init_weights``). Models with other
+        initialisers override it."""
+        init_weights(self, module)
 
     def tie_weights(self) -> None:
         if not getattr(self.config, "tie_word_embeddings", False):
@@ -237,17 +245,16 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     ) -> nn.Module:
         """Give the input embeddings (and an untied output head) ``new_num_tokens`` rows, rounded up to
         ``pad_to_multiple_of``; new rows around the old rows' mean (``mean_resizing``); tied heads follow and
-        ``config.vocab_size`` is updated. Returns the new input embeddings (implemented by microformers-sdk)."""
-        return implementation("PreTrainedModel.resize_token_embeddings")(
-            self, new_num_tokens, pad_to_multiple_of, mean_resizing
-        )
+        ``config.vocab_size`` is updated. Returns the new input embeddings."""
+        return resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     def enable_input_require_grads(self) -> None:
         """Make the input embeddings' output require grad (adapters on a frozen model with checkpointing)."""
-        implementation("PreTrainedModel.enable_input_require_grads")(self)
+        enable_input_require_grads(self)
 
     def disable_input_require_grads(self) -> None:
-        implementation("PreTrainedModel.disable_input_require_grads")(self)
+        """Undo ``enable_input_require_grads``."""
+        disable_input_require_grads(self)
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         refuse_push_to_hub(True)
@@ -281,7 +288,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
 
     # -- adapters: the reference's API, each call handed to the adapter plugin registered for the
     # adapter's peft_type (hookspecs.register_adapters), which keeps one manager per model -----------
-    def _adapters(self, adapter_config: Any = None) -> Any:
+    def _adapters(self, adapter_config: Any = None) -> AdapterManager:
         manager = self.__dict__.get("_adapter_manager")
         if manager is None and adapter_config is not None:
             if isinstance(adapter_config, Mapping):
@@ -396,7 +403,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if torch_dtype is not None:
             dtype = torch_dtype
         folder, fmt_reg, files = checkpoint.resolve()
-        fmt = fmt_reg.load()
+        fmt: CheckpointFormat = fmt_reg.load()
 
         if not isinstance(config, PretrainedConfig):
             config_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k not in ("state_dict",)}
@@ -429,11 +436,11 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if device is not None:
             model.to(device)
         if device_map is not None:  # places modules, records model.hf_device_map
-            implementation("PreTrainedModel.place_modules")(model, device_map)
+            place_modules(model, device_map)
         return (model, info) if output_loading_info else model
 
     @classmethod
-    def _load_config(cls, source: Any, fmt: Any, files: list[Path], overrides: dict[str, Any]) -> PretrainedConfig:
+    def _load_config(cls, source: Any, fmt: CheckpointFormat, files: list[Path], overrides: dict[str, Any]) -> PretrainedConfig:
         if cls.config_class is None:
             raise ConfigError(f"{cls.__name__} has no config_class; pass config=... to from_pretrained")
         if hasattr(fmt, "load_config"):
@@ -663,7 +670,7 @@ def check_attention(name: str) -> str:
 
 def _quantizer(
     config: PretrainedConfig, quantization_config: Any = None, load_in_8bit: bool = False, load_in_4bit: bool = False
-) -> Any:
+) -> Quantizer | None:
     """The quantizer a plugin registered for ``quantization_config`` (argument, else config.json), or None."""
     spec = quantization_config
     if load_in_8bit or load_in_4bit:
@@ -676,7 +683,8 @@ def _quantizer(
     spec = dict(spec) if isinstance(spec, Mapping) else spec.to_dict()
     if not spec.get("quant_method"):
         raise ConfigError(f"quantization_config {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
-    quantizer = registry.require("quantizers", spec["quant_method"], what="quantization method")(spec)
+    factory: QuantizerFactory = registry.require("quantizers", spec["quant_method"], what="quantization method")
+    quantizer = factory(spec)
     if load_in_8bit or load_in_4bit:
         flag = "load_in_8bit" if load_in_8bit else "load_in_4bit"
         logger.warning("%s=True: quantizing with '%s' (%s)", flag, quantizer.quant_method, quantizer.description)

@@ -40,12 +40,12 @@ HOOKS: dict[str, str] = {
     "register_adapters": "adapters",
     "register_exports": "exports",
     "register_generation_strategies": "generation_strategies",
+    "register_generation_config_checks": "generation_config_checks",
     "register_checkpoint_formats": "checkpoint_formats",
     "register_gguf_architectures": "gguf_architectures",
     "register_attention_implementations": "attention",
     "register_cli_commands": "cli_commands",
     "register_model_sources": "model_sources",
-    "register_implementations": "implementations",
 }
 
 def check_plugin_module(module: Any) -> None:
@@ -310,11 +310,6 @@ registry = Registry()
 def prefer(kind: str, name: Any, plugin: str) -> None:
     """Choose which plugin wins when several register the same ``(kind, name)``."""
     registry.prefer(kind, name, plugin)
-
-
-def implementation(name: str) -> Any:
-    """The function a plugin registered (``register_implementations``) for a kernel-declared method."""
-    return registry.require("implementations", name, what="implementation of")
 
 
 def iter_plugins() -> Iterable[PluginInfo]:

@@ -1,7 +1,9 @@
 """Checkpoints: the one path that opens a model source for loading, and the choice of the format a save writes.
 
-Formats themselves (safetensors, legacy ``.bin``, GGUF ...) are plugins; see
-``hookspecs.register_checkpoint_formats`` for what a format object offers. The kernel names none.
+Formats are registered (``hookspecs.register_checkpoint_formats``); what the kernel calls on one is
+``protocols.CheckpointFormat`` (and ``SavingFormat``, ``ShapedFormat``, ``CarryingFormat``). The kernel's own
+safetensors and legacy ``.bin`` formats (:mod:`microformers.formats`) are registered by its built-in plugin
+like any other, and are chosen here by priority, never by name.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import attrs
 from .errors import FileMissingError
 from .hub import resolve_folder, split_hub_kwargs
 from .plugins import Registration, registry
+from .protocols import CheckpointFormat, SavingFormat
 
 
 class FormatRefused(Exception):
     """Raised by a format's ``find`` when its files are there but need the user's opt-in."""
 
 
-def formats() -> list[tuple[Registration, Any]]:
+def formats() -> list[tuple[Registration, CheckpointFormat]]:
     """Every registered checkpoint format (registration, loaded object), highest priority first."""
     regs = sorted(registry.all("checkpoint_formats"), key=lambda r: -int(r.meta.get("priority", 0)))
     return [(reg, reg.load()) for reg in regs]
@@ -53,7 +56,7 @@ class Checkpoint:
     source: Any
     hub_kwargs: dict[str, Any]
     format_kwargs: dict[str, Any]
-    candidates: list[tuple[Registration, Any]]
+    candidates: list[tuple[Registration, CheckpointFormat]]
     explicit: bool
     _found: tuple[Path, Registration, list[Path]] | None = attrs.field(default=None, alias="_found")
 
@@ -108,7 +111,7 @@ def open_checkpoint(pretrained: Any, kwargs: dict[str, Any]) -> tuple[Checkpoint
     return Checkpoint(pretrained, hub_kwargs, format_kwargs, chosen or candidates, bool(chosen)), rest
 
 
-def _find(folder: Path, candidates: list[tuple[Registration, Any]], kwargs: dict[str, Any]) -> tuple[Registration, list[Path]]:
+def _find(folder: Path, candidates: list[tuple[Registration, CheckpointFormat]], kwargs: dict[str, Any]) -> tuple[Registration, list[Path]]:
     refusals: list[str] = []
     for reg, fmt in candidates:
         try:
@@ -123,7 +126,7 @@ def _find(folder: Path, candidates: list[tuple[Registration, Any]], kwargs: dict
     raise FileMissingError(f"no model weights found in {folder}. {hint}")
 
 
-def save_format(safe: bool = True) -> tuple[Any, list[str]]:
+def save_format(safe: bool = True) -> tuple[SavingFormat, list[str]]:
     """The format ``save_pretrained`` writes and the file globs the save supersedes.
 
     The format is the highest-priority one that can save whose ``safe`` (default true; a pickle format

@@ -57,11 +57,12 @@ def test_no_static_cache_is_a_clear_error(toy_model: torch.nn.Module) -> None:
 
 def test_compute_transition_scores_hands_every_argument_on(toy_model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple] = []
+    name = "GenerationMixin.compute_transition_scores"
 
-    def implementation(name: str) -> Any:
-        return lambda *args: calls.append((name, *args)) or "scores"
+    def compute_transition_scores(*args: Any) -> Any:
+        return calls.append((name, toy_model, *args)) or "scores"
 
-    monkeypatch.setattr(mixin_module, "implementation", implementation)
+    monkeypatch.setattr(mixin_module, "compute_transition_scores", compute_transition_scores)
     sequences, scores, beams = torch.zeros(1, 2), (torch.zeros(1, 4),), torch.zeros(1, 1)
     assert toy_model.compute_transition_scores(sequences, scores, beams) == "scores"
     assert toy_model.compute_transition_scores(sequences, scores, normalize_logits=True) == "scores"

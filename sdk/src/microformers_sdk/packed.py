@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from microformers.errors import InputError
-
-from .model_helpers import copy_out_of_memory_map
+from microformers.model_helpers import copy_out_of_memory_map
 
 # The input rows oneDNN lays the weight out for: measured fastest for 8 rows, and as fast as the
 # one-row path at one row (hint 1 made 8 rows 1.5x slower, hint 512 made one row 1.2x slower).

@@ -27,8 +27,7 @@ import torch
 from torch import nn
 
 from microformers.errors import CheckpointError, ConfigError
-
-from .model_helpers import copy_out_of_memory_map
+from microformers.model_helpers import copy_out_of_memory_map
 
 
 class Quantizer:
@@ -58,7 +57,7 @@ class Quantizer:
     def finish(self, model: nn.Module) -> None:
         """After loading: every tensor of a quantized module must have been read from the checkpoint,
         and the float tensors left are copied out of the checkpoint's memory map (see
-        :func:`~microformers_sdk.model_helpers.copy_out_of_memory_map`)."""
+        :func:`~microformers.model_helpers.copy_out_of_memory_map`)."""
         for name, module in self.converted.items():
             for attr, buf in module.named_buffers(recurse=False):
                 if buf.device.type == "meta":

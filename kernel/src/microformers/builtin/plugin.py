@@ -1,4 +1,6 @@
-"""The kernel distribution's own plugin: the core CLI commands and the "which distribution provides X" data."""
+"""The kernel distribution's own plugin: its checkpoint formats (safetensors, legacy ``.bin``), the core CLI
+commands and the "which distribution provides X" data. Registered like any plugin (entry point ``core``), so
+another plugin can add formats beside these or override them by name and priority."""
 
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ MICROFORMERS_API_VERSION = 1
 MICROFORMERS_PROVIDES: dict[str, dict[str, list[str]]] = json.loads(
     (Path(__file__).parent / "providers.json").read_text(encoding="utf-8")
 )
+
+
+@hookimpl
+def register_checkpoint_formats(register: Any) -> None:
+    register("safetensors", "microformers.formats.safetensors_format:SAFETENSORS", priority=100)
+    register("pytorch_bin", "microformers.formats.bin_format:PYTORCH_BIN", priority=-100)
 
 
 @hookimpl

@@ -13,13 +13,16 @@ import copy
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import ConfigError
+from ..errors import ConfigError, GenerationError
 from ..hub import atomic_write_text, resolve_file, split_hub_kwargs
-from ..plugins import implementation
+from ..plugins import registry
+
+if TYPE_CHECKING:
+    from ..protocols import GenerationConfigCheck
 
 GENERATION_CONFIG_NAME = "generation_config.json"
 
@@ -186,10 +189,46 @@ class GenerationConfig:
     def validate(self) -> None:
         """Raise :class:`GenerationError` naming the setting when values are invalid or contradict each other.
 
-        Implemented by ``microformers-generation`` (``register_implementations``), which owns the strategies
-        whose settings it checks.
+        Three passes: the settings the kernel itself reads (lengths, beams, cache, compile); then the checks
+        plugins contribute for the settings their strategies read (hook ``register_generation_config_checks``,
+        in name order; ``microformers-generation`` checks sampling, penalties, stop strings ...); then token
+        ids and contradictions between settings. Without any plugin it is less strict, never wrong.
         """
-        implementation("GenerationConfig.validate")(self)
+        for name, minimum in _INTEGER_MINIMUMS:
+            _check_int(self, name, minimum)
+        if self.cache_implementation not in (None, "dynamic", "static"):
+            raise GenerationError(
+                f"cache_implementation={self.cache_implementation!r} is unknown; use 'dynamic' (default) or 'static'"
+            )
+        if self.compile_config is not None and not isinstance(self.compile_config, (bool, dict)):
+            raise GenerationError("compile_config must be True/False or a dict of torch.compile options")
+        for registration in registry.all("generation_config_checks"):
+            check: GenerationConfigCheck = registration.load()
+            check(self)
+        self._check_consistency()
+
+    def _check_consistency(self) -> None:
+        """Token ids are token ids; minimum lengths do not exceed the maximum ones."""
+        for name in ("bos_token_id", "pad_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and not _is_token(value):
+                raise GenerationError(f"{name}={value!r} must be a non-negative integer token id")
+        eos = self.eos_token_id
+        if eos is not None and not (
+            _is_token(eos) or (isinstance(eos, (list, tuple)) and eos and all(_is_token(e) for e in eos))
+        ):
+            raise GenerationError(f"eos_token_id={eos!r} must be a token id or a non-empty list of token ids")
+        if (
+            self.max_length is not None
+            and self.min_length is not None
+            and self.max_new_tokens is None
+            and self.min_length > self.max_length
+        ):
+            raise GenerationError(f"min_length={self.min_length} is larger than max_length={self.max_length}")
+        if self.max_new_tokens is not None and self.min_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
+            raise GenerationError(
+                f"min_new_tokens={self.min_new_tokens} is larger than max_new_tokens={self.max_new_tokens}"
+            )
 
     # -- serialisation ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -243,6 +282,29 @@ def read_generation_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object of generation settings, not {type(data).__name__}")
     return data
+
+
+# Integer settings and their least valid value, in the order validate checks them.
+_INTEGER_MINIMUMS = (
+    ("max_new_tokens", 1),
+    ("max_length", 1),
+    ("min_new_tokens", 0),
+    ("min_length", 0),
+    ("num_beams", 1),
+    ("num_return_sequences", 1),
+    ("top_k", 0),
+    ("no_repeat_ngram_size", 0),
+)
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_int(config: GenerationConfig, name: str, minimum: int) -> None:
+    value = getattr(config, name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+        raise GenerationError(f"{name}={value!r} must be an integer >= {minimum}")
 
 
 _FIELD_NAMES: frozenset[str] | None = None

@@ -21,8 +21,10 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import GenerationError
-from ..plugins import implementation, registry
+from ..plugins import registry
+from ..protocols import GenerationStrategy
 from .configuration import GENERATION_CONFIG_NAME, GenerationConfig
+from .scores import compute_transition_scores
 
 
 class GenerationMixin:
@@ -89,9 +91,7 @@ class GenerationMixin:
         ``beam_indices`` (beam search) says which row of ``scores`` each token came from (``-1``:
         past the end, scored 0); ``normalize_logits`` log-softmaxes each step first.
         """
-        return implementation("GenerationMixin.compute_transition_scores")(
-            self, sequences, scores, beam_indices, normalize_logits
-        )
+        return compute_transition_scores(sequences, scores, beam_indices, normalize_logits)
 
     # -- generate --------------------------------------------------------------------------------
     @torch.no_grad()
@@ -143,7 +143,7 @@ class GenerationMixin:
         return config, model_kwargs
 
 
-def select_strategy(config: GenerationConfig, custom_generate: Any = None) -> Any:
+def select_strategy(config: GenerationConfig, custom_generate: Any = None) -> GenerationStrategy:
     """The strategy ``generate`` runs for ``config`` (see the module docstring for the order)."""
     if custom_generate is not None:
         if isinstance(custom_generate, str) and registry.get("generation_strategies", custom_generate) is not None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from microformers import GenerationError
+from microformers.generation import compute_transition_scores as transition_scores
 from microformers.outputs import ModelOutput
 
 
@@ -48,22 +48,6 @@ def compute_transition_scores(
     beam_indices: torch.Tensor | None = None,
     normalize_logits: bool = False,
 ) -> torch.Tensor:
-    """``model.compute_transition_scores``: the score of each generated token, ``(rows, generated)``.
-
-    ``beam_indices`` (beam search) says which row of ``scores`` each token came from (``-1``: past the
-    end, scored 0); ``normalize_logits`` log-softmaxes each step first.
-    """
-    if not scores:
-        raise GenerationError("compute_transition_scores needs the per-step scores (output_scores=True)")
-    steps = torch.stack(tuple(scores), dim=1)
-    if normalize_logits:
-        steps = steps.log_softmax(dim=-1)
-    if beam_indices is None:
-        beam_indices = torch.arange(steps.shape[0], device=steps.device)[:, None].expand(-1, steps.shape[1])
-    valid = beam_indices >= 0
-    length = int(valid.sum(dim=-1).max())
-    valid = valid[:, :length]
-    rows = beam_indices[:, :length].clamp(min=0).to(steps.device)
-    positions = torch.arange(length, device=steps.device)[None].expand_as(rows)
-    tokens = sequences[:, sequences.shape[-1] - length :].to(steps.device)
-    return steps[rows, positions, tokens].masked_fill(~valid.to(steps.device), 0.0)
+    """``model.compute_transition_scores`` as a function (``model`` is unused): the kernel's
+    :func:`microformers.generation.compute_transition_scores`."""
+    return transition_scores(sequences, scores, beam_indices, normalize_logits)

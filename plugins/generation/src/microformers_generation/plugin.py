@@ -1,4 +1,5 @@
-"""Entry point: registers the standard strategies and the names ``microformers`` re-exports (all lazily)."""
+"""Entry point: registers the standard strategies, the checks of their settings and the names ``microformers``
+re-exports (all lazily)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,5 @@ def register_exports(register: Any) -> None:
 
 
 @hookimpl
-def register_implementations(register: Any) -> None:
-    register("GenerationConfig.validate", "microformers_generation.validation:validate")
-    register("GenerationMixin.compute_transition_scores", "microformers_generation.outputs:compute_transition_scores")
+def register_generation_config_checks(register: Any) -> None:
+    register("standard-strategies", "microformers_generation.validation:check_strategy_settings")

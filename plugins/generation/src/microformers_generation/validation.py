@@ -1,7 +1,8 @@
-"""``GenerationConfig.validate()``: the checks of every setting the standard strategies read.
+"""The checks of the settings the standard strategies read, contributed to ``GenerationConfig.validate``.
 
-The kernel declares ``GenerationConfig.validate`` and calls it for every ``generate``; this module is its
-body (registered through ``register_implementations``), kept beside the strategies whose settings it checks.
+The kernel's ``validate`` checks the settings it reads itself (lengths, beams, cache, compile), then runs the
+checks plugins register with ``register_generation_config_checks`` (this module's ``check_strategy_settings``),
+then checks token ids and contradictions.
 """
 
 from __future__ import annotations
@@ -11,22 +12,8 @@ from typing import Any
 from microformers import GenerationError
 
 
-def validate(config: Any) -> None:
-    """Raise :class:`GenerationError` naming the setting when values are invalid or contradict each other."""
-    _check_int(config, "max_new_tokens", minimum=1)
-    _check_int(config, "max_length", minimum=1)
-    _check_int(config, "min_new_tokens", minimum=0)
-    _check_int(config, "min_length", minimum=0)
-    _check_int(config, "num_beams", minimum=1)
-    _check_int(config, "num_return_sequences", minimum=1)
-    _check_int(config, "top_k", minimum=0)
-    _check_int(config, "no_repeat_ngram_size", minimum=0)
-    if config.cache_implementation not in (None, "dynamic", "static"):
-        raise GenerationError(
-            f"cache_implementation={config.cache_implementation!r} is unknown; use 'dynamic' (default) or 'static'"
-        )
-    if config.compile_config is not None and not isinstance(config.compile_config, (bool, dict)):
-        raise GenerationError("compile_config must be True/False or a dict of torch.compile options")
+def check_strategy_settings(config: Any) -> None:
+    """The sampling, beam, penalty and stopping settings: raise :class:`GenerationError` naming the bad one."""
     if config.early_stopping not in (None, True, False, "never"):
         raise GenerationError(f"early_stopping={config.early_stopping!r} is invalid; use True, False or 'never'")
     if config.temperature is not None and not config.temperature > 0:
@@ -58,39 +45,7 @@ def validate(config: Any) -> None:
         raise GenerationError(
             f"bad_words_ids={config.bad_words_ids!r} must be a non-empty list of non-empty lists of token ids"
         )
-    for name in ("bos_token_id", "pad_token_id", "decoder_start_token_id"):
-        value = getattr(config, name)
-        if value is not None and not _is_token(value):
-            raise GenerationError(f"{name}={value!r} must be a non-negative integer token id")
-    eos = config.eos_token_id
-    if eos is not None and not (
-        _is_token(eos) or (isinstance(eos, (list, tuple)) and eos and all(_is_token(e) for e in eos))
-    ):
-        raise GenerationError(f"eos_token_id={eos!r} must be a token id or a non-empty list of token ids")
-    if (
-        config.max_length is not None
-        and config.min_length is not None
-        and config.max_new_tokens is None
-        and config.min_length > config.max_length
-    ):
-        raise GenerationError(f"min_length={config.min_length} is larger than max_length={config.max_length}")
-    if (
-        config.max_new_tokens is not None
-        and config.min_new_tokens is not None
-        and config.min_new_tokens > config.max_new_tokens
-    ):
-        raise GenerationError(
-            f"min_new_tokens={config.min_new_tokens} is larger than max_new_tokens={config.max_new_tokens}"
-        )
 
 
 def _is_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _check_int(config: Any, name: str, minimum: int) -> None:
-    value = getattr(config, name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise GenerationError(f"{name}={value!r} must be an integer >= {minimum}")

@@ -31,9 +31,9 @@ from .suite import ModelConformanceTests
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "TEST_THREADS",
     "ModelConformanceTests",
     "PluginConformanceTests",
-    "TEST_THREADS",
     "assert_close",
     "assert_similar_generation",
     "build_model",

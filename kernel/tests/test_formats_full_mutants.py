@@ -1,4 +1,4 @@
-"""``microformers_sdk.formats`` (sharding, safetensors, legacy ``.bin``): behaviour the fourth (full) mutation
+"""``microformers.formats`` (sharding, safetensors, legacy ``.bin``): behaviour the fourth (full) mutation
 run found unasserted (docs/reliability.md, "Fourth pass")."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from microformers import CheckpointError, ConfigError, FileMissingError
+from microformers.formats import parse_size, plan_shards, save_sharded, shard_file_names
+from microformers.formats.bin_format import PYTORCH_BIN
+from microformers.formats.safetensors_format import SAFETENSORS, variant_name
 from microformers.weights import FormatRefused
-from microformers_sdk.formats import parse_size, plan_shards, save_sharded, shard_file_names
-from microformers_sdk.formats.bin_format import PYTORCH_BIN
-from microformers_sdk.formats.safetensors_format import SAFETENSORS, variant_name
 
 
 class NotATensor:

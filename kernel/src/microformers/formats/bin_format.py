@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from microformers.configuration import read_json
-from microformers.errors import CheckpointError, FileMissingError
-from microformers.weights import FormatRefused
-
+from ..configuration import read_json
+from ..errors import CheckpointError, FileMissingError
+from ..weights import FormatRefused
 from . import save_sharded
 from .safetensors_format import variant_name
 

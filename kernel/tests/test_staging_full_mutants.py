@@ -1,4 +1,4 @@
-"""``microformers_sdk.staging`` behaviour the full mutation run found unasserted (docs/reliability.md)."""
+"""``microformers.staging`` behaviour the full mutation run found unasserted (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from microformers_sdk import staging
+from microformers import staging
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux-only")
 

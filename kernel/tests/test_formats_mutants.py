@@ -1,4 +1,4 @@
-"""Behaviour of ``microformers_sdk.formats`` that the mutation pass found unasserted (docs/reliability.md)."""
+"""Behaviour of ``microformers.formats`` that the mutation pass found unasserted (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from microformers import ConfigError
-from microformers_sdk.formats import plan_shards
-from microformers_sdk.formats.bin_format import PytorchBinFormat
-from microformers_sdk.formats.safetensors_format import SafetensorsFormat
+from microformers.formats import plan_shards
+from microformers.formats.bin_format import PytorchBinFormat
+from microformers.formats.safetensors_format import SafetensorsFormat
 
 
 def test_shards_fill_up_to_exactly_the_limit() -> None:

@@ -7,10 +7,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from microformers.configuration import read_json
-from microformers.errors import CheckpointError, FileMissingError
-from microformers.hub import umask
-
+from ..configuration import read_json
+from ..errors import CheckpointError, FileMissingError
+from ..hub import umask
 from . import save_sharded
 
 WEIGHTS_NAME = "model.safetensors"

@@ -1,4 +1,4 @@
-"""``microformers_sdk.model_helpers`` behaviour the mutation pass found unasserted (docs/reliability.md)."""
+"""``microformers.model_helpers`` behaviour the mutation pass found unasserted (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from microformers import ConfigError, PretrainedConfig, PreTrainedModel
-from microformers_sdk import model_helpers
+from microformers import ConfigError, PretrainedConfig, PreTrainedModel, model_helpers
 
 
 class _LM(PreTrainedModel):

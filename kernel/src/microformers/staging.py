@@ -1,7 +1,7 @@
 """``staged_folder``: a save builds the new folder beside the old one and swaps it in atomically.
 
-The implementation of ``microformers.hub.staged_folder`` (the kernel declares it; this distribution
-registers it through ``register_implementations``): a hidden sibling staging folder, hard links for the
+Every save of the kernel and of plugins goes through it (``microformers.hub.staged_folder`` is this
+function): a hidden sibling staging folder, hard links for the
 files a save does not write, one ``renameat2(RENAME_EXCHANGE)`` (two renames where unsupported), advisory
 locks so concurrent saves never remove each other's staging folders. See docs/reliability.md.
 """
@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from microformers.errors import ConfigError
+from .errors import ConfigError
 
 try:
     import fcntl

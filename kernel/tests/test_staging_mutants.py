@@ -1,4 +1,4 @@
-"""Behaviour of ``microformers_sdk.staging`` that the mutation pass found unasserted (docs/reliability.md)."""
+"""Behaviour of ``microformers.staging`` that the mutation pass found unasserted (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from microformers_sdk import staging
+from microformers import staging
 
 
 def test_the_move_in_fallback_writes_config_json_last_and_drops_stale_shards(

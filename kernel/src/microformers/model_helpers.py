@@ -1,8 +1,9 @@
-"""The model helpers training scripts call, behind ``PreTrainedModel``'s methods of the same names.
+"""What ``PreTrainedModel`` does to a model's modules: initialise, place, resize embeddings, require input grads.
 
-``PreTrainedModel.resize_token_embeddings``, ``enable_input_require_grads``, the default ``_init_weights``
-and the ``device_map`` placement of ``from_pretrained`` are declared in the kernel and call these functions, which this
-distribution registers through the ``register_implementations`` hook (the kernel never imports the SDK).
+``PreTrainedModel.resize_token_embeddings``, ``enable_input_require_grads``/``disable_input_require_grads``, the
+default ``_init_weights`` and the ``device_map`` placement of ``from_pretrained`` call these functions; they
+take the model as their first argument so that tests (and plugins) can call them on any ``nn.Module`` with
+the same accessors. ``copy_out_of_memory_map`` is for loaders that replaced modules (quantizers, packing).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from microformers.errors import ConfigError
+from .errors import ConfigError
 
 __all__ = [
     "copy_out_of_memory_map",
