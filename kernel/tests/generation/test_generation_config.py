@@ -94,3 +94,27 @@ def test_without_generation_config_json_defaults_come_from_config_json(tmp_path,
     loaded = tiny_model_class.from_pretrained(tmp_path)
     assert loaded.generation_config.eos_token_id == 2
     assert loaded.generation_config.pad_token_id == 0
+
+
+def test_validate_runs_the_registered_checks_between_its_own_passes(isolated_registry) -> None:
+    from microformers.generation import configuration
+
+    registry = isolated_registry(configuration)
+    # no check registered: only what the kernel reads itself is checked
+    GenerationConfig(temperature=-1.0).validate()
+    with pytest.raises(GenerationError, match=r"^num_beams=0 must be an integer >= 1$"):
+        GenerationConfig(num_beams=0, temperature=-1.0).validate()
+    seen: list[str] = []
+
+    def strict_temperature(config: GenerationConfig) -> None:
+        seen.append("b")
+        if config.temperature is not None and config.temperature <= 0:
+            raise GenerationError(f"temperature={config.temperature!r} must be positive")
+
+    registry.add("generation_config_checks", "b", strict_temperature)
+    registry.add("generation_config_checks", "a", lambda config: seen.append("a"))
+    with pytest.raises(GenerationError, match=r"^temperature=-1\.0 must be positive$"):
+        GenerationConfig(temperature=-1.0, bos_token_id=-3).validate()  # before the token-id pass
+    assert seen == ["a", "b"]  # in name order
+    with pytest.raises(GenerationError, match=r"^bos_token_id=-3 must be a non-negative integer token id$"):
+        GenerationConfig(bos_token_id=-3).validate()
