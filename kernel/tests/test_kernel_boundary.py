@@ -46,7 +46,7 @@ def test_kernel_imports_no_sdk_or_plugin_package() -> None:
 
 
 def test_the_layering_pattern_names_what_is_above_the_kernel() -> None:
-    above = ["microformers_sdk", "microformers_sdk.formats", "microformers_generation.base", "transformers", "peft.tuners"]
+    above = ["microformers_sdk", "microformers_sdk.layers", "microformers_generation.base", "transformers", "peft.tuners"]
     below = ["microformers", "microformers.hub", "torch", "safetensors.torch", "transformers_like", "pefty"]
     assert [n for n in above + below if ABOVE_THE_KERNEL.match(n)] == above
 

@@ -447,7 +447,7 @@ class LoraAdapters:
             raise AdapterError(
                 f"save_pretrained saves one adapter; active: {self._active}. Call set_adapter(name) first."
             )
-        from microformers_sdk.formats import parse_size
+        from microformers.formats import parse_size
 
         name = self._active[0]
         prefix = PEFT_PREFIX if save_peft_format else ""
