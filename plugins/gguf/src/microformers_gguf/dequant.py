@@ -9,8 +9,7 @@ of ggml (``block_q4_0`` ... ``block_q6_K``); K-quant super-blocks hold 256 value
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -212,13 +211,22 @@ def is_supported(ggml_type: int) -> bool:
     return kind in PLAIN or kind in QUANTISED
 
 
+# Values expanded per call of a dequantiser: ATen runs an element-wise op on the calling thread up to
+# its grain size (32768 elements) and opens a parallel region above it. Hundreds of parallel regions
+# per tensor each wait at a barrier for every intra-op thread, which on a busy machine (a descheduled
+# thread) turned a 1 s load into 15 s; chunks this size never open one, and setting the process's
+# thread count (which a running server shares) is not ours to do.
+CHUNK_VALUES = 32768
+
+
 def dequantize(
     raw: torch.Tensor, ggml_type: int, shape: tuple[int, ...], dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """Dequantise the raw bytes of one tensor (uint8, any length matching ``shape``) to ``dtype``.
 
     Plain types are copied (converting when the dtypes differ); quantised types are expanded
-    block by block, vectorised over all blocks, straight into the result when ``dtype`` is float32.
+    :data:`CHUNK_VALUES` values at a time (all at once on one intra-op thread), vectorised over the chunk's blocks, straight into the
+    result when ``dtype`` is float32.
     """
     kind = GGMLQuantizationType(ggml_type)
     plain = PLAIN.get(kind)
@@ -231,27 +239,9 @@ def dequantize(
     block_size, type_size = GGML_QUANT_SIZES[kind]
     blocks = raw.view(-1, type_size)
     out = torch.empty(shape, dtype=torch.float32)
-    dequantiser(blocks, out.view(-1, block_size))
+    values = out.view(-1, block_size)
+    # on one intra-op thread there is no region to avoid, and one call per tensor costs less Python
+    step = blocks.shape[0] if torch.get_num_threads() == 1 else max(1, CHUNK_VALUES // block_size)
+    for first in range(0, blocks.shape[0], step):
+        dequantiser(blocks[first : first + step], values[first : first + step])
     return out if dtype == torch.float32 else out.to(dtype)
-
-
-def dequantize_many(
-    raws: Sequence[torch.Tensor], ggml_type: int, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype = torch.float32
-) -> list[torch.Tensor]:
-    """``[dequantize(raw, ggml_type, shape, dtype) for ...]`` for tensors of one quantised type, in one pass.
-
-    Blocks are independent, so the tensors' bytes are joined and expanded by one call of the type's
-    dequantiser: a handful of large torch ops instead of a few per tensor (each large op is a parallel
-    region, and on a busy machine every region's barrier can wait on a descheduled thread). The results
-    are views into one buffer, the same values ``dequantize`` gives.
-    """
-    kind = GGMLQuantizationType(ggml_type)
-    dequantiser = QUANTISED[kind]
-    block_size, type_size = GGML_QUANT_SIZES[kind]
-    blocks = torch.cat([raw.reshape(-1) for raw in raws]).view(-1, type_size)
-    sizes = [math.prod(shape) for shape in shapes]
-    out = torch.empty(sum(sizes), dtype=torch.float32)
-    dequantiser(blocks, out.view(-1, block_size))
-    if dtype != torch.float32:
-        out = out.to(dtype)
-    return [piece.view(shape) for piece, shape in zip(out.split(sizes), shapes, strict=True)]

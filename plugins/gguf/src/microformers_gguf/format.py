@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +64,7 @@ def load_state_dict(gguf: GGUFFile, dtype: Any = None) -> dict[str, Any]:
 
 
 def _load_state_dict(gguf: GGUFFile, dtype: Any) -> dict[str, Any]:
-    from .dequant import QUANTISED, SUPPORTED_TYPES, dequantize_many, is_supported
+    from .dequant import SUPPORTED_TYPES, is_supported
 
     torch_dtype = _torch_dtype(dtype)
     plan = TensorPlan(gguf)
@@ -84,39 +82,7 @@ def _load_state_dict(gguf: GGUFFile, dtype: Any) -> dict[str, Any]:
             f"{shown}{' ...' if len(unsupported) > 5 else ''}. Supported types: {', '.join(SUPPORTED_TYPES)}. "
             "Use a GGUF quantised to one of these (e.g. Q4_K_M, Q8_0) or the safetensors checkpoint."
         )
-    loaded: dict[str, Any] = {}
-    batches: dict[int, list[tuple[str, Any, Any]]] = {}
-    for hf_name in plan.entries:
-        ordered = plan.ordered_bytes(hf_name)
-        if ordered is None or ordered[0].type_id not in QUANTISED:
-            loaded[hf_name] = plan.load(hf_name, torch_dtype)
-        else:
-            info, raw = ordered
-            batches.setdefault(info.type_id, []).append((hf_name, info, raw))
-    for type_id, members in batches.items():
-        for batch in _up_to(members, _BATCH_VALUES):
-            tensors = dequantize_many([raw for _, _, raw in batch], type_id, [info.shape for _, info, _ in batch], torch_dtype)
-            loaded.update(zip([name for name, _, _ in batch], tensors, strict=True))
-    return {hf_name: loaded[hf_name] for hf_name in plan.entries}
-
-
-# Values dequantised together at most (one float32 buffer of 128 MiB; a bigger tensor goes alone).
-_BATCH_VALUES = 1 << 25
-
-
-def _up_to(members: list[tuple[str, Any, Any]], limit: int) -> Iterator[list[tuple[str, Any, Any]]]:
-    """Consecutive groups of ``members`` holding at most ``limit`` values each (a larger tensor alone)."""
-    group: list[tuple[str, Any, Any]] = []
-    values = 0
-    for member in members:
-        size = math.prod(member[1].shape)
-        if group and values + size > limit:
-            yield group
-            group, values = [], 0
-        group.append(member)
-        values += size
-    if group:
-        yield group
+    return {hf_name: plan.load(hf_name, torch_dtype) for hf_name in plan.entries}
 
 
 class GGUFFormat:
