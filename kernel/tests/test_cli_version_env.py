@@ -16,7 +16,9 @@ def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out.strip() == f"microformers {__version__}" == f"microformers {md.version('microformers')}"
+    assert (
+        capsys.readouterr().out.strip() == f"microformers {__version__}" == f"microformers {md.version('microformers')}"
+    )
 
 
 def test_env_lists_plugins_versions_and_torch_build(capsys: pytest.CaptureFixture[str]) -> None:

@@ -105,9 +105,7 @@ def test_cuda_indexes_within_the_count_pass(one_gpu: None) -> None:
     assert check_device(0, "device") == torch.device("cuda", 0)
 
 
-def test_a_placed_load_moves_each_tensor_as_it_is_read(
-    small_folder: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_placed_load_moves_each_tensor_as_it_is_read(small_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a device_map, _materialise gets a placement and moves every tensor (here to the CPU, and to
     ``meta`` through a recorded placement), one by one, before the model is put together."""
     loaded = _Small.from_pretrained(small_folder, device_map="cpu")

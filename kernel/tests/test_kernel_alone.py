@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 SCRIPT = textwrap.dedent(
-    r'''
+    r"""
     import importlib.abc, importlib.metadata, json, sys
     from pathlib import Path
 
@@ -153,7 +153,7 @@ SCRIPT = textwrap.dedent(
     out["transition_scores"] = model.compute_transition_scores(torch.tensor([[7, 1, 0]]), scores).tolist()
     out["sdk_imported"] = sorted(m for m in sys.modules if m.startswith("microformers_"))
     print(json.dumps(out))
-    '''
+    """
 )
 
 

@@ -31,7 +31,9 @@ def _imported_modules(path: Path) -> list[str]:
             "import_module",
             "__import__",
         ):
-            names += [arg.value for arg in node.args[:1] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+            names += [
+                arg.value for arg in node.args[:1] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+            ]
     return names
 
 
@@ -46,13 +48,21 @@ def test_kernel_imports_no_sdk_or_plugin_package() -> None:
 
 
 def test_the_layering_pattern_names_what_is_above_the_kernel() -> None:
-    above = ["microformers_sdk", "microformers_sdk.layers", "microformers_generation.base", "transformers", "peft.tuners"]
+    above = [
+        "microformers_sdk",
+        "microformers_sdk.layers",
+        "microformers_generation.base",
+        "transformers",
+        "peft.tuners",
+    ]
     below = ["microformers", "microformers.hub", "torch", "safetensors.torch", "transformers_like", "pefty"]
     assert [n for n in above + below if ABOVE_THE_KERNEL.match(n)] == above
 
 
 def test_the_import_check_sees_lazy_imports(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from microformers_sdk.model_helpers import x\n    import importlib\n"
-                     "    importlib.import_module('microformers_generation.base')\n")
+    probe.write_text(
+        "def f():\n    from microformers_sdk.model_helpers import x\n    import importlib\n"
+        "    importlib.import_module('microformers_generation.base')\n"
+    )
     assert _imported_modules(probe) == ["microformers_sdk.model_helpers", "importlib", "microformers_generation.base"]

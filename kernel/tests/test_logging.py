@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging as std_logging
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -80,3 +82,124 @@ def test_progress_bar_switch(restore_verbosity):
     assert not logging.is_progress_bar_enabled()
     logging.enable_progress_bar()
     assert logging.is_progress_bar_enabled()
+
+
+# From test_logging_mutants.py: ``microformers.logging`` in-process (test_logging.py checks the same in
+# subprocesses, which run the installed code: the mutation pass could not see those checks; docs/reliability.md).
+
+
+ROOT = std_logging.getLogger("microformers")
+
+
+class _Records(std_logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[std_logging.LogRecord] = []
+
+    def emit(self, record: std_logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Records]:
+    """The library logger as a new process sees it: no default handler yet, no verbosity variables."""
+    saved = (list(ROOT.handlers), ROOT.level, ROOT.propagate, logging._progress_bars)
+    for handler in list(ROOT.handlers):
+        ROOT.removeHandler(handler)
+    monkeypatch.setattr(logging, "_handler", None)
+    monkeypatch.delenv("MICROFORMERS_VERBOSITY", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
+    records = _Records()
+    ROOT.addHandler(records)
+    ROOT.setLevel(std_logging.NOTSET)
+    ROOT.propagate = True
+    yield records
+    for handler in list(ROOT.handlers):
+        ROOT.removeHandler(handler)
+    for handler in saved[0]:
+        ROOT.addHandler(handler)
+    ROOT.setLevel(saved[1])
+    ROOT.propagate = saved[2]
+    logging._progress_bars = saved[3]
+
+
+@pytest.mark.parametrize("var", ["MICROFORMERS_VERBOSITY", "TRANSFORMERS_VERBOSITY"])
+@pytest.mark.parametrize(("value", "level"), [("error", std_logging.ERROR), ("DEBUG", std_logging.DEBUG)])
+def test_the_environment_sets_the_level(
+    fresh: _Records, monkeypatch: pytest.MonkeyPatch, var: str, value: str, level: int
+) -> None:
+    monkeypatch.setenv(var, value)
+    assert logging.get_verbosity() == level
+    assert fresh.records == []
+
+
+def test_the_library_variable_wins_and_an_empty_one_is_skipped(
+    fresh: _Records, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MICROFORMERS_VERBOSITY", "info")
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "error")
+    assert logging._env_level() == std_logging.INFO
+    monkeypatch.setenv("MICROFORMERS_VERBOSITY", "")
+    assert logging._env_level() == std_logging.ERROR
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY")
+    assert logging._env_level() == std_logging.WARNING
+    assert fresh.records == []
+
+
+def test_an_unknown_level_warns_and_uses_warning(fresh: _Records, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "loud")
+    assert logging._env_level() == std_logging.WARNING
+    (record,) = fresh.records
+    assert record.name == "microformers" and record.levelno == std_logging.WARNING
+    assert record.getMessage() == (
+        "TRANSFORMERS_VERBOSITY='loud' is not a verbosity; use one of debug, info, warning, error, critical. Using 'warning'."
+    )
+
+
+def test_the_default_handler_writes_to_stderr_once(fresh: _Records, capsys: pytest.CaptureFixture[str]) -> None:
+    ROOT.removeHandler(fresh)
+    log = logging.get_logger("plugin_x")
+    assert log.name == "microformers.plugin_x"
+    logging.get_logger()  # a second call adds no second handler
+    (handler,) = ROOT.handlers
+    assert handler is logging._handler and handler.stream is sys.stderr
+    assert handler.flush == sys.stderr.flush
+    assert ROOT.propagate is False and ROOT.level == std_logging.WARNING
+    log.info("hidden")
+    log.warning("shown")
+    assert capsys.readouterr().err == "shown\n"
+
+
+def test_get_logger_names(fresh: _Records) -> None:
+    assert logging.get_logger() is ROOT and logging.get_logger("microformers") is ROOT
+    assert logging.get_logger("microformers.a.b").name == "microformers.a.b"
+    assert logging.get_logger("microformersx").name == "microformers.microformersx"
+    assert logging._handler is not None
+
+
+def test_handler_propagation_and_format_switches(fresh: _Records) -> None:
+    logging.get_logger()
+    handler = logging._handler
+    logging.disable_default_handler()
+    assert handler not in ROOT.handlers
+    logging.enable_default_handler()
+    logging.enable_default_handler()
+    assert ROOT.handlers.count(handler) == 1
+    logging.enable_propagation()
+    assert ROOT.propagate is True
+    logging.disable_propagation()
+    assert ROOT.propagate is False
+    logging.enable_explicit_format()
+    record = std_logging.LogRecord("microformers.m", std_logging.WARNING, "/x/file.py", 7, "hello", None, None)
+    text = handler.format(record)
+    assert text.startswith("[WARNING|file.py:7] ") and text.endswith(" >> hello")
+    assert fresh.formatter is not None
+    logging.reset_format()
+    assert handler.format(record) == "hello" and fresh.formatter is None
+
+
+def test_progress_bar_switches_return_booleans(fresh: _Records) -> None:
+    logging.disable_progress_bar()
+    assert logging.is_progress_bar_enabled() is False
+    logging.enable_progress_bar()
+    assert logging.is_progress_bar_enabled() is True

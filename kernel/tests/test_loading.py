@@ -1,232 +1,22 @@
-"""Behaviour of ``microformers.modeling`` that the full mutation run (workspace hmod) found unasserted.
-
-See docs/reliability.md, "Mutation testing": each test here fails with at least one mutant of
-``kernel/src/microformers/modeling.py`` that the other judging tests let survive, and passes on the real code.
-"""
+"""``PreTrainedModel.from_pretrained``: arguments, configs, dtypes, devices, checks of declared sizes against
+the checkpoint, missing/unexpected/tied tensors and how they are reported."""
 
 from __future__ import annotations
 
-import enum
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from microformers import CheckpointError, ConfigError, PretrainedConfig
+from microformers import AutoModelForCausalLM, CheckpointError, ConfigError, PretrainedConfig
 from microformers import modeling as modeling_module
-from microformers.plugins import Registry
 
-# -- num_parameters, get_memory_footprint ---------------------------------------------------------------
-
-
-def test_num_parameters_counts_frozen_parameters_by_default(toy_model: torch.nn.Module) -> None:
-    total = sum(p.numel() for p in toy_model.parameters())
-    toy_model.get_input_embeddings().weight.requires_grad_(False)
-    assert toy_model.num_parameters() == total
-
-
-def test_memory_footprint_counts_parameters_and_buffers_unless_told_not_to(toy_model: torch.nn.Module) -> None:
-    params = sum(p.numel() * p.element_size() for p in toy_model.parameters())
-    buffers = sum(b.numel() * b.element_size() for b in toy_model.buffers())
-    assert buffers > 0  # the toy's blocks hold a (non-persistent) scale buffer each
-    assert toy_model.get_memory_footprint() == params + buffers
-    assert toy_model.get_memory_footprint(return_buffers=True) == params + buffers
-    assert toy_model.get_memory_footprint(return_buffers=False) == params
-    toy_model.half()
-    assert toy_model.get_memory_footprint(return_buffers=False) == params // 2
-
-
-# -- push_to_hub ----------------------------------------------------------------------------------------
-
-
-def test_push_to_hub_is_refused_with_how_to_upload(toy_model: torch.nn.Module) -> None:
-    with pytest.raises(ConfigError, match=r"^push_to_hub=True: microformers does not upload to the Hub\. "):
-        toy_model.push_to_hub("me/my-model")
-
-
-# -- gradient checkpointing -----------------------------------------------------------------------------
-
-
-class _Inner(modeling_module.PreTrainedModel):
-    config_class = PretrainedConfig
-    supports_gradient_checkpointing = True
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.linear = torch.nn.Linear(3, 3)
-
-
-class _Outer(modeling_module.PreTrainedModel):
-    config_class = PretrainedConfig
-    supports_gradient_checkpointing = True
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.inner = _Inner(config)
-
-
-def test_gradient_checkpointing_disable_turns_it_off_everywhere_and_is_harmless_when_off() -> None:
-    model = _Outer(PretrainedConfig())
-    model.gradient_checkpointing_disable()  # never enabled: nothing to do, no error
-    assert not model.is_gradient_checkpointing
-    model.gradient_checkpointing_enable()
-    assert model.is_gradient_checkpointing and model.inner.is_gradient_checkpointing
-    model.gradient_checkpointing_disable()
-    assert not model.is_gradient_checkpointing and not model.inner.is_gradient_checkpointing
-
-
-# -- adapters: every call goes to the adapter plugin's manager, arguments and results unchanged ---------------
-
-
-class _Manager:
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.calls: list[tuple[Any, ...]] = []
-
-    def add_adapter(self, config: object, name: str | None) -> None:
-        self.calls.append(("add", config, name))
-
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-
-        def record(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
-            self.calls.append((method, args, kwargs))
-            return (method, args, kwargs)
-
-        return record
-
-
-def test_each_adapter_method_is_handed_to_the_manager_with_its_arguments(
-    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
-) -> None:
-    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
-    toy_model.add_adapter({"peft_type": "LORA"}, "a")
-    manager = toy_model._adapter_manager
-    state = {"w": torch.zeros(1)}
-    assert toy_model.active_adapters() == ("active_adapters", (), {})
-    assert toy_model.get_adapter_state_dict("a", state) == ("get_adapter_state_dict", ("a", state), {})
-    assert toy_model.merge_and_unload(progressbar=False) == ("merge_and_unload", (), {"progressbar": False})
-    toy_model.disable_adapters()
-    toy_model.enable_adapters()
-    toy_model.delete_adapter(["a"])
-    toy_model.merge_adapter(["a"])
-    toy_model.unmerge_adapter()
-    toy_model.print_trainable_parameters()
-    assert manager.calls[4:] == [
-        ("disable_adapters", (), {}),
-        ("enable_adapters", (), {}),
-        ("delete_adapter", (["a"],), {}),
-        ("merge_adapter", (["a"],), {}),
-        ("unmerge_adapter", (), {}),
-        ("print_trainable_parameters", (), {}),
-    ]
-
-
-def test_load_adapter_with_a_peft_config_needs_no_folder_and_without_either_is_refused(
-    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
-) -> None:
-    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
-    with pytest.raises(
-        ConfigError, match=r"^load_adapter needs the adapter folder, or peft_config= and adapter_state_dict=$"
-    ):
-        toy_model.load_adapter(adapter_name="a")
-    config, state = {"peft_type": "LORA"}, {"w": torch.zeros(1)}
-    result = toy_model.load_adapter(adapter_name="a", peft_config=config, adapter_state_dict=state)
-    assert result == ("load_adapter", (None, "a"), {"peft_config": config, "adapter_state_dict": state})
-
-
-class _PeftType(enum.Enum):
-    LORA = "LORA"
-    IA3 = "IA3"
-
-
-class _PeftConfig:
-    """A peft-style config object (not a mapping): its ``peft_type`` is an enum whose value names the type."""
-
-    def __init__(self, peft_type: _PeftType) -> None:
-        self.peft_type = peft_type
-
-
-def test_an_adapter_config_object_picks_the_manager_by_its_peft_type_value_and_is_handed_on(
-    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
-) -> None:
-    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
-    config = _PeftConfig(_PeftType.LORA)
-    toy_model.add_adapter(config, "a")
-    assert toy_model._adapter_manager.calls == [("add", config, "a")]
-    assert toy_model._adapter_manager.model is toy_model
-
-
-def test_an_adapter_type_no_plugin_provides_is_named_in_the_error(
-    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry]
-) -> None:
-    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
-    with pytest.raises(Exception, match=r"^No installed plugin provides adapter type \(peft_type\) 'IA3'\. "):
-        toy_model.add_adapter(_PeftConfig(_PeftType.IA3), "a")
-    assert "_adapter_manager" not in toy_model.__dict__
-    with pytest.raises(Exception, match=r"^No installed plugin provides adapter type \(peft_type\) 'None'\. "):
-        toy_model.add_adapter(object(), "a")  # no peft_type at all
-
-
-def test_a_malformed_adapter_config_is_named_as_such(
-    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry], tmp_path: Path
-) -> None:
-    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
-    (tmp_path / "adapter_config.json").write_text("{not json")
-    with pytest.raises(ConfigError, match=r"adapter_config\.json \(adapter configuration\) is not valid JSON"):
-        toy_model.load_adapter(tmp_path, "a")
-
-
-# -- from_config, gradient_checkpointing_enable ------------------------------------------------------------
-
-
-def test_from_config_takes_dtype_or_torch_dtype_and_attn_implementation(toy_model: torch.nn.Module) -> None:
-    cls, config = type(toy_model), toy_model.config
-    assert {p.dtype for p in cls.from_config(config).parameters()} == {torch.float32}
-    assert type(cls.from_config(config, attn_implementation=None)) is cls  # None: the default, as in the reference
-    assert {p.dtype for p in cls.from_config(config, dtype="bfloat16").parameters()} == {torch.bfloat16}
-    assert {p.dtype for p in cls.from_config(config, torch_dtype=torch.float16).parameters()} == {torch.float16}
-    model = cls.from_config(config, attn_implementation="eager")
-    assert model.config._attn_implementation == "eager"
-    with pytest.raises(Exception, match=r"attention implementation \(attn_implementation\) 'nope'") as info:
-        cls.from_config(config, attn_implementation="nope")
-    assert re.search(r"Installed: (.*, )?eager, sdpa\b", str(info.value))  # the registered ones are listed
-
-
-def test_from_config_refuses_other_arguments_naming_them(toy_model: torch.nn.Module) -> None:
-    with pytest.raises(
-        ConfigError, match=r"^from_config\(\) does not take hidden_size, num_layers; set such values on the config$"
-    ):
-        type(toy_model).from_config(toy_model.config, num_layers=2, hidden_size=8)
-
-
-def test_gradient_checkpointing_enable_refuses_a_model_without_support(toy_model: torch.nn.Module) -> None:
-    with pytest.raises(ConfigError, match=r"^ToyForCausalLM does not support gradient checkpointing$"):
-        toy_model.gradient_checkpointing_enable()
-
-
-def test_gradient_checkpointing_hands_its_options_to_torch_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch.utils.checkpoint
-
-    seen: list[dict[str, Any]] = []
-
-    def recording(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:  # records, then runs the layer once
-        seen.append(kwargs)
-        return fn(*args)
-
-    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", recording)
-    model = _Outer(PretrainedConfig()).train()
-    hidden = torch.randn(2, 3)
-    model.gradient_checkpointing_enable()
-    torch.testing.assert_close(model.inner._call_layer(model.inner.linear, hidden), model.inner.linear(hidden))
-    model.gradient_checkpointing_enable({"use_reentrant": True, "preserve_rng_state": False})
-    torch.testing.assert_close(model._call_layer(model.inner.linear, hidden), model.inner.linear(hidden))
-    assert seen == [{"use_reentrant": False}, {"use_reentrant": True, "preserve_rng_state": False}]
+# From test_modeling_full_mutants.py: Behaviour of ``microformers.modeling`` that the full mutation run (workspace
+# hmod) found unasserted. See docs/reliability.md, "Mutation testing": each test here fails with at least one mutant
+# of ``kernel/src/microformers/modeling.py`` that the other judging tests let survive, and passes on the real code.
 
 
 # -- loading: which missing tensors are errors --------------------------------------------------------------
@@ -273,11 +63,6 @@ def test_a_base_model_missing_its_own_tensors_is_an_error_but_a_head_model_missi
     assert not head.lm_head.weight.is_meta
 
 
-def test_get_input_embeddings_of_a_model_without_them_says_so() -> None:
-    with pytest.raises(NotImplementedError, match=r"^_Flat does not define get_input_embeddings\(\)$"):
-        _Flat(PretrainedConfig()).get_input_embeddings()
-
-
 # -- a format that carries the configuration in its weights file (as GGUF does) ----------------------------
 
 
@@ -309,43 +94,11 @@ def test_a_bad_config_in_the_weights_file_names_that_file(toy_model: torch.nn.Mo
         type(toy_model).from_pretrained(onefile_folder)
 
 
-def test_a_model_class_without_config_class_needs_a_config(tmp_path: Path) -> None:
-    class _NoConfigClass(_Flat):
-        config_class = None
-
-    _Flat(PretrainedConfig()).save_pretrained(tmp_path)
-    with pytest.raises(
-        ConfigError, match=r"^_NoConfigClass has no config_class; pass config=\.\.\. to from_pretrained$"
-    ):
-        _NoConfigClass.from_pretrained(tmp_path)
-
-
 def test_config_settings_passed_to_from_pretrained_reach_the_config(
     toy_model: torch.nn.Module, saved_toy: Path
 ) -> None:
     model = type(toy_model).from_pretrained(saved_toy, flavour="spicy", output_hidden_states=True)
     assert model.config.flavour == "spicy" and model.config.output_hidden_states is True
-
-
-# -- construction: the config check, meta parameters, tying ------------------------------------------------
-
-
-def test_a_model_built_from_something_else_than_a_config_says_what_to_build(toy_model: torch.nn.Module) -> None:
-    with pytest.raises(
-        ConfigError,
-        match=r"^ToyForCausalLM\(config\) needs a PretrainedConfig, got dict; build one with ToyConfig\(\.\.\.\)$",
-    ):
-        type(toy_model)({"vocab_size": 4})
-
-    class _Bare(modeling_module.PreTrainedModel):
-        pass
-
-    with pytest.raises(
-        ConfigError, match=r"^_Bare\(config\) needs a PretrainedConfig, got str; build one with AutoConfig"
-    ):
-        _Bare("gpt2")
-    model = _Bare(PretrainedConfig(name_or_path="me/bare"))
-    assert model.name_or_path == "me/bare" and model.config.name_or_path == "me/bare"
 
 
 def test_a_loaded_model_knows_where_it_came_from(toy_model: torch.nn.Module, saved_toy: Path) -> None:
@@ -420,184 +173,6 @@ def test_dtype_names_and_objects_and_a_wrong_one(toy_model: torch.nn.Module, sav
         cls.from_config(toy_model.config, dtype="")
 
 
-# -- quantizer choice ------------------------------------------------------------------------------------------
-
-
-class _StandInQuantizer:
-    description = "a stand-in"
-
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.spec = spec
-        self.quant_method = spec["quant_method"]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.spec, "checked": True}
-
-
-class _SpecObject:
-    """A quantization config object (as ``BitsAndBytesConfig`` is): not a mapping, has ``to_dict()``."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"quant_method": "int4", "group_size": 32}
-
-
-@pytest.fixture
-def quantizers(isolated_registry: Callable[..., Registry]) -> Registry:
-    fresh = isolated_registry(modeling_module)
-    fresh.add("quantizers", "int8", _StandInQuantizer)
-    fresh.add("quantizers", "int4", _StandInQuantizer)
-    return fresh
-
-
-def test_no_quantization_asked_means_no_quantizer(quantizers: Registry) -> None:
-    config = PretrainedConfig()
-    assert modeling_module._quantizer(config) is None
-    assert modeling_module._quantizer(config, None, False, False) is None
-    assert getattr(config, "quantization_config", None) is None
-
-
-def test_load_in_flags_pick_their_quantizer_and_say_so(quantizers: Registry, caplog: pytest.LogCaptureFixture) -> None:
-    for flag, method in (("load_in_4bit", "int4"), ("load_in_8bit", "int8")):
-        config = PretrainedConfig()
-        caplog.clear()
-        with caplog.at_level("WARNING", logger="microformers"):
-            quantizer = modeling_module._quantizer(config, **{flag: True})
-        assert quantizer.spec == {"quant_method": method}
-        assert config.quantization_config == {"quant_method": method, "checked": True}
-        assert [r.getMessage() for r in caplog.records] == [f"{flag}=True: quantizing with '{method}' (a stand-in)"]
-    with pytest.raises(ConfigError, match=r"^pass one of quantization_config, load_in_8bit=True or load_in_4bit=True$"):
-        modeling_module._quantizer(PretrainedConfig(), {"quant_method": "int8"}, load_in_4bit=True)
-
-
-def test_a_quantization_config_from_the_argument_or_the_config_file(
-    quantizers: Registry, caplog: pytest.LogCaptureFixture
-) -> None:
-    config = PretrainedConfig()
-    with caplog.at_level("WARNING", logger="microformers"):
-        quantizer = modeling_module._quantizer(config, _SpecObject())
-    assert quantizer.spec == {"quant_method": "int4", "group_size": 32} and not caplog.records  # no flag: no warning
-    assert config.quantization_config == {"quant_method": "int4", "group_size": 32, "checked": True}
-    saved = PretrainedConfig(quantization_config={"quant_method": "int8", "bits": 8})
-    assert modeling_module._quantizer(saved).spec == {"quant_method": "int8", "bits": 8}
-    assert modeling_module._quantizer(saved, {"quant_method": "int4"}).spec == {"quant_method": "int4"}  # argument wins
-
-
-def test_a_quantization_config_without_a_known_method_is_refused(quantizers: Registry) -> None:
-    with pytest.raises(
-        ConfigError,
-        match=r"^quantization_config \{'bits': 4\} has no 'quant_method' \(e\.g\. 'int8', 'int4', 'gguf'\)$",
-    ):
-        modeling_module._quantizer(PretrainedConfig(), {"bits": 4})
-    with pytest.raises(Exception, match=r"^No installed plugin provides quantization method 'int3'\. "):
-        modeling_module._quantizer(PretrainedConfig(), {"quant_method": "int3"})
-
-
-# -- saving --------------------------------------------------------------------------------------------------
-
-
-def test_a_save_records_class_dtype_and_format_and_writes_one_file_by_default(
-    toy_model: torch.nn.Module, tmp_path: Path
-) -> None:
-    from safetensors import safe_open
-
-    toy_model.to(torch.float16).save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["architectures"] == ["ToyForCausalLM"] and config["dtype"] == "float16"
-    with safe_open(tmp_path / "model.safetensors", "pt") as f:
-        assert f.metadata() == {"format": "pt"}
-        assert "lm_head.weight" not in set(f.keys())  # tied: saved once
-
-
-def test_save_arguments_not_main_process_push_token_unknown_and_a_file_target(
-    toy_model: torch.nn.Module, tmp_path: Path
-) -> None:
-    toy_model.save_pretrained(tmp_path / "other", is_main_process=False)
-    assert not (tmp_path / "other").exists()
-    with pytest.raises(ConfigError, match=r"^push_to_hub=True: microformers does not upload"):
-        toy_model.save_pretrained(tmp_path / "pushed", push_to_hub=True)
-    toy_model.save_pretrained(tmp_path / "tok", token="hf_x", push_to_hub=False)  # token only uploads: ignored
-    assert (tmp_path / "tok" / "model.safetensors").is_file()
-    with pytest.raises(
-        ConfigError, match=r"^save_pretrained\(\) does not take safe, variant2; drop it or check the spelling$"
-    ):
-        toy_model.save_pretrained(tmp_path / "typo", variant2="x", safe=True)
-    (tmp_path / "file").write_text("")
-    with pytest.raises(
-        ConfigError, match=rf"^save_pretrained: {re.escape(str(tmp_path / 'file'))} is a file; pass a folder$"
-    ):
-        toy_model.save_pretrained(tmp_path / "file")
-
-
-def test_a_given_state_dict_is_saved_without_its_tied_copies(toy_model: torch.nn.Module, tmp_path: Path) -> None:
-    from safetensors.torch import load_file
-
-    state = {k: torch.zeros_like(v) for k, v in toy_model.state_dict().items()}
-    toy_model.save_pretrained(tmp_path / "given", state_dict=state)
-    saved = load_file(tmp_path / "given" / "model.safetensors")
-    assert set(saved) == set(state) - {"lm_head.weight"} and all(not t.any() for t in saved.values())
-    without = {k: v for k, v in state.items() if k != "lm_head.weight"}
-    toy_model.save_pretrained(tmp_path / "untied", state_dict=without)  # no tied copy to drop: fine
-    assert set(load_file(tmp_path / "untied" / "model.safetensors")) == set(without)
-
-
-def test_a_save_in_another_format_replaces_the_old_weights(toy_model: torch.nn.Module, tmp_path: Path) -> None:
-    toy_model.save_pretrained(tmp_path, safe_serialization=False)
-    assert (tmp_path / "pytorch_model.bin").is_file() and not (tmp_path / "model.safetensors").exists()
-    toy_model.save_pretrained(tmp_path)
-    assert (tmp_path / "model.safetensors").is_file() and not (tmp_path / "pytorch_model.bin").exists()
-
-
-class _WithExtraFile(_Flat):
-    def _save_extra_files(self, folder: Path) -> None:
-        (folder / "extra.txt").write_text("hello")
-
-
-def test_extra_files_of_a_model_are_saved_with_it(tmp_path: Path) -> None:
-    _WithExtraFile(PretrainedConfig()).save_pretrained(tmp_path)
-    assert (tmp_path / "extra.txt").read_text() == "hello" and (tmp_path / "config.json").is_file()
-
-
-def test_a_model_with_adapters_saves_them_through_the_manager_with_the_save_arguments(
-    toy_model: torch.nn.Module, isolated_registry: Callable[..., Registry], tmp_path: Path
-) -> None:
-    isolated_registry(modeling_module).add("adapters", "LORA", _Manager)
-    toy_model.add_adapter({"peft_type": "LORA"}, "a")
-    state = {"w": torch.zeros(1)}
-    toy_model.save_pretrained(tmp_path, state_dict=state, safe_serialization=False, max_shard_size="1MB", token="t")
-    assert toy_model._adapter_manager.calls[-1] == (
-        "save_pretrained",
-        (tmp_path,),
-        {"state_dict": state, "safe_serialization": False, "max_shard_size": "1MB", "token": "t"},
-    )
-    assert not (tmp_path / "config.json").exists()
-
-
-# -- second full run (workspace imod): what the first run did not judge ------------------------------------------
-
-
-def test_a_model_class_registered_for_an_auto_class_saves_its_code_and_auto_map(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "modeling_imod_custom.py").write_text(
-        "import torch\nfrom microformers import PretrainedConfig, PreTrainedModel\n\n\n"
-        "class ImodCustomModel(PreTrainedModel):\n    config_class = PretrainedConfig\n\n"
-        "    def __init__(self, config):\n        super().__init__(config)\n"
-        "        self.linear = torch.nn.Linear(2, 2)\n        self.post_init()\n"
-    )
-    monkeypatch.syspath_prepend(str(code))
-    from modeling_imod_custom import ImodCustomModel  # type: ignore[import-not-found]
-
-    ImodCustomModel.register_for_auto_class("AutoModelForCausalLM")
-    ImodCustomModel(PretrainedConfig()).save_pretrained(tmp_path / "saved")
-    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
-    assert saved["auto_map"] == {"AutoModelForCausalLM": "modeling_imod_custom.ImodCustomModel"}
-    assert (tmp_path / "saved" / "modeling_imod_custom.py").read_text() == (
-        code / "modeling_imod_custom.py"
-    ).read_text()
-
-
 class _Initialised(modeling_module.PreTrainedModel):
     """Modules whose reference initialisation differs from torch's own."""
 
@@ -608,14 +183,6 @@ class _Initialised(modeling_module.PreTrainedModel):
         self.linear = torch.nn.Linear(64, 64)
         self.embed = torch.nn.Embedding(8, 64, padding_idx=1)
         self.post_init()
-
-
-def test_a_fresh_model_gets_the_reference_initialisation_with_the_configs_range() -> None:
-    torch.manual_seed(0)
-    model = _Initialised(PretrainedConfig(initializer_range=0.5))
-    assert abs(model.linear.weight.std().item() - 0.5) < 0.05  # torch's own init would give about 0.07
-    assert not model.linear.bias.any()
-    assert not model.embed.weight[1].any() and abs(model.embed.weight.std().item() - 0.5) < 0.1
 
 
 class _Mixed(modeling_module.PreTrainedModel):
@@ -629,17 +196,6 @@ class _Mixed(modeling_module.PreTrainedModel):
         self.frozen = torch.nn.Parameter(torch.ones(4), requires_grad=False)
         self.codes = torch.nn.Parameter(torch.arange(4, dtype=torch.int32), requires_grad=False)
         self.post_init()
-
-
-def test_an_integer_parameter_loads_as_saved_and_frozen(tmp_path: Path) -> None:
-    model = _Mixed(PretrainedConfig())
-    with torch.no_grad():
-        model.codes.add_(3)
-    model.save_pretrained(tmp_path)
-    loaded = _Mixed.from_pretrained(tmp_path, config=PretrainedConfig(), dtype=torch.bfloat16)
-    assert loaded.codes.dtype == torch.int32 and not loaded.codes.requires_grad
-    assert loaded.codes.tolist() == [3, 4, 5, 6]
-    assert loaded.linear.weight.dtype == torch.bfloat16 and loaded.linear.weight.requires_grad
 
 
 def test_an_integer_parameter_stored_in_another_dtype_is_cast_to_its_own_as_the_reference_does(
@@ -705,16 +261,6 @@ def test_missing_parameters_are_made_in_the_load_dtype_keeping_their_kind_and_tr
     }
 
 
-def test_a_persistent_buffer_loads_its_saved_values_in_its_own_dtype(tmp_path: Path) -> None:
-    model = _Flat(PretrainedConfig())
-    model.table.add_(10.0)
-    model.save_pretrained(tmp_path)
-    loaded = _Flat.from_pretrained(tmp_path, config=PretrainedConfig(), dtype=torch.bfloat16)
-    # exact: a save/load round trip copies bytes (small integers)
-    assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [10.0, 11.0, 12.0]
-    assert "table" in dict(loaded.named_buffers()) and loaded.scale.dtype == torch.bfloat16
-
-
 # -- check_declared_sizes: config sizes the checkpoint's tensors cannot back ---------------------------------
 
 
@@ -729,6 +275,8 @@ class _Shapes:
 
 
 _TWO_LAYERS = {"model.layers.0.w": (8, 4), "model.layers.1.w": (8, 4), "lm_head.weight": (10, 8)}
+
+
 _CORRUPT = "The configuration is corrupt or belongs to another checkpoint; fix the value or use the matching files."
 
 
@@ -962,9 +510,233 @@ def test_a_buffer_stored_in_another_float_dtype_is_cast_to_the_models(tmp_path: 
     assert loaded.table.dtype == torch.float32 and loaded.table.tolist() == [1.5, 2.5, 3.5]
 
 
-def test_inside_meta_parameters_uninitialised_and_random_tensors_take_no_memory() -> None:
-    with modeling_module.meta_parameters():
-        empty, noise, layer = torch.empty(2, 3), torch.randn(4), torch.nn.Linear(2, 2)
-        values = torch.ones(2)
-    assert empty.is_meta and noise.is_meta and layer.weight.is_meta and layer.bias.is_meta
-    assert not values.is_meta and not torch.empty(2).is_meta  # made from values / outside the block: real
+# From test_modeling_mutants.py: Behaviour of ``microformers.modeling`` that the mutation pass found unasserted
+# (docs/reliability.md).
+
+
+def test_a_declared_size_larger_than_the_weights_is_refused_with_the_fix(saved_toy: Path) -> None:
+    config_json = saved_toy / "config.json"
+    config_json.write_text(json.dumps({**json.loads(config_json.read_text()), "vocab_size": 1_000_000}))
+    with pytest.raises(ConfigError) as info:
+        AutoModelForCausalLM.from_pretrained(saved_toy)
+    message = str(info.value)
+    assert message.startswith("vocab_size=1000000 in ") and "does not match the weights" in message
+    assert message.endswith(
+        "The configuration is corrupt or belongs to another checkpoint; fix the value or use the matching files."
+    )
+
+
+# From test_modeling_rest_mutants.py: Behaviour of ``microformers.modeling`` that the seventh mutation pass
+# (workspace jmod) found unasserted. See docs/reliability.md, "Mutation testing": each test here fails with at least
+# one mutant of ``kernel/src/microformers/modeling.py`` (``from_pretrained``, construction on meta, ``post_init``)
+# that the other judging tests let survive, and passes on the real code.
+
+
+class _Small(modeling_module.PreTrainedModel):
+    """A linear layer and a frozen parameter made from values."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.inner = torch.nn.Linear(3, 3)
+        self.fixed = torch.nn.Parameter(torch.arange(3.0), requires_grad=False)
+        self.post_init()
+
+
+@pytest.fixture
+def small_folder(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    folder = tmp_path / "small"
+    _Small(PretrainedConfig(flavour="saved")).save_pretrained(folder)
+    return folder
+
+
+def _message(exc: pytest.ExceptionInfo[BaseException]) -> str:
+    return str(exc.value)
+
+
+# -- arguments from_pretrained takes, ignores or refuses ------------------------------------------------------
+
+
+def test_trust_remote_code_and_low_cpu_mem_usage_are_accepted_and_reach_no_config(small_folder: Path) -> None:
+    model = _Small.from_pretrained(
+        small_folder, config=PretrainedConfig(), trust_remote_code=True, low_cpu_mem_usage=True
+    )
+    assert isinstance(model, _Small)
+    loaded = _Small.from_pretrained(small_folder, trust_remote_code=True, low_cpu_mem_usage=True)
+    assert loaded.config.flavour == "saved"
+    assert not hasattr(loaded.config, "trust_remote_code") and not hasattr(loaded.config, "low_cpu_mem_usage")
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"offload_folder": "off"}, "offload_folder"),
+        ({"offload_state_dict": True}, "offload_state_dict"),
+        ({"offload_buffers": True}, "offload_buffers"),
+        ({"offload_folder": "off", "offload_buffers": True}, "offload_folder, offload_buffers"),
+        ({"device_map": {"": "disk"}}, "a device_map value of disk"),
+        ({"device_map": {"inner": "cpu", "fixed": "disk"}}, "a device_map value of disk"),
+    ],
+)
+def test_disk_offload_is_refused_naming_what_asked_for_it(
+    small_folder: Path, kwargs: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        _Small.from_pretrained(small_folder, config=PretrainedConfig(), **kwargs)
+    assert _message(info) == (
+        f"{named}: disk offload is not supported; load onto the CPU or a device (device_map='cpu' / 'auto'), "
+        "or quantize to fit"
+    )
+
+
+def test_offload_arguments_that_ask_for_nothing_are_accepted(small_folder: Path) -> None:
+    model = _Small.from_pretrained(
+        small_folder, config=PretrainedConfig(), offload_folder=None, offload_state_dict=False, offload_buffers=False
+    )
+    assert isinstance(model, _Small)
+
+
+def test_arguments_nothing_uses_are_refused_by_name(small_folder: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _Small.from_pretrained(small_folder, config=PretrainedConfig(), flavour="x", colour="y")
+    assert _message(info) == (
+        "from_pretrained() does not use colour, flavour: neither a loading argument nor a setting of "
+        "PretrainedConfig; check the spelling (settings of a config= object go on it)"
+    )
+    with pytest.raises(ConfigError) as info:  # a state dict is not a config setting either
+        _Small.from_pretrained(small_folder, state_dict={})
+    assert _message(info).startswith("from_pretrained() does not use state_dict: neither a loading argument nor a ")
+
+
+def test_a_config_given_as_a_folder_is_read_from_that_folder(small_folder: Path, tmp_path: Path) -> None:
+    PretrainedConfig(flavour="other").save_pretrained(tmp_path / "config_only")
+    model = _Small.from_pretrained(small_folder, config=str(tmp_path / "config_only"))
+    assert model.config.flavour == "other"
+    assert _Small.from_pretrained(small_folder).config.flavour == "saved"
+
+
+def test_attn_implementation_is_checked_and_set_on_the_config(small_folder: Path) -> None:
+    assert _Small.from_pretrained(small_folder, attn_implementation="eager").config._attn_implementation == "eager"
+    with pytest.raises(Exception, match=r"attn_implementation"):
+        _Small.from_pretrained(small_folder, attn_implementation="no-such-attention")
+
+
+def test_torch_dtype_is_used_when_given(small_folder: Path) -> None:
+    assert _Small.from_pretrained(small_folder, torch_dtype=torch.float16).inner.weight.dtype == torch.float16
+    assert _Small.from_pretrained(small_folder, torch_dtype="bfloat16").inner.weight.dtype == torch.bfloat16
+    assert _Small.from_pretrained(small_folder).inner.weight.dtype == torch.float32
+
+
+def test_device_and_device_map_place_the_loaded_model(small_folder: Path) -> None:
+    on_meta = _Small.from_pretrained(small_folder, device="meta")
+    assert all(p.is_meta for p in on_meta.parameters())
+    placed = _Small.from_pretrained(small_folder, device_map="cpu")
+    assert placed.hf_device_map == {"": "cpu"} and placed.inner.weight.device.type == "cpu"
+    assert not hasattr(_Small.from_pretrained(small_folder), "hf_device_map")
+
+
+def test_loading_info_only_when_asked(small_folder: Path) -> None:
+    assert isinstance(_Small.from_pretrained(small_folder), _Small)
+    model, info = _Small.from_pretrained(small_folder, output_loading_info=True)
+    assert isinstance(model, _Small) and info["missing_keys"] == [] and info["unexpected_keys"] == []
+
+
+# -- declared sizes, and errors the model class raises about its config ------------------------------------------
+
+
+class _Layers(modeling_module.PreTrainedModel):
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(config.num_hidden_layers))
+        self.post_init()
+
+
+def test_a_layer_count_far_beyond_the_checkpoint_is_refused_unless_not_strict(tmp_path: Path) -> None:
+    _Layers(PretrainedConfig(num_hidden_layers=2)).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 67}))
+    with pytest.raises(ConfigError) as info:
+        _Layers.from_pretrained(tmp_path)
+    assert _message(info).startswith(
+        f"num_hidden_layers=67 in {tmp_path / 'config.json'} does not match the weights: its tensors have layer "
+        "indices up to 1. "
+    )
+    model, info_dict = _Layers.from_pretrained(tmp_path, strict=False, output_loading_info=True)
+    assert len(model.layers) == 67 and len(info_dict["missing_keys"]) == 130
+
+
+class _Picky(modeling_module.PreTrainedModel):
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        super().__init__(config)
+        if getattr(config, "width", 1) != 1:
+            raise ConfigError(f"width={config.width} is not supported")
+        self.inner = torch.nn.Linear(1, 1)
+        self.post_init()
+
+
+def test_a_config_value_the_class_refuses_is_reported_with_the_config_file(tmp_path: Path) -> None:
+    _Picky(PretrainedConfig()).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        _Picky.from_pretrained(tmp_path, width=3)
+    assert _message(info) == f"{tmp_path / 'config.json'}: width=3 is not supported"
+
+
+def test_a_config_value_the_class_refuses_is_reported_with_the_weights_file_that_holds_it(
+    tmp_path: Path, one_file_format: Any
+) -> None:
+    tensors = {"inner.weight": [[0.5]], "inner.bias": [0.0]}
+    path = tmp_path / "model.onefile"
+    path.write_text(json.dumps({"config": {"width": 3}, "tensors": tensors}))
+    with pytest.raises(ConfigError) as info:
+        _Picky.from_pretrained(tmp_path)
+    assert _message(info) == f"{path}: width=3 is not supported"
+    path.write_text(json.dumps({"config": {"width": 1}, "tensors": tensors}))
+    # exact: 0.5 loaded from the file, nothing computed
+    assert _Picky.from_pretrained(tmp_path).inner.weight.item() == 0.5
+
+
+class _ShapesOnly:
+    """A format that lists tensor shapes (two layers)."""
+
+    def shapes(self, files: list[Path]) -> dict[str, tuple[int, ...]]:
+        return {"layers.0.weight": (2, 2), "layers.1.weight": (2, 2)}
+
+
+def test_check_declared_sizes_is_strict_by_default(tmp_path: Path) -> None:
+    files, fmt = [tmp_path / "model.safetensors"], _ShapesOnly()
+    modeling_module.check_declared_sizes(PretrainedConfig(num_hidden_layers=66), fmt, files)
+    with pytest.raises(ConfigError, match=r"^num_hidden_layers=67 in .* its tensors have layer indices up to 1\. "):
+        modeling_module.check_declared_sizes(PretrainedConfig(num_hidden_layers=67), fmt, files)
+
+
+class _Widened(modeling_module.PreTrainedModel):
+    """A model class that takes a positional argument after its config."""
+
+    config_class = PretrainedConfig
+
+    def __init__(self, config: PretrainedConfig, width: int = 1) -> None:
+        super().__init__(config)
+        self.width = width
+        self.inner = torch.nn.Linear(2, 2)
+        self.post_init()
+
+
+def test_positional_arguments_after_the_path_reach_the_model_class(tmp_path: Path) -> None:
+    _Widened(PretrainedConfig()).save_pretrained(tmp_path)
+    assert _Widened.from_pretrained(tmp_path, 5).width == 5
+    assert _Widened.from_pretrained(tmp_path).width == 1
+
+
+def test_the_format_is_asked_for_tensors_in_the_load_dtype(tmp_path: Path, one_file_format: Any) -> None:
+    # The format contract (hookspecs: load(files, dtype=...)): GGUF dequantises straight into the load dtype,
+    # so a bfloat16 load never holds a float32 copy of the weights.
+    tensors = {"inner.weight": [[0.5]], "inner.bias": [0.0]}
+    (tmp_path / "model.onefile").write_text(json.dumps({"config": {"width": 1}, "tensors": tensors}))
+    model = _Picky.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    assert one_file_format.asked == [torch.bfloat16] and model.inner.weight.dtype == torch.bfloat16

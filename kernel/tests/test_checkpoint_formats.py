@@ -1,5 +1,4 @@
-"""``microformers.formats`` (sharding, safetensors, legacy ``.bin``): behaviour the fourth (full) mutation
-run found unasserted (docs/reliability.md, "Fourth pass")."""
+"""``microformers.formats``: sharding, safetensors and legacy ``.bin`` reading and writing."""
 
 from __future__ import annotations
 
@@ -14,9 +13,12 @@ from safetensors.torch import save_file
 
 from microformers import CheckpointError, ConfigError, FileMissingError
 from microformers.formats import parse_size, plan_shards, save_sharded, shard_file_names
-from microformers.formats.bin_format import PYTORCH_BIN
-from microformers.formats.safetensors_format import SAFETENSORS, variant_name
+from microformers.formats.bin_format import PYTORCH_BIN, PytorchBinFormat
+from microformers.formats.safetensors_format import SAFETENSORS, SafetensorsFormat, variant_name
 from microformers.weights import FormatRefused
+
+# From test_formats_full_mutants.py: ``microformers.formats`` (sharding, safetensors, legacy ``.bin``): behaviour
+# the fourth (full) mutation run found unasserted (docs/reliability.md, "Fourth pass").
 
 
 class NotATensor:
@@ -44,7 +46,11 @@ def test_shard_names_count_from_one() -> None:
 def test_the_shard_index_is_written_like_the_references(tmp_path: Path) -> None:
     state = {"b": torch.zeros(4), "a": torch.ones(4)}
     written = save_sharded(state, tmp_path, 16, "model.safetensors", "model.safetensors.index.json", lambda t, p: None)
-    assert written == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"]
+    assert written == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+    ]
     index = {
         "metadata": {"total_size": 32},
         "weight_map": {"b": "model-00001-of-00002.safetensors", "a": "model-00002-of-00002.safetensors"},
@@ -149,3 +155,36 @@ def test_a_saved_view_stores_only_its_own_values(tmp_path: Path) -> None:
     assert (tmp_path / "pytorch_model.bin").stat().st_size < 10_000
     # exact: a save/load round trip copies bytes
     assert torch.equal(PYTORCH_BIN.load([tmp_path / "pytorch_model.bin"])["w"], big[:4])
+
+
+# From test_formats_mutants.py: Behaviour of ``microformers.formats`` that the mutation pass found unasserted
+# (docs/reliability.md).
+
+
+def test_shards_fill_up_to_exactly_the_limit() -> None:
+    assert plan_shards({"a": 4, "b": 6, "c": 1}, 10) == [["a", "b"], ["c"]]  # 4 + 6 == 10 fits
+    assert plan_shards({"a": 10, "b": 1}, 10) == [["a"], ["b"]]
+    assert plan_shards({"big": 25, "b": 1}, 10) == [["big"], ["b"]]  # a larger tensor gets its own shard
+
+
+def test_safetensors_download_patterns() -> None:
+    assert (
+        SafetensorsFormat().patterns() == ["*.safetensors"]
+        and SafetensorsFormat().patterns(use_safetensors=False) == []
+    )
+
+
+def test_malformed_shard_indexes_are_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text("{")
+    with pytest.raises(ConfigError, match=r"\(safetensors shard index\) is not valid JSON"):
+        SafetensorsFormat().find(tmp_path)
+    (tmp_path / "model.safetensors.index.json").unlink()
+    (tmp_path / "pytorch_model.bin.index.json").write_text("[")
+    with pytest.raises(ConfigError, match=r"\(pytorch shard index\) is not valid JSON"):
+        PytorchBinFormat().find(tmp_path)
+
+
+def test_a_pytorch_index_without_a_weight_map_lists_no_shards(tmp_path: Path) -> None:
+    # no raw AttributeError: no shards are listed, and the loader then reports that it found no weights
+    (tmp_path / "pytorch_model.bin.index.json").write_text('{"metadata": {}}')
+    assert PytorchBinFormat().find(tmp_path) == []

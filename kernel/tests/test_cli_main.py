@@ -13,6 +13,9 @@ from microformers import ConfigError
 from microformers import cli as cli_module
 from microformers.plugins import Registry
 
+# From test_cli_mutants.py: ``microformers.cli.main`` in-process: each exit path (other CLI tests run it in
+# subprocesses, with the installed code, which the mutation pass cannot see; docs/reliability.md).
+
 
 def _command(behaviour: Callable[[argparse.Namespace], object]) -> Callable[[argparse.ArgumentParser], Callable]:
     def build(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], object]:
@@ -82,7 +85,9 @@ def test_failures_print_one_line_and_exit_with_their_code(
     assert capsys.readouterr().err == message
 
 
-def test_the_traceback_only_when_asked(commands: Registry, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_traceback_only_when_asked(
+    commands: Registry, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MICROFORMERS_TRACEBACK", "1")
     assert cli_module.main(["bug"]) == 1
     err = capsys.readouterr().err
@@ -94,7 +99,9 @@ def test_a_closed_pipe_ends_quietly_with_stdout_sent_to_devnull(
     commands: Registry, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     moved: list[tuple[str, int]] = []
-    monkeypatch.setattr(cli_module.os, "dup2", lambda fd, target: moved.append((os.readlink(f"/proc/self/fd/{fd}"), target)))
+    monkeypatch.setattr(
+        cli_module.os, "dup2", lambda fd, target: moved.append((os.readlink(f"/proc/self/fd/{fd}"), target))
+    )
     monkeypatch.setattr(cli_module.sys.stdout, "fileno", lambda: 99)
     assert cli_module.main(["pipe"]) == 141
     assert moved == [("/dev/null", 99)]
@@ -103,7 +110,10 @@ def test_a_closed_pipe_ends_quietly_with_stdout_sent_to_devnull(
 
 @pytest.mark.parametrize(
     ("exc", "code", "message"),
-    [(ConfigError("broken plugin"), 2, "microformers: error: broken plugin\n"), (KeyboardInterrupt(), 130, "\nmicroformers: interrupted\n")],
+    [
+        (ConfigError("broken plugin"), 2, "microformers: error: broken plugin\n"),
+        (KeyboardInterrupt(), 130, "\nmicroformers: interrupted\n"),
+    ],
 )
 def test_failures_during_start_up_name_no_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc: BaseException, code: int, message: str

@@ -1,8 +1,7 @@
-"""Behaviour of ``microformers.hub`` that the mutation pass found unasserted (docs/reliability.md).
+"""``microformers.hub``: resolving folders and files (local or Hub), downloads' arguments and error messages,
+the umask, atomic writes.
 
-The Hub is unreachable in tests: ``huggingface_hub``'s download functions are replaced by recorders,
-so the arguments microformers hands them (revision, offline mode, patterns, the repo name) are checked.
-"""
+The Hub is unreachable in tests: ``huggingface_hub``'s download functions are replaced by recorders."""
 
 from __future__ import annotations
 
@@ -15,8 +14,14 @@ from huggingface_hub import errors as hub_errors
 
 from microformers import FileMissingError, hub
 
+# From test_hub_mutants.py: Behaviour of ``microformers.hub`` that the mutation pass found unasserted
+# (docs/reliability.md). The Hub is unreachable in tests: ``huggingface_hub``'s download functions are replaced by
+# recorders, so the arguments microformers hands them (revision, offline mode, patterns, the repo name) are checked.
 
-@pytest.mark.parametrize(("value", "offline"), [("1", True), ("TRUE", True), ("On", True), ("yes", True), ("0", False), (None, False)])
+
+@pytest.mark.parametrize(
+    ("value", "offline"), [("1", True), ("TRUE", True), ("On", True), ("yes", True), ("0", False), (None, False)]
+)
 def test_hf_hub_offline_values(monkeypatch: pytest.MonkeyPatch, value: str | None, offline: bool) -> None:
     if value is None:
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -144,10 +149,14 @@ def test_staged_folder_is_the_kernels_own_and_honours_the_replace_globs(tmp_path
 
 def test_an_optional_file_missing_from_a_cached_snapshot_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder([], hub_errors.LocalEntryNotFoundError("not cached")))
+    monkeypatch.setattr(
+        huggingface_hub, "hf_hub_download", _recorder([], hub_errors.LocalEntryNotFoundError("not cached"))
+    )
     monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder([], "/cache/snap"))
     assert hub._hub_download("org/name", "extra.json", False, None, None, True, None, "", False) is None
-    with pytest.raises(FileMissingError, match=r"^config\.json of org/name is not in the local Hub cache and offline mode is on"):
+    with pytest.raises(
+        FileMissingError, match=r"^config\.json of org/name is not in the local Hub cache and offline mode is on"
+    ):
         hub._hub_download("org/name", "config.json", True, None, None, True, None, "", False)
 
 
@@ -156,7 +165,9 @@ def test_resolve_folder_refuses_a_file_or_missing_path_and_passes_the_cache(
 ) -> None:
     (tmp_path / "weights").write_text("x")
     for name in (str(tmp_path / "weights"), str(tmp_path / "missing")):
-        with pytest.raises(FileMissingError, match=rf"^folder {name} does not exist; pass a folder with config\.json or a Hub repo id$"):
+        with pytest.raises(
+            FileMissingError, match=rf"^folder {name} does not exist; pass a folder with config\.json or a Hub repo id$"
+        ):
             hub.resolve_folder(name)
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", _recorder(calls, str(tmp_path)))
@@ -164,7 +175,9 @@ def test_resolve_folder_refuses_a_file_or_missing_path_and_passes_the_cache(
     assert calls[0]["cache_dir"] == "/my/cache"
 
 
-def test_resolve_folder_token_offline_message_and_trailing_slash_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_resolve_folder_token_offline_message_and_trailing_slash_paths(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert hub._looks_like_path("org/name/") is True  # two slashes: a path, not a repo id
     calls: list[dict[str, Any]] = []
@@ -242,13 +255,24 @@ def test_resolve_file_messages_and_hub_arguments(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(FileMissingError, match=r"re-save the model with save_pretrained or copy the file there\.$"):
         hub.resolve_file(tmp_path, "config.json")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(FileMissingError, match=rf"^{tmp_path / 'file'} is a file; pass the folder that contains config\.json instead$"):
+    with pytest.raises(
+        FileMissingError, match=rf"^{tmp_path / 'file'} is a file; pass the folder that contains config\.json instead$"
+    ):
         hub.resolve_file(tmp_path / "file", "config.json")
     calls: list[tuple] = []
     monkeypatch.setattr(hub, "_hub_download", lambda *args: calls.append(args))
     hub.resolve_file("org/name", "config.json")
-    hub.resolve_file("org/name", "c.json", required=False, revision="r", cache_dir="/c", local_files_only=True,
-                     token="t", subfolder="s", force_download=True)
+    hub.resolve_file(
+        "org/name",
+        "c.json",
+        required=False,
+        revision="r",
+        cache_dir="/c",
+        local_files_only=True,
+        token="t",
+        subfolder="s",
+        force_download=True,
+    )
     assert calls == [
         ("org/name", "config.json", True, None, None, False, None, "", False),
         ("org/name", "c.json", False, "r", "/c", True, "t", "s", True),
@@ -267,7 +291,9 @@ def test_hub_download_error_messages(monkeypatch: pytest.MonkeyPatch) -> None:
         return str(info.value)
 
     local = hub_errors.LocalEntryNotFoundError("not cached")
-    assert "(HF_HUB_OFFLINE=1 or local_files_only=True). Download it while online (huggingface-cli" in fails_with(local, True)
+    assert "(HF_HUB_OFFLINE=1 or local_files_only=True). Download it while online (huggingface-cli" in fails_with(
+        local, True
+    )
     assert fails_with(local) == (
         "could not download config.json of org/name and it is not cached: not cached. Check the network, or set "
         "HF_HUB_OFFLINE=1 and pass a local folder."
@@ -282,4 +308,8 @@ def test_hub_download_error_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recorder([], local))
     with pytest.raises(FileMissingError):
         hub._hub_download("org/name", "x.json", False, "v1", "/c", True, None, "", False)
-    assert snapshots[-1]["args"] == ("org/name",) and snapshots[-1]["revision"] == "v1" and snapshots[-1]["cache_dir"] == "/c"
+    assert (
+        snapshots[-1]["args"] == ("org/name",)
+        and snapshots[-1]["revision"] == "v1"
+        and snapshots[-1]["cache_dir"] == "/c"
+    )

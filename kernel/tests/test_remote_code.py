@@ -1,15 +1,15 @@
-"""Behaviour of ``microformers.remote`` that the full mutation run found unasserted (docs/reliability.md).
-
-Folders with their own code (``auto_map``) are built in ``tmp_path``; each test uses folders of its own, so
-the private packages a load creates never collide between tests.
-"""
+"""``microformers.remote``: folders with their own code (``auto_map``): which files are collected, imported and
+copied, requirement checks, ``trust_remote_code`` and the messages."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import locale
 import pickle
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import packaging
@@ -21,9 +21,15 @@ from microformers.remote import (
     RegisterForAutoClass,
     check_requirements,
     collect_code_files,
+    import_isolated,
     load_remote_class,
     split_reference,
 )
+
+# From test_remote_full_mutants.py: Behaviour of ``microformers.remote`` that the full mutation run found unasserted
+# (docs/reliability.md). Folders with their own code (``auto_map``) are built in ``tmp_path``; each test uses
+# folders of its own, so the private packages a load creates never collide between tests.
+
 
 CONFIG_SOURCE = (
     "from microformers import PretrainedConfig\n\n\n"
@@ -413,3 +419,258 @@ def test_saving_a_remote_config_keeps_the_other_auto_map_entries(tmp_path: Path)
     assert auto_map == {"AutoConfig": "conf.RemoteConfig", "AutoTokenizer": ["tok.T", None]}
     assert sorted(p.name for p in saved.glob("*.py")) == ["conf.py", "helper.py"]
     assert AutoConfig.from_pretrained(saved, trust_remote_code=True).width == 6
+
+
+# From test_remote_mutants.py: Behaviour of ``microformers.remote`` that the mutation pass found unasserted
+# (docs/reliability.md).
+
+
+def test_a_malformed_auto_map_entry_is_named() -> None:
+    with pytest.raises(RemoteCodeError, match=r"^auto_map entry 'nodot' is not of the form 'module\.ClassName'$"):
+        split_reference("nodot")
+
+
+def test_requirements_comments_and_satisfied_specifiers(tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("packaging>=1.0  # used by # the loader\n# a comment line\n")
+    check_requirements(requirements)  # satisfied: no error
+
+
+def test_register_for_auto_class_defaults_to_auto_model() -> None:
+    class Thing(RegisterForAutoClass):
+        pass
+
+    Thing.register_for_auto_class()
+    assert Thing._auto_class == "AutoModel"
+
+
+def test_the_consent_refusal_says_how_to_allow_and_pin(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "toy_remote", "auto_map": {"AutoConfig": "toy.ToyConfig"}})
+    )
+    (tmp_path / "toy.py").write_text(
+        "from microformers import PretrainedConfig\nclass ToyConfig(PretrainedConfig):\n    pass\n"
+    )
+    with pytest.raises(RemoteCodeError) as info:
+        AutoConfig.from_pretrained(tmp_path)
+    assert str(info.value).endswith(
+        "pass trust_remote_code=True to allow it (pin it with revision=<commit> and code_sha256={file: sha256}). "
+        "microformers never runs model code without that consent."
+    )
+
+
+def test_code_in_a_subfolder_without_init_py_is_importable(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "toy_nested", "auto_map": {"AutoConfig": "toy.ToyConfig"}})
+    )
+    (tmp_path / "toy.py").write_text("from .parts.base import ToyConfig\n")
+    (tmp_path / "parts").mkdir()  # a namespace package: no __init__.py
+    (tmp_path / "parts" / "base.py").write_text(
+        "from microformers import PretrainedConfig\nclass ToyConfig(PretrainedConfig):\n    model_type = 'toy_nested'\n"
+    )
+    config = AutoConfig.from_pretrained(tmp_path, trust_remote_code=True)
+    assert type(config).__name__ == "ToyConfig" and config.model_type == "toy_nested"
+
+
+def test_saving_remote_code_copies_it_back_with_its_nested_imports(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    (source / "parts" / "deep").mkdir(parents=True)
+    (source / "config.json").write_text(
+        json.dumps({"model_type": "toy_deep", "auto_map": {"AutoConfig": "toy.ToyConfig"}})
+    )
+    (source / "toy.py").write_text(
+        "from microformers import PretrainedConfig\nfrom .parts.deep.sizes import SIZE\n"
+        "class ToyConfig(PretrainedConfig):\n    model_type = 'toy_deep'\n    size = SIZE\n"
+    )
+    (source / "parts" / "deep" / "sizes.py").write_text("SIZE = 7\n")
+    saved = tmp_path / "saved"
+    AutoConfig.from_pretrained(source, trust_remote_code=True).save_pretrained(saved)
+    # as the reference: the code is copied (two folders deep here), so the saved folder loads on its own
+    assert (saved / "toy.py").read_text() == (source / "toy.py").read_text()
+    assert (saved / "parts" / "deep" / "sizes.py").read_text() == "SIZE = 7\n"
+    assert AutoConfig.from_pretrained(saved, trust_remote_code=True).size == 7
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_code_revision_is_the_revision_the_code_is_fetched_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict] = []
+
+    def collect(module: str, source: object, hub_kwargs: dict) -> dict:
+        asked.append(dict(hub_kwargs))
+        raise _Stop
+
+    monkeypatch.setattr(remote_module, "collect_code_files", collect)
+    hub_kwargs = {"revision": "main", "token": "t"}
+    with pytest.raises(_Stop):
+        remote_module.load_remote_class(
+            "toy.ToyModel", "someone/repo", True, hub_kwargs, {"code_revision": "abc123"}, "AutoModel"
+        )
+    assert asked == [{"revision": "abc123", "token": "t"}]  # the code's own revision; the weights' kept apart
+    assert hub_kwargs == {"revision": "main", "token": "t"}
+    with pytest.raises(_Stop):
+        remote_module.load_remote_class("toy.ToyModel", "someone/repo", True, hub_kwargs, {}, "AutoModel")
+    assert asked[-1] == {"revision": "main", "token": "t"}
+
+
+# From test_remote_rest_mutants.py: ``microformers.remote``: behaviour that the sixth mutation pass (the functions
+# the fifth pass did not judge: ``_relative_imports``, ``_module_file``, ``collect_code_files``,
+# ``check_requirements``, ``_ReviewedCode.find_spec`` and ``import_isolated``) found unasserted
+# (docs/reliability.md, "Mutation testing"). Folders with their own code (``auto_map``) are built in ``tmp_path``;
+# each test uses folders of its own, so the private packages a load creates never collide between tests.
+
+
+REST_CONFIG_SOURCE = (
+    "from microformers import PretrainedConfig\n\n\n"
+    "class RemoteConfig(PretrainedConfig):\n"
+    "    model_type = 'remote_rest'\n\n"
+    "    def __init__(self, width: int = 4, **kwargs):\n"
+    "        self.width = width\n"
+    "        super().__init__(**kwargs)\n"
+)
+
+
+def write_utf8_folder(folder: Path, files: dict[str, str], auto_map: dict[str, object] | None = None) -> Path:
+    """A model folder holding ``files`` (relative names) and a ``config.json`` with ``auto_map``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+    config = {"model_type": "remote_rest", "auto_map": auto_map or {"AutoConfig": "conf.RemoteConfig"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """A process whose locale says ASCII (``LC_CTYPE=C`` without Python's UTF-8 coercion)."""
+    previous = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, previous)
+
+
+# -- which files would run ---------------------------------------------------------------------------
+def test_files_no_import_can_reach_are_not_listed(tmp_path: Path) -> None:
+    """A file named ``.py``, or ``*.py`` beside a star import, is no module of the folder: it is neither listed
+    for consent nor hashed."""
+    folder = write_utf8_folder(
+        tmp_path / "m",
+        {
+            "conf.py": "from . import helper\nfrom .pkg import *\n",
+            "helper.py": "H = 1\n",
+            "pkg/__init__.py": "P = 1\n",
+            ".py": "raise RuntimeError('not a module')\n",
+            "pkg/*.py": "raise RuntimeError('not a module')\n",
+        },
+    )
+    assert collect_code_files("conf", folder, {}) == {
+        name: folder / name for name in ("conf.py", "helper.py", "pkg/__init__.py")
+    }
+
+
+def test_the_parent_packages_of_a_nested_module_are_listed_and_run(tmp_path: Path) -> None:
+    """Importing ``pkg.sub.conf`` runs ``pkg/__init__.py`` and ``pkg/sub/__init__.py`` first: they are listed,
+    hashed and run from the private package."""
+    files = {
+        "pkg/__init__.py": "MARK = 'pkg'\n",
+        "pkg/sub/__init__.py": "MARK = 'sub'\n",
+        "pkg/sub/conf.py": REST_CONFIG_SOURCE,
+    }
+    folder = write_utf8_folder(tmp_path / "m", files, {"AutoConfig": "pkg.sub.conf.RemoteConfig"})
+    assert collect_code_files("pkg.sub.conf", folder, {}) == {name: folder / name for name in files}
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert sorted(type(config)._microformers_code_sha256) == sorted(files)
+    sub = type(config).__module__.rpartition(".")[0]
+    assert sys.modules[sub].MARK == "sub" and sys.modules[sub.rpartition(".")[0]].MARK == "pkg"
+
+
+def test_modules_that_import_each_other_are_listed_once(tmp_path: Path) -> None:
+    """An import cycle ends: each module is read once (in a daemon thread, so that a regression fails, not hangs)."""
+    folder = write_utf8_folder(
+        tmp_path / "m",
+        {"conf.py": "from . import a\n", "a.py": "from . import b\n", "b.py": "from . import a, conf\n"},
+    )
+    found: list[dict[str, Path]] = []
+    worker = threading.Thread(target=lambda: found.append(collect_code_files("conf", folder, {})), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert found == [{name: folder / name for name in ("conf.py", "a.py", "b.py")}]
+
+
+def test_a_syntax_error_found_while_listing_keeps_the_file_name_for_tracebacks(tmp_path: Path) -> None:
+    folder = write_utf8_folder(tmp_path / "m", {"conf.py": "from .helper import H\n", "helper.py": "x = 1\ny = = 2\n"})
+    with pytest.raises(RemoteCodeError) as info:
+        collect_code_files("conf", folder, {})
+    assert str(info.value).startswith(f"{folder / 'helper.py'} has a syntax error at line 2")
+    cause = info.value.__cause__
+    assert isinstance(cause, SyntaxError) and cause.filename == str(folder / "helper.py") and cause.lineno == 2
+
+
+def test_a_file_with_a_nul_byte_is_refused_naming_it(tmp_path: Path) -> None:
+    """Python 3.10's parser raises ValueError for it, later ones SyntaxError: the same refusal either way."""
+    folder = write_utf8_folder(tmp_path / "m", {"conf.py": "from .helper import H\n", "helper.py": "H = 1\n\0\n"})
+    with pytest.raises(RemoteCodeError) as info:
+        collect_code_files("conf", folder, {})
+    message = str(info.value)
+    assert message.startswith(f"{folder / 'helper.py'} has a syntax error")
+    assert "null bytes" in message and message.endswith(". It was not run; fix the file.")
+
+
+# -- requirements.txt ----------------------------------------------------------------------------------
+def test_requirements_are_read_as_utf8_whatever_the_locale(tmp_path: Path, ascii_locale: None) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# für die Übersetzung\npackaging\n", encoding="utf-8")
+    check_requirements(requirements)  # no UnicodeDecodeError
+    requirements.write_text("# café\nsurely-not-installed-pkg-rest\n", encoding="utf-8")
+    with pytest.raises(RemoteCodeError, match=r"surely-not-installed-pkg-rest \(not installed\)"):
+        check_requirements(requirements)
+
+
+# -- the private package ---------------------------------------------------------------------------------
+def test_a_compile_time_error_names_the_file_and_leaves_no_module(tmp_path: Path) -> None:
+    # ast.parse accepts a top-level return; compiling it (while importing) fails
+    source = "from .helper import H\n" + REST_CONFIG_SOURCE + "return 1\n"
+    folder = write_utf8_folder(tmp_path / "m", {"conf.py": source, "helper.py": "H = 1\n"})
+    before = private_modules()
+    with pytest.raises(RemoteCodeError) as info:
+        AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert str(info.value) == f"{folder / 'conf.py'} has a syntax error at line 11: 'return' outside function"
+    assert private_modules() - before == set()  # neither the package nor the helper that was imported first
+
+
+def test_the_private_package_is_an_empty_package(tmp_path: Path) -> None:
+    """No finder can list or import a file of the folder through the package (``__path__`` is empty)."""
+    folder = write_utf8_folder(tmp_path / "m", {"conf.py": REST_CONFIG_SOURCE})
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    package_name = type(config).__module__.rpartition(".")[0]
+    package = sys.modules[package_name]
+    assert package.__path__ == [] and package.__package__ == package_name
+
+
+def test_a_blocked_dynamic_import_lists_every_allowed_file(tmp_path: Path) -> None:
+    source = (
+        "from .helper import W\n"
+        + REST_CONFIG_SOURCE
+        + "import importlib\nimportlib.import_module('.sneaky', __package__)\n"
+    )
+    folder = write_utf8_folder(tmp_path / "m", {"conf.py": source, "helper.py": "W = 1\n", "sneaky.py": "X = 1\n"})
+    with pytest.raises(RemoteCodeError) as info:
+        AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert f"consented to ({folder / 'conf.py'}, {folder / 'helper.py'}); a dynamic import" in str(info.value.__cause__)
+
+
+def test_importing_a_module_that_was_not_listed_names_none_allowed(tmp_path: Path) -> None:
+    folder = write_utf8_folder(tmp_path / "m", {"conf.py": REST_CONFIG_SOURCE})
+    package = "microformers_remote_code.rest_unlisted_0"
+    with pytest.raises(RemoteCodeError) as info:
+        import_isolated(package, folder, "conf", {}, {})
+    assert str(info.value) == (
+        f"importing {folder} failed: ImportError: {package}.conf: {folder} may only import the code files that were "
+        "listed, hashed and consented to (none); a dynamic import of any other module of the folder is blocked"
+    )
+    assert not [name for name in sys.modules if name == package or name.startswith(package + ".")]
