@@ -1,4 +1,10 @@
-"""BERT encoder and its task heads.
+"""BERT encoder and its task heads, written out top to bottom.
+
+Reading order: embeddings, self-attention, attention output, MLP (intermediate + output), layer,
+encoder, pooler, the pre-trained base class, the base model's ``forward``, then the task heads. The
+configuration is ``BertConfig`` in ``configuration_bert.py``. From the SDK this file takes only building
+blocks: the attention functions (``config._attn_implementation``: ``sdpa``, ``eager`` or a registered one),
+the padding-mask helper, output dataclasses, losses and small head helpers; every ``forward`` is here.
 
 Parameter names equal the checkpoint tensor names of the reference implementation
 (``bert.embeddings.word_embeddings.weight``, ``bert.encoder.layer.{i}.attention.self.query.weight``,
@@ -7,39 +13,43 @@ Parameter names equal the checkpoint tensor names of the reference implementatio
 ``classifier.weight``, ``qa_outputs.weight``), so files load and save without renaming; the legacy
 ``LayerNorm.gamma`` / ``LayerNorm.beta`` spelling of old TF-converted files is renamed on load.
 
-One forward pass: word + token type + absolute position embeddings and a LayerNorm, then post-norm
-encoder layers (bidirectional self-attention through the configured attention kernel, residual and
-LayerNorm; GELU MLP, residual and LayerNorm), then the pooler (tanh of a dense layer on the first
-token) where the head uses it. The layers, the base model's ``forward`` and the token classification and
-QA heads are the SDK's (``microformers_sdk.encoder``), shared with RoBERTa; this file adds BERT's
-pre-training heads (masked LM, next sentence prediction) and its pooled classifier.
+Supported: ``head_mask`` and ``prune_heads``, ``output_attentions`` / ``output_hidden_states``, gradient
+checkpointing, absolute position embeddings. Decoder use (``is_decoder``, cross-attention, a KV cache) and
+relative position embeddings are refused by the config and the pre-trained base class.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import InputError
+from microformers.errors import ConfigError, InputError
+from microformers.outputs import ModelOutput
+from microformers_sdk.attention import AttentionFunction, eager_attention, get_attention_function
 from microformers_sdk.encoder import (
-    EncoderEmbeddings,
-    EncoderForMaskedLM,
-    EncoderForQuestionAnswering,
-    EncoderForSequenceClassification,
-    EncoderForTokenClassification,
-    EncoderHeadMixin,
-    EncoderLabelledHead,
-    EncoderLayer,
-    EncoderModelMixin,
-    EncoderPreTrainedMixin,
+    check_one_input,
     classifier_dropout,
+    layer_head_masks,
+    mirror_output_bias,
+    prune_model_heads,
+    question_answering_output,
+    require_two_labels,
 )
 from microformers_sdk.layers import get_activation
-from microformers_sdk.losses import token_cross_entropy
-from microformers_sdk.outputs import ModelOutput, NextSentencePredictorOutput
+from microformers_sdk.losses import sequence_classification_loss, token_cross_entropy
+from microformers_sdk.masks import build_attention_mask
+from microformers_sdk.outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    MaskedLMOutput,
+    NextSentencePredictorOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from microformers_sdk.weights import KeyRenamer
 
 from .configuration_bert import BertConfig
@@ -61,6 +71,9 @@ __all__ = [
 # Old TF-converted checkpoints spell LayerNorm parameters gamma/beta.
 LEGACY_NAMES = KeyRenamer([(r"LayerNorm\.gamma$", "LayerNorm.weight"), (r"LayerNorm\.beta$", "LayerNorm.bias")])
 
+# What a layer returns: its hidden states and, with ``output_attentions``, its attention probabilities.
+LayerOutput = tuple[torch.Tensor, torch.Tensor | None]
+
 
 class BertInputError(InputError):
     """The arguments of a forward call do not fit the model (missing inputs, too long, wrong shapes)."""
@@ -74,21 +87,396 @@ class BertForPreTrainingOutput(ModelOutput):
     attentions: Any
 
 
-class BertEmbeddings(EncoderEmbeddings):
-    """Word, token type and absolute position embeddings, summed and normalised."""
+# -- embeddings ----------------------------------------------------------------------------------------
+class BertEmbeddings(nn.Module):
+    """Word, token type and absolute position embeddings, summed, normalised and dropped out.
+
+    Token type embeddings exist when ``type_vocab_size`` > 0. Default position ids are ``0 .. length - 1``.
+    """
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__(
-            config.vocab_size, config.hidden_size, config.max_position_embeddings, config.type_vocab_size,
-            config.layer_norm_eps, config.hidden_dropout_prob, config.pad_token_id, error=BertInputError,
-        )  # fmt: skip
+        super().__init__()
+        pad = config.pad_token_id
+        padding_idx = pad if isinstance(pad, int) and 0 <= pad < config.vocab_size else None
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=padding_idx)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        if config.type_vocab_size > 0:
+            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        batch, length = inputs_embeds.shape[:2]
+        positions = self.position_embeddings.num_embeddings
+        if position_ids is None:
+            if length > positions:
+                raise BertInputError(
+                    f"the input has {length} tokens but this model has max_position_embeddings={positions}; "
+                    "truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))"
+                )
+            position_ids = torch.arange(length, device=inputs_embeds.device).unsqueeze(0)
+        elif bool((position_ids >= positions).any()) or bool((position_ids < 0).any()):
+            raise BertInputError(f"position_ids must lie in [0, {positions}) (max_position_embeddings)")
+
+        embeddings = inputs_embeds
+        if hasattr(self, "token_type_embeddings"):
+            types = self.token_type_embeddings.num_embeddings
+            if token_type_ids is None:
+                token_type_ids = torch.zeros((batch, length), dtype=torch.long, device=inputs_embeds.device)
+            elif tuple(token_type_ids.shape) != (batch, length):
+                raise BertInputError(
+                    f"token_type_ids has shape {tuple(token_type_ids.shape)} but the input is {(batch, length)}; "
+                    "pass one segment id per token"
+                )
+            elif bool((token_type_ids >= types).any()):
+                raise BertInputError(
+                    f"token_type_ids must lie in [0, {types}) (type_vocab_size); "
+                    "this model has no embedding for a higher segment id"
+                )
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        elif token_type_ids is not None:
+            raise BertInputError("this model has no token type embeddings; do not pass token_type_ids")
+        embeddings = embeddings + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(embeddings))
 
 
-class BertLayer(EncoderLayer):
-    """Post-norm block: ``norm(x + attn(x))`` then ``norm(x + mlp(x))`` (the SDK's, under BERT's name)."""
+# -- attention -----------------------------------------------------------------------------------------
+def _keep_features(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+    """A copy of ``linear`` keeping only the output (``dim=0``) or input (``dim=1``) features in ``index``."""
+    index = index.to(linear.weight.device)
+    weight = linear.weight.index_select(dim, index).detach().clone()
+    kept = nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None, device=weight.device,
+                     dtype=weight.dtype)  # fmt: skip
+    kept.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
+    if linear.bias is not None:
+        bias = linear.bias.index_select(0, index) if dim == 0 else linear.bias
+        kept.bias = nn.Parameter(bias.detach().clone(), requires_grad=linear.bias.requires_grad)
+    return kept
 
 
+class BertSelfAttention(nn.Module):
+    """Bidirectional multi-head attention: ``query``, ``key`` and ``value`` projections, then the attention kernel.
+
+    Returns the heads' concatenated context (projected back by ``BertSelfOutput``). ``head_mask`` (one value
+    per original head) scales each head's probabilities; ``kept_heads`` maps the heads left after
+    ``prune`` to their original indices.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.kept_heads = list(range(self.num_heads))
+        self.attention_dropout = float(config.attention_probs_dropout_prob or 0.0)
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_fn: AttentionFunction,
+        output_attentions: bool,
+        head_mask: torch.Tensor | None = None,
+    ) -> LayerOutput:
+        batch, length, _ = hidden_states.shape
+        split = (batch, length, self.num_heads, self.head_dim)  # -> (batch, heads, length, head_dim)
+        query = self.query(hidden_states).view(split).transpose(1, 2)
+        key = self.key(hidden_states).view(split).transpose(1, 2)
+        value = self.value(hidden_states).view(split).transpose(1, 2)
+        dropout = self.attention_dropout if self.training else 0.0
+
+        weights = None
+        if output_attentions:  # only the eager kernel can hand back the probabilities
+            context, weights = eager_attention(
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, return_weights=True
+            )
+        else:
+            context = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)
+        if head_mask is not None:
+            # Scaling a head's probabilities scales its context by the same factor.
+            scale = head_mask[self.kept_heads].to(context.dtype).view(1, -1, 1, 1)
+            context = context * scale
+            weights = weights * scale if weights is not None else None
+        return context.transpose(1, 2).reshape(batch, length, -1), weights
+
+    def prune(self, heads: set[int]) -> torch.Tensor | None:
+        """Remove the given original head indices from ``query``/``key``/``value``.
+
+        Returns the kept feature indices (for the output projection's input), ``None`` when nothing changed.
+        """
+        drop = {self.kept_heads.index(head) for head in heads if head in self.kept_heads}
+        if not drop:
+            return None
+        keep = [i for i in range(self.num_heads) if i not in drop]
+        index = torch.arange(self.num_heads * self.head_dim).view(self.num_heads, self.head_dim)[keep].flatten()
+        self.query = _keep_features(self.query, index, dim=0)
+        self.key = _keep_features(self.key, index, dim=0)
+        self.value = _keep_features(self.value, index, dim=0)
+        self.kept_heads = [self.kept_heads[i] for i in keep]
+        self.num_heads = len(keep)
+        return index
+
+
+class BertSelfOutput(nn.Module):
+    """``LayerNorm(dropout(dense(x)) + residual)``: projects the attention context back and closes the residual."""
+
+    def __init__(self, config: BertConfig, input_size: int | None = None) -> None:
+        super().__init__()
+        self.dense = nn.Linear(input_size or config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+
+
+class BertAttention(nn.Module):
+    """``self`` (the heads) and ``output`` (projection, residual, LayerNorm)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_fn: AttentionFunction,
+        output_attentions: bool,
+        head_mask: torch.Tensor | None = None,
+    ) -> LayerOutput:
+        context, weights = self.self(hidden_states, attention_mask, attention_fn, output_attentions, head_mask)
+        return self.output(context, hidden_states), weights
+
+    def prune_heads(self, heads: set[int]) -> None:
+        kept = self.self.prune(heads)
+        if kept is not None:
+            self.output.dense = _keep_features(self.output.dense, kept, dim=1)
+
+
+# -- MLP -----------------------------------------------------------------------------------------------
+class BertIntermediate(nn.Module):
+    """``act(dense(x))`` up to ``intermediate_size`` (``hidden_act``, GELU for BERT)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.intermediate_act_fn = get_activation(config.hidden_act)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.intermediate_act_fn(self.dense(hidden_states))
+
+
+class BertOutput(BertSelfOutput):
+    """``LayerNorm(dropout(dense(x)) + residual)`` back down from ``intermediate_size``."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, input_size=config.intermediate_size)
+
+
+# -- layer, encoder, pooler ----------------------------------------------------------------------------
+class BertLayer(nn.Module):
+    """Post-norm block: ``norm(x + attn(x))`` then ``norm(x + mlp(x))``."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_fn: AttentionFunction,
+        output_attentions: bool,
+        head_mask: torch.Tensor | None = None,
+    ) -> LayerOutput:
+        attended, weights = self.attention(hidden_states, attention_mask, attention_fn, output_attentions, head_mask)
+        return self.output(self.intermediate(attended), attended), weights
+
+
+def _call(layer: nn.Module, *args: Any) -> Any:
+    return layer(*args)
+
+
+class BertEncoder(nn.Module):
+    """``num_hidden_layers`` layers run in turn, collecting every hidden state (embeddings first) and attention."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_fn: AttentionFunction,
+        output_attentions: bool,
+        head_masks: list[torch.Tensor | None],
+        call_layer: Callable[..., Any] = _call,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """``call_layer(layer, *args)`` runs one layer; the model passes its own so gradient checkpointing applies."""
+        all_hidden_states = [hidden_states]
+        all_attentions = []
+        for layer, head_mask in zip(self.layer, head_masks):
+            hidden_states, weights = call_layer(
+                layer, hidden_states, attention_mask, attention_fn, output_attentions, head_mask
+            )
+            all_hidden_states.append(hidden_states)
+            if output_attentions:
+                all_attentions.append(weights)
+        return hidden_states, tuple(all_hidden_states), tuple(all_attentions)
+
+
+class BertPooler(nn.Module):
+    """``tanh(dense(h[:, 0]))``: the [CLS] token's final state, projected."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+# -- pre-trained base class ----------------------------------------------------------------------------
+class BertPreTrainedModel(PreTrainedModel):
+    """Weight init, head pruning and checkpoint-name handling shared by ``BertModel`` and every head."""
+
+    config_class = BertConfig
+    base_model_prefix = "bert"
+    supports_gradient_checkpointing = True
+    _no_split_modules: ClassVar[list[str]] = ["BertLayer"]
+    # Checkpoints saved by heads without a pooler (e.g. BertForMaskedLM) load into models that have one.
+    _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
+    # Older exporters saved the position/token-type id buffers, and tied files may repeat the MLM bias.
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [
+        r"embeddings\.position_ids$",
+        r"embeddings\.token_type_ids$",
+        r"cls\.predictions\.decoder\.bias$",
+    ]
+    config: BertConfig
+
+    def __init__(self, config: BertConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        for setting in ("is_decoder", "add_cross_attention"):
+            if getattr(config, setting, False):
+                raise ConfigError(
+                    f"{setting}=True in the {type(config).__name__} asks for a causal or cross-attending encoder, "
+                    f"which {type(self).__name__} does not provide; set it to false for the bidirectional encoder"
+                )
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, BertLMPredictionHead):
+            nn.init.zeros_(module.bias)
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.base_model.set_input_embeddings(value)
+
+    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
+        """Remove attention heads (``{layer: [head, ...]}``, original indices); recorded in ``config.pruned_heads``.
+
+        Checks the indices and calls ``BertModel._prune_heads``.
+        """
+        prune_model_heads(self, heads_to_prune, BertInputError)
+
+    def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
+        # gamma/beta renamed; a file holding the MLM output bias under only one of its two names fills both.
+        renamed = mirror_output_bias(LEGACY_NAMES.rename_all(checkpoint_keys), "cls.predictions")
+        mapping = super()._checkpoint_key_map(set(renamed))
+        return {name: renamed[key] for name, key in mapping.items()}
+
+    def _returned(self, output: ModelOutput, return_dict: bool | None) -> Any:
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return output if return_dict else output.to_tuple()
+
+
+# -- base model ----------------------------------------------------------------------------------------
+class BertModel(BertPreTrainedModel):
+    """The encoder (and, unless ``add_pooling_layer=False``, the pooler).
+
+    Returns ``BaseModelOutputWithPoolingAndCrossAttentions``; ``hidden_states`` holds the embedding
+    output and every layer's output (``num_hidden_layers + 1`` tensors).
+    """
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self._prune_heads(getattr(config, "pruned_heads", None) or {})
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embeddings.word_embeddings = value
+
+    def _prune_heads(self, heads_to_prune: dict[Any, list[int]]) -> None:
+        for layer, heads in heads_to_prune.items():
+            self.encoder.layer[int(layer)].attention.prune_heads(set(heads))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple[Any, ...]:
+        """``attention_mask`` is the tokenizer's ``(batch, length)`` 0/1 mask or a ready-made 4-D one;
+        ``head_mask`` is ``(heads,)`` for every layer or ``(layers, heads)``, 1 to keep a head and 0 to mask it."""
+        config = self.config
+        check_one_input(self, input_ids, inputs_embeds, BertInputError)
+        head_masks = layer_head_masks(head_mask, config.num_hidden_layers, config.num_attention_heads, BertInputError)
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        length = hidden_states.shape[1]
+        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[-1] != length:
+            raise BertInputError(
+                f"attention_mask has {attention_mask.shape[-1]} columns but the input has {length} tokens; "
+                "pass the mask the tokenizer returned with these input_ids"
+            )
+        mask, _ = build_attention_mask(attention_mask, length, 0, causal=False, device=hidden_states.device)
+        hidden_states, all_hidden_states, all_attentions = self.encoder(
+            hidden_states, mask, get_attention_function(config), output_attentions, head_masks, self._call_layer
+        )
+        output = BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            hidden_states=all_hidden_states if output_hidden_states else None,
+            attentions=all_attentions if output_attentions else None,
+        )
+        return self._returned(output, return_dict)
+
+
+# -- heads ---------------------------------------------------------------------------------------------
 class BertPredictionHeadTransform(nn.Module):
+    """``LayerNorm(act(dense(x)))`` before the vocabulary projection."""
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
@@ -136,87 +524,17 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-class BertPreTrainedModel(EncoderPreTrainedMixin, PreTrainedModel):
-    config_class = BertConfig
-    base_model_prefix = "bert"
-    input_error = BertInputError
-    output_bias_head = "cls.predictions"
-    legacy_names = LEGACY_NAMES
-    _no_split_modules: ClassVar[list[str]] = ["BertLayer"]
-    # Checkpoints saved by heads without a pooler (e.g. BertForMaskedLM) load into models that have one.
-    _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
-    # Older exporters saved the position/token-type id buffers, and tied files may repeat the MLM bias.
-    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [
-        r"embeddings\.position_ids$",
-        r"embeddings\.token_type_ids$",
-        r"cls\.predictions\.decoder\.bias$",
-    ]
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if isinstance(module, BertLMPredictionHead):
-            nn.init.zeros_(module.bias)
+# Tied with tie_word_embeddings: the MLM decoder reads the word embeddings and the head's own bias.
+_MLM_TIED_WEIGHTS: dict[str, str] = {
+    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
+}
 
 
-class BertModel(EncoderModelMixin, BertPreTrainedModel):
-    """The encoder (and, unless ``add_pooling_layer=False``, the pooler).
-
-    Returns ``BaseModelOutputWithPoolingAndCrossAttentions``; ``hidden_states`` holds the embedding
-    output and every layer's output (``num_hidden_layers + 1`` tensors).
-    """
-
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
-        super().__init__(config)
-        self._build_encoder(BertEmbeddings(config), add_pooling_layer, BertLayer)
-        self.post_init()
-
-
-BertPreTrainedModel.base_model_class = BertModel
-
-
-class BertForMaskedLM(EncoderForMaskedLM, BertPreTrainedModel):
-    """Encoder plus the masked-language-model head; ``labels`` of ``-100`` are not scored."""
-
-    _tied_weights_keys: ClassVar[dict[str, str]] = {
-        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-        "cls.predictions.decoder.bias": "cls.predictions.bias",
-    }
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.cls = BertOnlyMLMHead(config)
-        self.post_init()
-
-    def get_output_embeddings(self) -> nn.Module:
-        return self.cls.predictions.decoder
-
-    def set_output_embeddings(self, value: nn.Module) -> None:
-        self.cls.predictions.decoder = value
-
-    def _mlm_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.cls.predictions(hidden_states)
-
-
-class BertForNextSentencePrediction(EncoderLabelledHead, BertPreTrainedModel):
-    """Encoder, pooler and the two-way "is sentence B the continuation of A" classifier."""
-
-    output_class = NextSentencePredictorOutput
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
-        self.bert = BertModel(config)
-        self.cls = BertOnlyNSPHead(config)
-        self.post_init()
-
-    def _logits(self, encoded: Any) -> torch.Tensor:
-        return self.cls.seq_relationship(encoded.pooler_output)
-
-
-class BertForPreTraining(EncoderHeadMixin, BertPreTrainedModel):
+class BertForPreTraining(BertPreTrainedModel):
     """Encoder with both pre-training heads (masked LM and next sentence prediction)."""
 
-    _tied_weights_keys: ClassVar[dict[str, str]] = BertForMaskedLM._tied_weights_keys
+    _tied_weights_keys: ClassVar[dict[str, str]] = _MLM_TIED_WEIGHTS
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -226,6 +544,9 @@ class BertForPreTraining(EncoderHeadMixin, BertPreTrainedModel):
 
     def get_output_embeddings(self) -> nn.Module:
         return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.cls.predictions.decoder = value
 
     def forward(
         self,
@@ -239,11 +560,13 @@ class BertForPreTraining(EncoderHeadMixin, BertPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> BertForPreTrainingOutput | tuple[Any, ...]:
-        encoded = self._encode_bert_style(
+        """The loss (masked LM plus next sentence) needs both ``labels`` and ``next_sentence_label``."""
+        encoded = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-            output_hidden_states, kwargs,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
         )  # fmt: skip
         prediction_logits = self.cls.predictions(encoded.last_hidden_state)
         relationship_logits = self.cls.seq_relationship(encoded.pooler_output)
@@ -258,10 +581,92 @@ class BertForPreTraining(EncoderHeadMixin, BertPreTrainedModel):
             hidden_states=encoded.hidden_states,
             attentions=encoded.attentions,
         )
-        return self._finish(output, return_dict)
+        return self._returned(output, return_dict)
 
 
-class BertForSequenceClassification(EncoderForSequenceClassification, BertPreTrainedModel):
+class BertForMaskedLM(BertPreTrainedModel):
+    """Encoder plus the masked-language-model head; ``labels`` of ``-100`` are not scored."""
+
+    _tied_weights_keys: ClassVar[dict[str, str]] = _MLM_TIED_WEIGHTS
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.cls.predictions.decoder = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> MaskedLMOutput | tuple[Any, ...]:
+        encoded = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        logits = self.cls.predictions(encoded.last_hidden_state)
+        output = MaskedLMOutput(
+            loss=token_cross_entropy(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
+
+
+class BertForNextSentencePrediction(BertPreTrainedModel):
+    """Encoder, pooler and the two-way "is sentence B the continuation of A" classifier (label 0: it is)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertOnlyNSPHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> NextSentencePredictorOutput | tuple[Any, ...]:
+        encoded = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        logits = self.cls.seq_relationship(encoded.pooler_output)
+        output = NextSentencePredictorOutput(
+            loss=token_cross_entropy(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
     """Pooled [CLS] state, dropout and a linear classifier; the loss follows ``config.problem_type``."""
 
     def __init__(self, config: BertConfig) -> None:
@@ -272,13 +677,104 @@ class BertForSequenceClassification(EncoderForSequenceClassification, BertPreTra
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def _logits(self, encoded: Any) -> torch.Tensor:
-        return self.classifier(self.dropout(encoded.pooler_output))
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> SequenceClassifierOutput | tuple[Any, ...]:
+        encoded = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        logits = self.classifier(self.dropout(encoded.pooler_output))
+        output = SequenceClassifierOutput(
+            loss=sequence_classification_loss(logits, labels, self.config) if labels is not None else None,
+            logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
 
 
-class BertForTokenClassification(EncoderForTokenClassification, BertPreTrainedModel):
+class BertForTokenClassification(BertPreTrainedModel):
     """Per-token linear classifier (NER and friends); ``labels`` of ``-100`` are not scored."""
 
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
 
-class BertForQuestionAnswering(EncoderForQuestionAnswering, BertPreTrainedModel):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> TokenClassifierOutput | tuple[Any, ...]:
+        encoded = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        logits = self.classifier(self.dropout(encoded.last_hidden_state))
+        output = TokenClassifierOutput(
+            loss=token_cross_entropy(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
     """Extractive QA: per-token start and end logits (``qa_outputs`` has ``num_labels`` = 2 outputs)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        require_two_labels(config, type(self).__name__)
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> QuestionAnsweringModelOutput | tuple[Any, ...]:
+        """Start and end logits per token; the span loss when both positions are given."""
+        encoded = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        logits = self.qa_outputs(encoded.last_hidden_state)
+        output = question_answering_output(logits, start_positions, end_positions, encoded)
+        return self._returned(output, return_dict)
