@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from microformers_sdk import layers, native
-from microformers_sdk.testing import assert_close, needs_native_ops
+from microformers_sdk.testing import (
+    assert_close,
+    needs_native_ops,
+    one_thread,  # noqa: F401  (an autouse fixture, found by name)
+)
 
 
 @needs_native_ops()
@@ -66,4 +75,106 @@ def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_empty_sizes_give_f_linear_shapes() -> None:
     with torch.no_grad():
         for x, weight in ((torch.randn(2, 0), torch.randn(3, 0)), (torch.randn(2, 4), torch.randn(0, 4))):
-            assert torch.equal(layers.row_linear(x, weight), F.linear(x, weight))  # exact: empty, or sums of nothing (0)
+            assert torch.equal(
+                layers.row_linear(x, weight), F.linear(x, weight)
+            )  # exact: empty, or sums of nothing (0)
+
+
+# From test_outputs_native_packed_full_mutants.py: ``microformers_sdk.native`` and ``microformers_sdk.packed``
+# behaviour the full mutation run found unasserted. (docs/reliability.md, issue #19; ``microformers_sdk.outputs``
+# has no code for mutmut to mutate.)
+
+
+def _no_build(name: str, source: Path) -> Exception | None:
+    raise AssertionError(f"built {name} from {source} again")
+
+
+@needs_native_ops()
+def test_an_op_already_registered_is_used_without_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(3, 40), torch.randn(24, 40), torch.randn(24)
+    assert native.few_rows_linear(x, weight, bias) is not None, "CI builds the op (g++ and ninja are installed)"
+    monkeypatch.setattr(native, "build_ops", _no_build)
+    for setting in (None, "1"):  # unset or anything but "0": on
+        if setting is None:
+            monkeypatch.delenv("MICROFORMERS_NATIVE", raising=False)
+        else:
+            monkeypatch.setenv("MICROFORMERS_NATIVE", setting)
+        monkeypatch.setattr(native, "_built", {})  # a fresh decision, as in another process that loaded it
+        out = native.few_rows_linear(x, weight, bias)
+        assert out is not None
+        assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-4)  # |out| ~ 6, summed in another order
+
+
+def test_a_failed_build_is_logged_once_and_torch_is_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    built: list[tuple[str, Path]] = []
+
+    def no_compiler(name: str, source: Path) -> Exception | None:
+        built.append((name, source))
+        return OSError("no C++ compiler")
+
+    monkeypatch.delenv("MICROFORMERS_NATIVE", raising=False)
+    monkeypatch.setattr(native, "_built", {})
+    monkeypatch.setattr(native, "torch", SimpleNamespace(ops=SimpleNamespace()))  # no op registered yet
+    monkeypatch.setattr(native, "build_ops", no_compiler)
+    with caplog.at_level(logging.DEBUG, logger="microformers"):
+        for _ in range(2):
+            assert native.few_rows_linear(torch.randn(2, 8), torch.randn(4, 8), None) is None
+    assert built == [("microformers_sdk_ops", Path(native.__file__).with_name("csrc") / "few_rows.cpp")]
+    assert built[0][1].is_file()
+    assert [record.getMessage() for record in caplog.records] == [
+        "microformers-sdk: native few-row products unavailable (no C++ compiler); using torch's"
+    ]
+
+
+@needs_native_ops()
+def test_a_row_narrower_than_one_vector_is_the_plain_float32_sum() -> None:
+    """Below 8 inputs every output is x0*w0 + x1*w1 + ... in float32, each product rounded on its own (no fused
+    multiply-add contracted in by the compiler), the same on every machine."""
+    torch.manual_seed(0)
+    x, weight = torch.randn(4, 7), torch.randn(6, 7)
+    out = native.few_rows_linear(x, weight, None)
+    assert out is not None, "CI builds the op (g++ and ninja are installed)"
+    expected = torch.zeros(4, 6)
+    for k in range(7):
+        expected = expected + x[:, k : k + 1] * weight[:, k]
+    assert torch.equal(out, expected)  # exact: the documented order (few_rows.cpp, built with -ffp-contract=off)
+
+
+def test_build_ops_returns_the_build_error_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(native, "native_isa", lambda: ("avx2", "as on an AVX2 CPU"))  # so any machine compiles it
+    source = tmp_path / "broken.cpp"
+    source.write_text("this is not C++\n")
+    error = native.build_ops("microformers_test_broken_ops", source)
+    assert isinstance(error, Exception) and "microformers_test_broken_ops" in str(error)
+    assert capfd.readouterr() == ("", "")  # no build log on the terminal
+
+
+def test_concurrent_first_calls_decide_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[str] = []
+    results: list[torch.Tensor | None] = []
+
+    def second_caller() -> None:
+        results.append(native.few_rows_linear(torch.randn(1, 8), torch.randn(4, 8), None))
+
+    other = threading.Thread(target=second_caller)
+
+    def slow_failing_build(name: str, source: Path) -> Exception | None:
+        builds.append(name)
+        if len(builds) == 1:  # another thread asks while this one builds: it waits for this decision
+            other.start()
+            other.join(timeout=0.5)
+        return OSError("no C++ compiler")
+
+    monkeypatch.delenv("MICROFORMERS_NATIVE", raising=False)
+    monkeypatch.setattr(native, "_built", {})
+    monkeypatch.setattr(native, "torch", SimpleNamespace(ops=SimpleNamespace()))  # no op registered yet
+    monkeypatch.setattr(native, "build_ops", slow_failing_build)
+    assert native.few_rows_linear(torch.randn(2, 8), torch.randn(4, 8), None) is None
+    other.join()
+    assert results == [None] and builds == ["microformers_sdk_ops"]

@@ -1,9 +1,9 @@
-"""``microformers_sdk.rotary``: behaviour the fourth (full) mutation run found unasserted (docs/reliability.md,
-"Fourth pass"). Frequencies and attention factors are checked against the reference's
-(``transformers.modeling_rope_utils``, a test oracle only) over settings that reach every branch."""
+"""``microformers_sdk.rotary``: rotary frequencies and attention factors checked against the reference's
+(``transformers``, a test oracle only), and applying the rotation."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -11,40 +11,82 @@ import torch
 
 from microformers import ConfigError
 from microformers_sdk.rope_settings import RopeSettings, rope_settings_from_config
-from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, compute_inv_freq
+from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, compute_inv_freq, rotate_half
+
+# From test_rotary_full_mutants.py: ``microformers_sdk.rotary``: behaviour the fourth (full) mutation run found
+# unasserted (docs/reliability.md, "Fourth pass"). Frequencies and attention factors are checked against the
+# reference's (``transformers.modeling_rope_utils``, a test oracle only) over settings that reach every branch.
+
 
 LONG = [1.0 + 0.25 * i for i in range(16)]
+
+
 SHORT = [1.0 + 0.05 * i for i in range(16)]
+
+
 CASES: list[tuple[dict[str, Any], int | None]] = [
     ({"rope_type": "default"}, None),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 8, "beta_slow": 2}, None),
+    (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 8, "beta_slow": 2},
+        None,
+    ),
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}, None),  # default betas
     ({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32, "truncate": False}, None),
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "mscale": 0.8}, None),
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "attention_factor": 0.5}, None),
     ({"rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 128}, None),  # scale 1
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 4, "beta_slow": 4}, None),
+    (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "beta_fast": 4, "beta_slow": 4},
+        None,
+    ),
     ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "max": 16384}, None),
     ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64}, None),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "max": 16384, "truncate": False}, None),
     (
-        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 4, "beta_slow": 4,
-         "max": 16384, "truncate": False},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "max": 16384, "truncate": False},
         None,
     ),
     (
-        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 16, "beta_slow": 2,
-         "max": 16384, "head_dim": 128},
+        {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 4,
+            "beta_slow": 4,
+            "max": 16384,
+            "truncate": False,
+        },
         None,
     ),
     (
-        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-         "original_max_position_embeddings": 32},
+        {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 16,
+            "beta_slow": 2,
+            "max": 16384,
+            "head_dim": 128,
+        },
         None,
     ),
     (
-        {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0,
-         "original_max_position_embeddings": 64},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+        None,
+    ),
+    (
+        {
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "low_freq_factor": 2.0,
+            "high_freq_factor": 8.0,
+            "original_max_position_embeddings": 64,
+        },
         None,
     ),
     ({"rope_type": "dynamic", "factor": 2.0}, 300),
@@ -122,3 +164,56 @@ def test_a_rotary_dimension_equal_to_the_head_dimension_rotates_every_channel() 
     assert q.shape == query.shape and k.shape == key.shape
     half = torch.cat((-query[..., 4:], query[..., :4]), dim=-1)
     torch.testing.assert_close(q, query * cos[:, None] + half * sin[:, None])
+
+
+# From test_rotary_mutants.py: ``microformers_sdk.rotary`` behaviour the mutation pass found unasserted
+# (docs/reliability.md).
+
+
+def _settings(**kwargs: object) -> RopeSettings:
+    return RopeSettings(**{"rope_type": "default", "theta": 10000.0, "dim": 8, "max_position_embeddings": 16, **kwargs})
+
+
+def test_yarn_attention_factor_with_mscale_and_mscale_all_dim() -> None:
+    settings = _settings(
+        rope_type="yarn", factor=4.0, original_max_position_embeddings=8, mscale=0.707, mscale_all_dim=0.5
+    )
+    _, scale = compute_inv_freq(settings)
+    assert scale == pytest.approx((0.1 * 0.707 * math.log(4.0) + 1) / (0.1 * 0.5 * math.log(4.0) + 1))
+
+
+def test_linear_scaling_divides_the_frequencies_and_leaves_cos_sin_unscaled() -> None:
+    default, _ = compute_inv_freq(_settings())
+    linear, scale = compute_inv_freq(_settings(rope_type="linear", factor=2.0))
+    torch.testing.assert_close(linear, default / 2.0)
+    assert scale == 1.0
+    cos, _ = RotaryEmbedding(_settings(rope_type="linear", factor=2.0))(torch.zeros(1, 1, dtype=torch.long))
+    # exact: cos(0) is exactly 1
+    assert torch.equal(cos, torch.ones(1, 1, 8))
+
+
+def test_dynamic_scaling_recomputes_the_frequencies_for_long_positions() -> None:
+    settings = _settings(rope_type="dynamic", factor=2.0)
+    rotary = RotaryEmbedding(settings)
+    short = torch.arange(16)[None]
+    cos, _ = rotary(short)
+    torch.testing.assert_close(cos[0, :, :4], torch.cos(short[0, :, None].float() * compute_inv_freq(settings)[0]))
+    long = torch.arange(40)[None]
+    cos, sin = rotary(long)
+    inv_freq = compute_inv_freq(settings, 40)[0]
+    assert not torch.allclose(inv_freq, rotary.inv_freq)  # the base grew
+    torch.testing.assert_close(cos[0, :, :4], torch.cos(long[0, :, None].float() * inv_freq))
+    torch.testing.assert_close(sin[0, :, 4:], torch.sin(long[0, :, None].float() * inv_freq))
+
+
+@pytest.mark.parametrize("head_dim", [8, 12])  # 12: partial rotary, the last 4 channels pass through
+def test_query_and_key_are_both_rotated(head_dim: int) -> None:
+    torch.manual_seed(0)
+    query, key = torch.randn(1, 2, 3, head_dim), torch.randn(1, 1, 3, head_dim)
+    cos, sin = RotaryEmbedding(_settings())(torch.arange(3)[None])
+    q, k = apply_rotary_pos_emb(query, key, cos, sin)
+    for original, rotated in ((query, q), (key, k)):
+        part = original[..., :8]
+        expected = part * cos[:, None] + rotate_half(part) * sin[:, None]
+        torch.testing.assert_close(rotated[..., :8], expected)
+        torch.testing.assert_close(rotated[..., 8:], original[..., 8:])

@@ -1,5 +1,5 @@
-"""``microformers_sdk.static_steps`` on its own: when a step is static, what it sees, and its attention
-(the decoders' static-cache tests compare whole generations; docs/reliability.md, mutation testing)."""
+"""``microformers_sdk.static_steps`` on its own: when a step is static, what it sees, and its attention (the
+decoders' static-cache tests compare whole generations)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ from microformers_sdk.static_steps import (
     static_step_position,
     visible_storage,
 )
+
+# From test_static_steps_mutants.py: ``microformers_sdk.static_steps`` on its own: when a step is static, what it
+# sees, and its attention (the decoders' static-cache tests compare whole generations; docs/reliability.md, mutation
+# testing).
 
 
 def _filled(past: int = 3, capacity: int = 8, batch: int = 2, layers: int = 2) -> StaticCache:
@@ -112,4 +116,12 @@ def test_native_decoder_step_asks_the_type_of_the_first_q_proj() -> None:
         with pytest.raises(ValueError, match="both final_norm and lm_head"):
             native_decoder_step(layers, shape, *half)
     parts = layers[0]
-    assert parts.linears == (parts.q_proj, parts.k_proj, parts.v_proj, parts.o_proj, parts.gate_proj, parts.up_proj, parts.down_proj)
+    assert parts.linears == (
+        parts.q_proj,
+        parts.k_proj,
+        parts.v_proj,
+        parts.o_proj,
+        parts.gate_proj,
+        parts.up_proj,
+        parts.down_proj,
+    )

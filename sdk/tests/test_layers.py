@@ -1,8 +1,10 @@
-"""``microformers_sdk.layers``: the norms, MLP construction, activation lookup and linear products that the
-sixth mutation pass judged in full (docs/reliability.md, "Mutation testing"). Norms are checked against
-their formulas; products against ``F.linear`` and, for the native few-row product, against each row alone."""
+"""``microformers_sdk.layers``: norms, MLP construction, activation lookup and linear products. Activations are
+checked against the reference's (``transformers.activations``, a test oracle only)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
 
 import pytest
 import torch
@@ -11,9 +13,24 @@ from torch import nn
 
 from microformers.errors import ConfigError
 from microformers_sdk import layers
-from microformers_sdk.layers import ACTIVATIONS, GatedMLP, RMSNorm, apply_linear, get_activation, row_linear
+from microformers_sdk.layers import (
+    ACTIVATIONS,
+    FusedGatedMLP,
+    GatedMLP,
+    OffsetRMSNorm,
+    RMSNorm,
+    ScaledEmbedding,
+    apply_linear,
+    get_activation,
+    row_linear,
+)
 from microformers_sdk.native import FEW_ROWS_MAX
 from microformers_sdk.testing import assert_close, needs_native_ops
+
+# From test_layers_rest_mutants.py: ``microformers_sdk.layers``: the norms, MLP construction, activation lookup and
+# linear products that the sixth mutation pass judged in full (docs/reliability.md, "Mutation testing"). Norms are
+# checked against their formulas; products against ``F.linear`` and, for the native few-row product, against each
+# row alone.
 
 
 def rms_formula(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -242,3 +259,162 @@ def test_inside_torch_compile_one_row_is_a_multiply_and_sum(bias: bool, monkeypa
             assert torch.equal(out, want if b is None else want + b)  # exact: these very ops on the same shapes
         rows = torch.randn(3, 40)
         assert torch.equal(row_linear(rows, weight, b), F.linear(rows, weight, b))  # exact: F.linear itself
+
+
+# From test_layers_full_mutants.py: ``microformers_sdk.layers``: behaviour the full mutation run found unasserted
+# (docs/reliability.md, "Mutation testing"). Activations are checked against the reference's
+# (``transformers.activations``, a test oracle only); norms and linear products against the formulas they stand for.
+
+
+X = torch.linspace(-5.0, 5.0, 101)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_every_activation_matches_the_reference(name: str) -> None:
+    from transformers.activations import ACT2FN
+
+    torch.testing.assert_close(ACTIVATIONS[name](X), ACT2FN[name](X), atol=1e-6, rtol=1e-6)
+
+
+def test_norms_print_their_size_and_epsilon() -> None:
+    assert repr(RMSNorm(8, eps=1e-5)) == "RMSNorm((8,), eps=1e-05)"
+    assert repr(OffsetRMSNorm(6, eps=0.25)) == "OffsetRMSNorm((6,), eps=0.25)"
+
+
+def test_offset_rms_norm_adds_epsilon_over_the_last_dimension() -> None:
+    norm = OffsetRMSNorm(4, eps=0.5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([0.0, 0.5, -0.5, 1.0]))
+    x = torch.arange(24.0).view(2, 3, 4) / 10
+    want = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 0.5) * (1 + norm.weight)
+    torch.testing.assert_close(norm(x), want)
+
+
+def test_scaled_embedding_is_unscaled_by_default_and_prints_its_scale() -> None:
+    embedding = ScaledEmbedding(10, 4, padding_idx=0)
+    ids = torch.tensor([[3, 0, 7]])
+    # exact: an embedding lookup copies rows
+    assert torch.equal(embedding(ids), embedding.weight[ids])
+    assert repr(embedding) == "ScaledEmbedding(10, 4, padding_idx=0, embed_scale=1)"
+    assert repr(ScaledEmbedding(10, 4, embed_scale=2.5)) == "ScaledEmbedding(10, 4, embed_scale=2.5)"
+
+
+def test_scaled_embedding_passes_the_embedding_arguments_on() -> None:
+    embedding = ScaledEmbedding(10, 4, padding_idx=2, embed_scale=3.0, dtype=torch.float64)
+    assert embedding.weight.shape == (10, 4) and embedding.weight.dtype == torch.float64
+    # exact: the padding row is zero-filled
+    assert torch.equal(embedding.weight[2], torch.zeros(4, dtype=torch.float64))  # the padding row starts at zero
+    ids = torch.tensor([[2, 5]])
+    # exact: the same lookup times the same scale
+    assert torch.equal(embedding(ids), embedding.weight[ids] * 3.0)
+
+
+@pytest.mark.parametrize("shape", [(2, 40), (3, 1, 40), (1, 4, 40), (2, 2, 40)])
+def test_the_opt_in_few_rows_product_without_the_native_op(
+    shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(layers, "SMALL_ROWS", 4)  # MICROFORMERS_SMALL_ROWS=4
+    monkeypatch.setattr(layers, "few_rows_linear", lambda *_: None)  # as without a compiler
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(96, 40), torch.randn(96), torch.randn(*shape)
+    with torch.no_grad():
+        out = layers.row_linear(x, weight, bias)
+    assert out.shape == (*shape[:-1], 96) and out.is_contiguous()
+    torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    trained = layers.row_linear(x, weight.requires_grad_(), bias)  # autograd on: the plain product
+    # exact: autograd on: row_linear hands it to F.linear itself
+    assert torch.equal(trained, F.linear(x, weight, bias))
+
+
+def test_rms_norm_of_a_bfloat16_input_with_a_float32_weight() -> None:
+    """Mixed precision: the normalised input is cast back to bfloat16, then the float32 weight multiplies it."""
+    norm = RMSNorm(8, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 8))
+    x = (torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0)) * 3).to(torch.bfloat16)
+    out = norm(x)
+    xf = x.float()
+    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
+    assert out.dtype == torch.float32
+    # exact: the mixed-precision path is these very ops on the same shapes
+    assert torch.equal(out, norm.weight * normed)
+
+
+class _GroupedLinear(nn.Linear):
+    """A layer type computing several layers of one input in one call (as quantized layers do)."""
+
+    group_calls: ClassVar[list[int]] = []
+
+    @staticmethod
+    def linear_group(modules: Sequence[nn.Module], x: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        if len(modules) < 2:
+            return None  # cannot group: the layers are called one by one
+        _GroupedLinear.group_calls.append(len(modules))
+        weight = torch.cat([m.weight for m in modules])
+        return tuple(F.linear(x, weight).split([m.out_features for m in modules], dim=-1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forward_calls = getattr(self, "forward_calls", 0) + 1
+        return super().forward(x)
+
+
+def test_apply_linears_uses_the_first_layer_types_group_call() -> None:
+    torch.manual_seed(0)
+    q, k = _GroupedLinear(6, 4, bias=False), nn.Linear(6, 2, bias=False)
+    x = torch.randn(3, 6)
+    _GroupedLinear.group_calls.clear()
+    with torch.no_grad():
+        outputs = layers.apply_linears((q, k), x)
+        single = layers.apply_linears((q,), x)  # the group declines: the layer is called
+    assert _GroupedLinear.group_calls == [2] and q.forward_calls == 1
+    assert len(outputs) == 2 and outputs[0].shape == (3, 4) and outputs[1].shape == (3, 2)
+    torch.testing.assert_close(outputs[0], F.linear(x, q.weight))
+    torch.testing.assert_close(outputs[1], F.linear(x, k.weight))
+    torch.testing.assert_close(single[0], F.linear(x, q.weight))
+    plain = layers.apply_linears((k, q), x)  # the first layer's type decides: no group call
+    assert _GroupedLinear.group_calls == [2] and q.forward_calls == 2 and len(plain) == 2
+
+
+# From test_layers_mutants.py: Behaviour of ``microformers_sdk.layers`` that the mutation pass found unasserted
+# (docs/reliability.md). Activations are checked against the reference's (``transformers.activations``, a test
+# oracle only); the MLPs and ``row_linear`` against the plain products they stand for.
+
+
+X_NARROW = torch.linspace(-4.0, 4.0, 41)  # includes 0
+
+
+@pytest.mark.parametrize("name", ["gelu_new", "gelu_fast", "quick_gelu"])
+def test_gelu_variants_match_the_reference(name: str) -> None:
+    from transformers.activations import ACT2FN
+
+    torch.testing.assert_close(ACTIVATIONS[name](X_NARROW), ACT2FN[name](X_NARROW), atol=1e-6, rtol=1e-6)
+
+
+def test_norm_and_mlp_defaults_are_the_references() -> None:
+    assert OffsetRMSNorm(4).eps == 1e-6  # Gemma's RMSNorm default
+    torch.manual_seed(0)
+    mlp = GatedMLP(4, 6)  # act defaults to silu, no biases
+    x = torch.randn(2, 3, 4)
+    assert mlp.gate_proj.bias is None
+    torch.testing.assert_close(mlp(x), mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)))
+
+
+def test_fused_gated_mlp_is_the_split_one_gate_rows_first() -> None:
+    torch.manual_seed(0)
+    fused = FusedGatedMLP(4, 6, act="gelu_new", bias=True)
+    assert fused.gate_up_proj.weight.shape == (12, 4) and fused.down_proj.bias is not None
+    plain = FusedGatedMLP(4, 6)  # bias=False: neither projection has one
+    assert plain.gate_up_proj.bias is None and plain.down_proj.bias is None
+    x = torch.randn(2, 3, 4)
+    weight, bias = fused.gate_up_proj.weight, fused.gate_up_proj.bias
+    gate, up = F.linear(x, weight[:6], bias[:6]), F.linear(x, weight[6:], bias[6:])
+    hidden = ACTIVATIONS["gelu_new"](gate) * up
+    torch.testing.assert_close(fused(x), F.linear(hidden, fused.down_proj.weight, fused.down_proj.bias))
+
+
+def test_row_linear_keeps_the_bias_on_every_path() -> None:
+    torch.manual_seed(0)
+    weight, bias = torch.randn(8, 4), torch.randn(8)
+    for rows in (1, 3, 9):  # one row, a few rows, and the plain F.linear path
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(row_linear(x, weight, bias), F.linear(x, weight, bias))

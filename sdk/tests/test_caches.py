@@ -1,8 +1,5 @@
-"""Behaviour of ``microformers_sdk.cache`` that the mutation pass found unasserted (docs/reliability.md).
-
-Each test pins a documented property of the caches: growth policy, storage reuse, zero-filled static
-storage, placeholder layers, cropping bounds, the exact refusal messages.
-"""
+"""``microformers_sdk.cache``: growth policy, storage reuse, zero-filled storage, sliding windows, reordering and
+what each cache reports."""
 
 from __future__ import annotations
 
@@ -11,6 +8,10 @@ import torch
 
 from microformers.errors import GenerationError, InputError
 from microformers_sdk.cache import Cache, DynamicCache, StaticCache, as_cache
+
+# From test_cache_mutants.py: Behaviour of ``microformers_sdk.cache`` that the mutation pass found unasserted
+# (docs/reliability.md). Each test pins a documented property of the caches: growth policy, storage reuse, zero-
+# filled static storage, placeholder layers, cropping bounds, the exact refusal messages.
 
 
 def _states(batch: int, length: int, heads: int = 2, dim: int = 4, offset: float = 0.0) -> torch.Tensor:
@@ -101,6 +102,7 @@ def test_layers_written_out_of_order_get_empty_placeholders() -> None:
     assert cache[2][0].shape[0] == 4
     cache.batch_select_indices(torch.tensor([0, 3]))
     assert torch.equal(cache[2][0], _states(2, 3)[[1, 0]])
+
     # (indexing a placeholder layer itself fails: see the report of the mutation pass)
 
 

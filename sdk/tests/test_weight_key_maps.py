@@ -1,4 +1,4 @@
-"""``microformers_sdk.weights`` behaviour the mutation pass found unasserted (docs/reliability.md)."""
+"""``microformers_sdk.weights``: key maps for renamed checkpoint names and the missing-tensors message."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import pytest
 
 from microformers import CheckpointError
 from microformers_sdk.weights import KeyRenamer, check_checkpoint_keys
+
+# From test_weights_mutants.py: ``microformers_sdk.weights`` behaviour the mutation pass found unasserted
+# (docs/reliability.md).
 
 
 def test_extend_key_map_adds_only_renamed_names_the_mapping_lacks() -> None:

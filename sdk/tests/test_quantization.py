@@ -1,14 +1,18 @@
-"""``microformers_sdk.quantization``: behaviour the fourth (full) mutation run found unasserted
-(docs/reliability.md, "Fourth pass")."""
+"""``microformers_sdk.quantization``: quantization configs, the modules left unconverted, and save/reload."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from microformers import ConfigError
+from microformers import CheckpointError, ConfigError
 from microformers_sdk.quantization import Quantizer
+
+# From test_quantization_full_mutants.py: ``microformers_sdk.quantization``: behaviour the fourth (full) mutation
+# run found unasserted (docs/reliability.md, "Fourth pass").
 
 
 class _Packed(nn.Module):
@@ -91,3 +95,69 @@ def test_a_nested_tied_linear_is_not_quantized() -> None:
     model = Tied()
     _Mine({}).replace_modules(model)
     assert isinstance(model.model.head, nn.Linear) and isinstance(model.model.proj, _Packed)
+
+
+# From test_quantization_mutants.py: ``microformers_sdk.quantization`` behaviour the mutation pass found unasserted
+# (docs/reliability.md).
+
+
+class _Outer(nn.Module):
+    base_model_prefix = "model"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = nn.Module()
+        self.model.proj = nn.Linear(3, 2, bias=False)
+
+
+class _Source(dict):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.reads: list[str] = []
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        self.reads.append(key)
+        return super().__getitem__(key)
+
+    def file_of(self, key: str) -> str:
+        return f"file of {key}"
+
+
+class _DtypeRecordingFormat:
+    def __init__(self, source: dict) -> None:
+        self.source, self.dtypes = source, []
+
+    def load(self, files: list, dtype: torch.dtype | None = None) -> dict:
+        self.dtypes.append(dtype)
+        return self.source
+
+
+def test_to_dict_names_the_quantizers_own_method() -> None:
+    assert _Mine({"quant_method": "other", "bits": 4}).to_dict() == {"quant_method": "mine", "bits": 4}
+
+
+def test_prepare_converts_checkpoint_weights_named_without_the_base_prefix() -> None:
+    weight = torch.tensor([[1.0, -2.0, 3.0], [-1.0, 1.0, -1.0]])
+    source = _Source({"proj.weight": weight, "other.bias": torch.ones(1)})
+    fmt, quantizer = _DtypeRecordingFormat(source), _Mine({"quant_method": "mine"})
+    view = quantizer.prepare(_Outer(), fmt, ["f"], torch.float16)
+    assert fmt.dtypes == [torch.float16]
+    assert "proj.q" in view and "other.bias" in view
+    assert "proj.weight" not in view and "nope" not in view  # replaced by its quantized tensors; unknown
+    # exact: sign() of the same values: -1, 0 or 1
+    assert torch.equal(view["proj.q"], weight.sign()) and view["proj.scale"].shape == (2, 1)
+    assert source.reads == ["proj.weight"] and view._pending == {}  # read once, released after the last part
+    assert view.file_of("proj.q") == "file of proj.weight" and view.file_of("other.bias") == "file of other.bias"
+    plain = quantizer.prepare(_Outer(), _DtypeRecordingFormat({"proj.weight": weight}), ["f"], torch.float32)
+    assert plain.file_of("proj.q") is None  # a source that cannot say
+
+
+def test_finish_names_a_quantized_tensor_the_checkpoint_lacked() -> None:
+    quantizer = _Mine({"quant_method": "mine"})
+    quantizer.converted["model.proj"] = _Packed(2, 3)
+    with pytest.raises(CheckpointError) as info:
+        quantizer.finish(_Outer())
+    assert str(info.value) == (
+        "quantized checkpoint is missing tensor 'model.proj.q' (quant_method 'mine'); the folder is incomplete — "
+        "save it again with save_pretrained"
+    )
