@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 import torch
 from generation_similarity import assert_same_generation
@@ -9,6 +13,14 @@ from transformers.generation import logits_process as reference
 
 import microformers_generation as ours
 from microformers import GenerationError, set_seed
+from microformers_generation import (
+    LogitNormalization,
+    LogitsProcessorList,
+    MinLengthLogitsProcessor,
+    UnbatchedClassifierFreeGuidanceLogitsProcessor,
+)
+from microformers_generation.defaults import merge_with_defaults
+from microformers_generation.logits_process import watermark_processor
 from microformers_sdk.testing import assert_close
 
 VOCAB = 50
@@ -194,3 +206,112 @@ def test_watermarking_config_applies_as_the_reference(model, reference_model, pr
     assert_same_generation(mine, expected, prompt_length=8, pad_token_id=0, rtol=1e-4, atol=1e-4)
     with pytest.raises(GenerationError, match="seeding_scheme"):
         model.generate(**prompts["single"], watermarking_config={"seeding_scheme": "nohash"}, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("settings", [{"repetition_penalty": 1.3}, {"min_new_tokens": 3}], ids=lambda s: next(iter(s)))
+def test_settings_act_as_in_the_reference(
+    model: Any, reference_model: Any, prompts: dict[str, Any], settings: dict[str, Any]
+) -> None:
+    # the end token is each row's first greedy choice, so min_new_tokens has something to forbid
+    eos = int(reference_model.generate(**prompts["batch"], max_new_tokens=1, do_sample=False)[0, -1])
+    kwargs = {**settings, "eos_token_id": eos, "max_new_tokens": 5, "return_dict_in_generate": True}
+    kwargs["output_scores"] = True
+    expected = reference_model.generate(**prompts["batch"], **kwargs)
+    mine = model.generate(**prompts["batch"], **kwargs)
+    # two libraries' kernels: the same tokens up to a near tie, the same scores while they agree
+    assert_same_generation(mine, expected, prompt_length=8, pad_token_id=0, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"top_p": 0.6},
+        {"min_p": 0.3},
+        {"min_p": 0.9, "num_beams": 2},
+        {"min_p": 0.9, "num_beams": 2, "eos_token_id": None},
+    ],
+    ids=lambda s: "+".join(f"{k}={v}" for k, v in s.items()),
+)
+def test_sampling_warpers_act_as_in_the_reference(
+    model: Any, reference_model: Any, prompts: dict[str, Any], settings: dict[str, Any]
+) -> None:
+    import transformers  # the test oracle only
+
+    kwargs = {"do_sample": True, "max_new_tokens": 3, "return_dict_in_generate": True, "output_scores": True}
+    kwargs.update(settings)
+    transformers.set_seed(9)
+    expected = reference_model.generate(**prompts["batch"], **kwargs)
+    transformers.set_seed(9)
+    mine = model.generate(**prompts["batch"], **kwargs)
+    # two libraries' kernels: the same draws up to a near tie of the warped scores, the same scores while they agree
+    beams = "num_beams" in settings
+    if assert_same_generation(mine, expected, prompt_length=8, pad_token_id=0, beams=beams, rtol=1e-4, atol=1e-4):
+        for a, b in zip(mine.scores, expected.scores, strict=True):
+            assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_sampling_with_top_k_one_is_greedy(model: Any, prompts: dict[str, Any]) -> None:
+    greedy = model.generate(**prompts["batch"], max_new_tokens=4, do_sample=False)
+    torch.manual_seed(5)
+    # exact: the same forward path and shapes; top_k=1 leaves the argmax alone to be drawn
+    assert torch.equal(model.generate(**prompts["batch"], max_new_tokens=4, do_sample=True, top_k=1), greedy)
+
+
+def test_a_passed_processor_replaces_the_default_of_its_type_with_a_warning() -> None:
+    default_min, other, passed_min = (
+        MinLengthLogitsProcessor(5, 2),
+        LogitNormalization(),
+        MinLengthLogitsProcessor(0, 2),
+    )
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("microformers")
+    logger.addHandler(handler)
+    try:
+        merged = merge_with_defaults([default_min, other], [passed_min], LogitsProcessorList)
+    finally:
+        logger.removeHandler(handler)
+    assert isinstance(merged, LogitsProcessorList)
+    assert [id(p) for p in merged] == [id(passed_min), id(other)]
+    assert [r.getMessage() for r in records] == [
+        "generate() was given a MinLengthLogitsProcessor although its settings already create one; "
+        "the one passed in is used"
+    ]
+
+
+def test_watermarking_config_as_an_object_sets_the_processor_as_the_same_dict() -> None:
+    ids, scores = torch.tensor([[4, 9, 11]]), torch.zeros(1, 96)
+    settings = {"bias": 5.0, "greenlist_ratio": 0.5}
+    from_dict = watermark_processor(settings, 96, torch.device("cpu"))(ids, scores.clone())
+    from_object = watermark_processor(SimpleNamespace(**settings), 96, torch.device("cpu"))(ids, scores.clone())
+    assert torch.equal(from_object, from_dict)  # exact: the same processor on the same inputs
+    assert set(from_object.unique().tolist()) == {0.0, 5.0} and int((from_object == 5.0).sum()) == 48
+
+
+def test_watermarking_config_with_an_unknown_key_lists_the_known_ones() -> None:
+    with pytest.raises(GenerationError, match=r"unknown keys \['colour'\]; known: \['greenlist_ratio', 'bias'"):
+        watermark_processor({"bias": 1.0, "colour": 2}, 96, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("negative", [False, True])
+def test_guidance_processor_matches_the_reference_step_by_step(
+    model: Any, reference_model: Any, use_cache: bool, negative: bool
+) -> None:
+    import transformers  # the test oracle only
+
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 96, (1, 6), generator=generator)
+    unconditional = ids[:, :3] if negative else None
+    mine = UnbatchedClassifierFreeGuidanceLogitsProcessor(1.5, model, unconditional, use_cache=use_cache)
+    reference = transformers.UnbatchedClassifierFreeGuidanceLogitsProcessor(
+        1.5, reference_model, unconditional, use_cache=use_cache
+    )
+    for _ in range(3):
+        scores = torch.randn(1, 96, generator=generator)
+        with torch.no_grad():
+            expected = reference(ids, scores.clone())
+            out = mine(ids, scores.clone())
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        ids = torch.cat((ids, torch.randint(3, 96, (1, 1), generator=generator)), dim=1)

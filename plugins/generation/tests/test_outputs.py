@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from generation_similarity import assert_same_generation, beam_row_scores, common_steps
 
 from microformers import set_seed
+from microformers_generation.outputs import compute_transition_scores
 from microformers_sdk.testing import assert_close, assert_similar_generation
 
 
@@ -92,3 +95,26 @@ def test_transition_scores_match_reference(model, reference_model, prompts, sett
     if "num_beams" in settings and settings.get("length_penalty") == 0.0:
         # with no length penalty a beam's score is the sum of its transition scores
         torch.testing.assert_close(mine.sum(dim=1), ours.sequences_scores)
+
+
+def test_generate_returns_the_cache_of_the_sequences(model: Any, prompts: dict[str, Any]) -> None:
+    out = model.generate(**prompts["single"], max_new_tokens=3, return_dict_in_generate=True)
+    assert out.past_key_values is not None
+    assert out.past_key_values.get_seq_length() == out.sequences.shape[1] - 1
+
+
+def test_generate_works_with_a_model_configured_to_return_tuples(
+    model: Any, prompts: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = model.generate(**prompts["batch"], max_new_tokens=3)
+    monkeypatch.setattr(model.config, "return_dict", False)
+    # exact: the same eager path and shapes, run twice; only the container of the outputs differs
+    assert torch.equal(model.generate(**prompts["batch"], max_new_tokens=3), expected)
+
+
+def test_transition_scores_are_the_raw_scores_unless_normalised() -> None:
+    scores = (torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[0.5, 0.0, -1.0]]))
+    sequences = torch.tensor([[7, 2, 0]])
+    assert compute_transition_scores(None, sequences, scores).tolist() == [[3.0, 0.5]]  # exact: picked, not computed
+    normalised = compute_transition_scores(None, sequences, scores, normalize_logits=True)
+    torch.testing.assert_close(normalised, torch.stack([s.log_softmax(-1)[0, t] for s, t in zip(scores, (2, 0))])[None])

@@ -101,3 +101,9 @@ def test_iterator_streamer_gets_the_generated_text(model, prompts, char_tokenize
     text = "".join(streamer)
     worker.join()
     assert text == char_tokenizer.decode(result["out"][0, 8:])
+
+
+@pytest.mark.parametrize("max_time", [0, -1.5, float("nan")])
+def test_max_time_must_be_a_positive_number_of_seconds(max_time: float) -> None:
+    with pytest.raises(GenerationError, match=r"max_time=.* must be a positive number of seconds"):
+        MaxTimeCriteria(max_time)

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import textwrap
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
+from generation_marked_tiny import _MarkedTiny
+from generation_marked_tiny import marked_tiny as _marked_tiny
+from generation_stand_ins import TinyConfig
 
 from microformers import GenerationConfig, GenerationError, PluginError, RemoteCodeError, registry
 from microformers.generation import select_strategy
+from microformers_generation import LogitsProcessorList
+from microformers_generation.strategies import TokenByToken
+
+NEG = float("-inf")
 
 
 def test_standard_strategies_come_from_this_plugin():
@@ -128,3 +137,53 @@ def test_generation_config_is_saved_with_the_model(model, tmp_path):
     reloaded = transformers.GenerationConfig.from_pretrained(tmp_path)
     assert reloaded.eos_token_id == model.generation_config.eos_token_id
     assert reloaded.pad_token_id == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"colour": 1}, r"neither generation settings nor inputs of _MarkedTiny\.forward: \['colour'\]"),
+        (
+            {"num_beams": 2, "streamer": SimpleNamespace(put=print, end=print)},
+            r"^streamer= works with one sequence per step",
+        ),
+        ({"synced_gpus": True}, r"^generate\(\): synced_gpus= is not supported here"),
+        ({"assistant_tokenizer": object()}, r"^generate\(\): assistant_tokenizer= is not supported here"),
+        ({"input_ids": torch.tensor([[5]])}, r"^generate\(\) got both inputs and input_ids"),
+        ({"inputs": torch.zeros(1, 0, dtype=torch.long)}, r"^input_ids is empty; pass at least one token"),
+    ],
+)
+def test_generate_refusals_say_what_to_change(kwargs: dict[str, Any], message: str) -> None:
+    kwargs = {"inputs": torch.tensor([[5, 6]]), **kwargs}
+    with pytest.raises(GenerationError, match=message):
+        _marked_tiny().generate(max_new_tokens=2, **kwargs)
+
+
+def test_a_batch_without_pad_or_end_token_is_refused_naming_both() -> None:
+    torch.manual_seed(0)
+    model = _MarkedTiny(TinyConfig()).eval()
+    with pytest.raises(
+        GenerationError,
+        match=r"rows that finish early\), but neither pad_token_id nor eos_token_id is set; pass pad_token_id=\.\.\. or set model",
+    ):
+        model.generate(torch.tensor([[5, 6], [7, 8]]), max_new_tokens=2)
+
+
+def test_input_ids_are_checked_against_the_embedding_table(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model.config, "vocab_size", 200)  # a config that disagrees with the 96 embeddings
+    with pytest.raises(GenerationError, match="from 5 to 100, outside the model's vocabulary of 96 ids"):
+        model.generate(torch.tensor([[5, 100]]), max_new_tokens=2)
+
+
+def test_a_strategy_builds_its_own_processors() -> None:
+    class ForceSeven(TokenByToken):
+        def build_logits_processor(self, model: Any, config: GenerationConfig, **kwargs: Any) -> LogitsProcessorList:
+            processors = super().build_logits_processor(model, config, **kwargs)
+            processors.append(lambda ids, scores: torch.where(torch.arange(scores.shape[-1]) == 7, 0.0, NEG))
+            return processors
+
+    model = _marked_tiny()
+    out = ForceSeven("force-seven", sample=False)(
+        model, torch.tensor([[5, 6]]), generation_config=GenerationConfig(max_new_tokens=3), model_kwargs={}
+    )
+    assert out.tolist() == [[5, 6, 7, 7, 7]]

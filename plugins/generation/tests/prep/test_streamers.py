@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import torch
@@ -87,3 +88,33 @@ def test_generate_streams_prompt_then_each_new_token(tiny_model):
 
     tiny_model.generate(torch.tensor([[3, 4]]), streamer=Collect(), custom_generate=loop)
     assert calls == [[3, 4], [7], [8], ["end"]]
+
+
+class _CharTokenizer:
+    def __init__(self, alphabet: str) -> None:
+        self.alphabet = alphabet
+
+    def decode(self, ids: list[int], **kwargs: Any) -> str:
+        return "".join(self.alphabet[i] for i in ids)
+
+
+class _Collecting(TextStreamer):
+    def __init__(self, tokenizer: Any) -> None:
+        super().__init__(tokenizer)
+        self.pieces: list[str] = []
+
+    def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+        self.pieces.append(text)
+
+
+def test_text_after_an_ideograph_is_emitted_at_once() -> None:
+    streamer = _Collecting(_CharTokenizer("ab\u6f22 "))
+    streamer.put(torch.tensor([0, 1, 2]))  # "ab漢": no space needed before emitting ideographic text
+    assert "".join(streamer.pieces) == "ab\u6f22"
+
+
+@pytest.mark.parametrize("streamer_class", [TextStreamer, TextIteratorStreamer])
+def test_streamers_refuse_a_batch_naming_themselves(streamer_class: type) -> None:
+    streamer = streamer_class(_CharTokenizer("ab"))
+    with pytest.raises(GenerationError, match=f"^{streamer_class.__name__} streams one sequence.*a batch of 2"):
+        streamer.put(torch.zeros(2, 3, dtype=torch.long))
