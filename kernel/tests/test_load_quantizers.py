@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from modeling_stand_ins import _Small
 
 from microformers import AutoModelForCausalLM, ConfigError, PretrainedConfig
 from microformers import modeling as modeling_module
@@ -153,18 +154,6 @@ def test_a_quantizer_prepares_the_model_being_loaded(
 # (workspace jmod) found unasserted. See docs/reliability.md, "Mutation testing": each test here fails with at least
 # one mutant of ``kernel/src/microformers/modeling.py`` (``from_pretrained``, construction on meta, ``post_init``)
 # that the other judging tests let survive, and passes on the real code.
-
-
-class _Small(modeling_module.PreTrainedModel):
-    """A linear layer and a frozen parameter made from values."""
-
-    config_class = PretrainedConfig
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.inner = torch.nn.Linear(3, 3)
-        self.fixed = torch.nn.Parameter(torch.arange(3.0), requires_grad=False)
-        self.post_init()
 
 
 @pytest.fixture

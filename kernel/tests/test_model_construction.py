@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from modeling_stand_ins import _Flat, _Initialised
 
 from microformers import ConfigError, PretrainedConfig
 from microformers import modeling as modeling_module
@@ -44,19 +45,6 @@ def test_from_config_refuses_other_arguments_naming_them(toy_model: torch.nn.Mod
 # -- loading: which missing tensors are errors --------------------------------------------------------------
 
 
-class _Flat(modeling_module.PreTrainedModel):
-    """No base-model prefix; a top-level parameter, a submodule and a persistent buffer."""
-
-    config_class = PretrainedConfig
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.scale = torch.nn.Parameter(torch.ones(3))
-        self.inner = torch.nn.Linear(3, 3)
-        self.register_buffer("table", torch.arange(3.0))
-        self.post_init()
-
-
 def test_a_model_class_without_config_class_needs_a_config(tmp_path: Path) -> None:
     class _NoConfigClass(_Flat):
         config_class = None
@@ -87,18 +75,6 @@ def test_a_model_built_from_something_else_than_a_config_says_what_to_build(toy_
         _Bare("gpt2")
     model = _Bare(PretrainedConfig(name_or_path="me/bare"))
     assert model.name_or_path == "me/bare" and model.config.name_or_path == "me/bare"
-
-
-class _Initialised(modeling_module.PreTrainedModel):
-    """Modules whose reference initialisation differs from torch's own."""
-
-    config_class = PretrainedConfig
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.linear = torch.nn.Linear(64, 64)
-        self.embed = torch.nn.Embedding(8, 64, padding_idx=1)
-        self.post_init()
 
 
 def test_a_fresh_model_gets_the_reference_initialisation_with_the_configs_range() -> None:

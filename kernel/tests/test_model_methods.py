@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from modeling_stand_ins import _Flat
 
 from microformers import ConfigError, PretrainedConfig
 from microformers import modeling as modeling_module
@@ -93,19 +94,6 @@ def test_gradient_checkpointing_hands_its_options_to_torch_checkpoint(monkeypatc
 
 
 # -- loading: which missing tensors are errors --------------------------------------------------------------
-
-
-class _Flat(modeling_module.PreTrainedModel):
-    """No base-model prefix; a top-level parameter, a submodule and a persistent buffer."""
-
-    config_class = PretrainedConfig
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.scale = torch.nn.Parameter(torch.ones(3))
-        self.inner = torch.nn.Linear(3, 3)
-        self.register_buffer("table", torch.arange(3.0))
-        self.post_init()
 
 
 def test_get_input_embeddings_of_a_model_without_them_says_so() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from modeling_stand_ins import _Flat, _Mixed
 
 from microformers import ConfigError, PretrainedConfig
-from microformers import modeling as modeling_module
 
 # From test_modeling_full_mutants.py: Behaviour of ``microformers.modeling`` that the full mutation run (workspace
 # hmod) found unasserted. See docs/reliability.md, "Mutation testing": each test here fails with at least one mutant
@@ -27,19 +27,6 @@ def test_push_to_hub_is_refused_with_how_to_upload(toy_model: torch.nn.Module) -
 
 
 # -- loading: which missing tensors are errors --------------------------------------------------------------
-
-
-class _Flat(modeling_module.PreTrainedModel):
-    """No base-model prefix; a top-level parameter, a submodule and a persistent buffer."""
-
-    config_class = PretrainedConfig
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.scale = torch.nn.Parameter(torch.ones(3))
-        self.inner = torch.nn.Linear(3, 3)
-        self.register_buffer("table", torch.arange(3.0))
-        self.post_init()
 
 
 # -- saving --------------------------------------------------------------------------------------------------
@@ -131,19 +118,6 @@ def test_a_model_class_registered_for_an_auto_class_saves_its_code_and_auto_map(
     assert (tmp_path / "saved" / "modeling_imod_custom.py").read_text() == (
         code / "modeling_imod_custom.py"
     ).read_text()
-
-
-class _Mixed(modeling_module.PreTrainedModel):
-    """A trainable linear layer, a frozen float parameter and an integer parameter (e.g. a quantized table)."""
-
-    config_class = PretrainedConfig
-
-    def __init__(self, config: PretrainedConfig) -> None:
-        super().__init__(config)
-        self.linear = torch.nn.Linear(4, 4)
-        self.frozen = torch.nn.Parameter(torch.ones(4), requires_grad=False)
-        self.codes = torch.nn.Parameter(torch.arange(4, dtype=torch.int32), requires_grad=False)
-        self.post_init()
 
 
 def test_an_integer_parameter_loads_as_saved_and_frozen(tmp_path: Path) -> None:
