@@ -11,21 +11,20 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "BertConfig": "configuration_bert",
-    **{
-        name: "modeling_bert"
-        for name in (
-            "BertPreTrainedModel",
-            "BertModel",
-            "BertForMaskedLM",
-            "BertForPreTraining",
-            "BertForPreTrainingOutput",
-            "BertForNextSentencePrediction",
-            "BertForSequenceClassification",
-            "BertForTokenClassification",
-            "BertForQuestionAnswering",
-            "BertInputError",
-        )
-    },
+    "BertPreTrainedModel": "modeling_bert",
+    "BertModel": "modeling_bert",
+    "BertForMaskedLM": "modeling_bert",
+    "BertForPreTraining": "modeling_bert",
+    "BertForPreTrainingOutput": "modeling_bert",
+    "BertForNextSentencePrediction": "modeling_bert",
+    "BertForSequenceClassification": "modeling_bert",
+    "BertForTokenClassification": "modeling_bert",
+    "BertForQuestionAnswering": "modeling_bert",
+    "BertInputError": "modeling_bert",
+    # building blocks other plugins derive from (microformers-roberta)
+    "BertEmbeddings": "modeling_bert",
+    "BertEncoder": "modeling_bert",
+    "BertPooler": "modeling_bert",
 }
 
 __all__ = ["__version__", *_LAZY]

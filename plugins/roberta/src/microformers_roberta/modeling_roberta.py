@@ -1,4 +1,22 @@
-"""RoBERTa encoder and its task heads.
+"""RoBERTa encoder and its task heads, derived from BERT's (``microformers_bert.modeling_bert``).
+
+RoBERTa is BERT's encoder: the same layers, encoder loop, pooler and base-model ``forward``, imported from
+the ``microformers_bert`` package (plugins use each other through package exports only). This file subclasses BERT's classes and overrides only what RoBERTa
+changes:
+
+1. ``RobertaEmbeddings(BertEmbeddings)``: positions count from the padding index. A token's position id is
+   ``padding_idx`` + its rank among the row's non-padding tokens (padding tokens get ``padding_idx`` itself),
+   so left and right padding give the real tokens the same positions; from ``inputs_embeds`` the ids run
+   ``padding_idx + 1, padding_idx + 2, ...``. The position table's ``padding_idx`` row stays zero.
+2. ``RobertaModel(BertModel)``: built with those embeddings and stored under the ``roberta.`` prefix; its
+   errors are ``RobertaInputError`` (a ``BertInputError``).
+3. The masked-LM head is ``lm_head``: ``decoder(layer_norm(gelu(dense(h))))`` (BERT's is ``cls.predictions``).
+4. The sequence classifier reads the first (``<s>``) token, without the pooler:
+   ``classifier.out_proj(dropout(tanh(classifier.dense(dropout(h[:, 0])))))``.
+
+Token classification and question answering are BERT's heads unchanged (their ``forward`` reaches the
+encoder through ``bert``, here an alias of ``roberta``); only their ``__init__`` differs, to build
+``RobertaModel`` under ``roberta``.
 
 Parameter names equal the checkpoint tensor names of the reference implementation
 (``roberta.embeddings.word_embeddings.weight``, ``roberta.embeddings.position_embeddings.weight``,
@@ -7,16 +25,6 @@ Parameter names equal the checkpoint tensor names of the reference implementatio
 ``roberta.pooler.dense.weight``; heads: ``lm_head.dense``, ``lm_head.layer_norm``, ``lm_head.decoder``
 (tied to the word embeddings), ``lm_head.bias``, ``classifier.dense``, ``classifier.out_proj``,
 ``classifier.weight`` (token classification), ``qa_outputs.weight``), so files load and save without renaming.
-
-RoBERTa is BERT's encoder (the SDK's ``microformers_sdk.encoder`` layers, base model ``forward``, token
-classification and QA heads) with three differences, all in this file:
-
-1. Positions count from the padding index: a token's position id is ``padding_idx`` + its rank among the
-   row's non-padding tokens (padding tokens get ``padding_idx`` itself), so left and right padding give the
-   real tokens the same positions; from ``inputs_embeds`` the ids run ``padding_idx + 1, padding_idx + 2, ...``.
-2. The masked-LM head is ``decoder(layer_norm(gelu(dense(h))))``.
-3. The sequence classifier reads the first (``<s>``) token: ``out_proj(dropout(tanh(dense(dropout(h[:, 0])))))``,
-   without the pooler.
 """
 
 from __future__ import annotations
@@ -26,20 +34,24 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from microformers import PreTrainedModel
-from microformers.errors import InputError
-from microformers_sdk.encoder import (
-    EncoderEmbeddings,
-    EncoderForMaskedLM,
-    EncoderForQuestionAnswering,
-    EncoderForSequenceClassification,
-    EncoderForTokenClassification,
-    EncoderLayer,
-    EncoderModelMixin,
-    EncoderPreTrainedMixin,
-    classifier_dropout,
+from microformers_bert import (
+    BertEmbeddings,
+    BertEncoder,
+    BertForQuestionAnswering,
+    BertForTokenClassification,
+    BertInputError,
+    BertModel,
+    BertPooler,
+    BertPreTrainedModel,
 )
+from microformers_sdk.encoder import classifier_dropout, mirror_output_bias, prune_model_heads, require_two_labels
 from microformers_sdk.layers import get_activation
+from microformers_sdk.losses import sequence_classification_loss, token_cross_entropy
+from microformers_sdk.outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+)
 
 from .configuration_roberta import RobertaConfig
 
@@ -56,7 +68,7 @@ __all__ = [
 ]
 
 
-class RobertaInputError(InputError):
+class RobertaInputError(BertInputError):
     """The arguments of a forward call do not fit the model (missing inputs, too long, wrong shapes)."""
 
 
@@ -66,24 +78,24 @@ def create_position_ids_from_input_ids(input_ids: torch.Tensor, padding_idx: int
     return torch.cumsum(real, dim=1) * real + padding_idx
 
 
-class RobertaEmbeddings(EncoderEmbeddings):
-    """Word, token type and absolute position embeddings; positions start after ``pad_token_id``."""
+# -- embeddings: BERT's, with positions that start after the padding index -----------------------------
+class RobertaEmbeddings(BertEmbeddings):
+    """BERT's word, token type and position embeddings; default positions start after ``pad_token_id``."""
 
     def __init__(self, config: RobertaConfig) -> None:
-        super().__init__(
-            config.vocab_size, config.hidden_size, config.max_position_embeddings, config.type_vocab_size,
-            config.layer_norm_eps, config.hidden_dropout_prob, config.pad_token_id, error=RobertaInputError,
-        )  # fmt: skip
+        super().__init__(config)
         self.padding_idx = config.pad_token_id
         self.position_embeddings = nn.Embedding(
             config.max_position_embeddings, config.hidden_size, padding_idx=self.padding_idx
         )
 
-    def default_position_ids(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> torch.Tensor:
-        length = inputs_embeds.shape[1]
+    def default_position_ids(self, input_ids: torch.Tensor | None, inputs: torch.Tensor) -> torch.Tensor:
+        """Position ids from ``input_ids`` when given, else ``padding_idx + 1 ..`` over ``inputs`` (ids or embeddings:
+        only its length and device are read); raises when the input does not fit the position table."""
+        length = inputs.shape[1]
         limit = self.position_embeddings.num_embeddings
         if length + self.padding_idx >= limit:
-            raise self.error(
+            raise RobertaInputError(
                 f"the input has {length} tokens but this model takes at most {limit - self.padding_idx - 1} "
                 f"(max_position_embeddings={limit} less the padding index {self.padding_idx} + 1, where "
                 "positions start); truncate the input (e.g. tokenizer(..., truncation=True))"
@@ -91,13 +103,22 @@ class RobertaEmbeddings(EncoderEmbeddings):
         if input_ids is not None:
             return create_position_ids_from_input_ids(input_ids, self.padding_idx)
         first = self.padding_idx + 1
-        return torch.arange(first, first + length, device=inputs_embeds.device).unsqueeze(0)
+        return torch.arange(first, first + length, device=inputs.device).unsqueeze(0)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+    ) -> torch.Tensor:
+        if position_ids is None:
+            inputs = inputs_embeds if inputs_embeds is not None else input_ids
+            position_ids = self.default_position_ids(input_ids, inputs)
+        return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds)
 
 
-class RobertaLayer(EncoderLayer):
-    """Post-norm block: ``norm(x + attn(x))`` then ``norm(x + mlp(x))`` (the SDK's, under RoBERTa's name)."""
-
-
+# -- heads RoBERTa has in its own shape ----------------------------------------------------------------
 class RobertaLMHead(nn.Module):
     """``decoder(layer_norm(gelu(dense(h))))``; ``decoder.bias`` is ``bias`` (one tensor, two names)."""
 
@@ -127,45 +148,92 @@ class RobertaClassificationHead(nn.Module):
         return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
 
 
-class RobertaPreTrainedModel(EncoderPreTrainedMixin, PreTrainedModel):
+# -- pre-trained base class: BERT's, under the ``roberta`` prefix --------------------------------------
+class RobertaPreTrainedModel(BertPreTrainedModel):
+    """BERT's base class (weight init, decoder settings refused, head pruning, gamma/beta renaming) with
+    RoBERTa's prefix, its masked-LM bias under ``lm_head`` and its own input error."""
+
     config_class = RobertaConfig
     base_model_prefix = "roberta"
-    input_error = RobertaInputError
-    output_bias_head = "lm_head"
-    _no_split_modules: ClassVar[list[str]] = ["RobertaEmbeddings", "RobertaLayer"]
-    # Checkpoints saved by heads without a pooler (e.g. RobertaForMaskedLM) load into models that have one.
-    _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
+    base_model_class: ClassVar[type[RobertaModel]]  # XLM-R's heads name theirs
+    _no_split_modules: ClassVar[list[str]] = ["RobertaEmbeddings", "BertLayer"]
     # Older exporters saved the position/token-type id buffers, and tied files may repeat the MLM bias.
     _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [
         r"embeddings\.position_ids$",
         r"embeddings\.token_type_ids$",
         r"lm_head\.decoder\.bias$",
     ]
+    config: RobertaConfig
+
+    @property
+    def bert(self) -> RobertaModel:
+        """BERT's head ``forward``s call ``self.bert``; RoBERTa keeps that encoder under ``roberta``."""
+        return self.roberta
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, RobertaLMHead):
             nn.init.zeros_(module.bias)
 
+    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
+        """Remove attention heads (``{layer: [head, ...]}``, original indices); recorded in ``config.pruned_heads``."""
+        prune_model_heads(self, heads_to_prune, RobertaInputError)
 
-class RobertaModel(EncoderModelMixin, RobertaPreTrainedModel):
-    """The encoder (and, unless ``add_pooling_layer=False``, the pooler).
+    def _checkpoint_key_map(self, checkpoint_keys: set[str]) -> dict[str, str]:
+        # A file holding the MLM output bias under only one of its two ``lm_head`` names fills both.
+        renamed = mirror_output_bias({key: key for key in checkpoint_keys}, "lm_head")
+        mapping = super()._checkpoint_key_map(set(renamed))
+        return {name: renamed[key] for name, key in mapping.items()}
+
+
+# -- base model: BERT's, with RoBERTa's embeddings -----------------------------------------------------
+class RobertaModel(RobertaPreTrainedModel, BertModel):
+    """The encoder (and, unless ``add_pooling_layer=False``, the pooler); BERT's ``forward``.
 
     Returns ``BaseModelOutputWithPoolingAndCrossAttentions``; ``hidden_states`` holds the embedding
     output and every layer's output (``num_hidden_layers + 1`` tensors).
     """
 
     def __init__(self, config: RobertaConfig, add_pooling_layer: bool = True) -> None:
-        super().__init__(config)
-        self._build_encoder(RobertaEmbeddings(config), add_pooling_layer, RobertaLayer)
+        # Not BertModel.__init__, which builds BERT's embeddings: the same modules with RoBERTa's embeddings.
+        RobertaPreTrainedModel.__init__(self, config)
+        self.embeddings = RobertaEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self._prune_heads(getattr(config, "pruned_heads", None) or {})
         self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple[Any, ...]:
+        """BERT's ``forward``; its input errors are raised as ``RobertaInputError``."""
+        try:
+            return super().forward(
+                input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                output_hidden_states, return_dict, head_mask, **kwargs,
+            )  # fmt: skip
+        except BertInputError as error:
+            if isinstance(error, RobertaInputError):
+                raise
+            raise RobertaInputError(*error.args) from None
 
 
 RobertaPreTrainedModel.base_model_class = RobertaModel
 
 
-class RobertaForMaskedLM(EncoderForMaskedLM, RobertaPreTrainedModel):
-    """Encoder plus the masked-language-model head; ``labels`` of ``-100`` are not scored."""
+# -- heads ---------------------------------------------------------------------------------------------
+class RobertaForMaskedLM(RobertaPreTrainedModel):
+    """Encoder plus the masked-language-model head ``lm_head``; ``labels`` of ``-100`` are not scored."""
 
     _tied_weights_keys: ClassVar[dict[str, str]] = {
         "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
@@ -174,7 +242,7 @@ class RobertaForMaskedLM(EncoderForMaskedLM, RobertaPreTrainedModel):
 
     def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)
-        self.roberta = self._backbone(add_pooling_layer=False)
+        self.roberta = self.base_model_class(config, add_pooling_layer=False)
         self.lm_head = RobertaLMHead(config)
         self.post_init()
 
@@ -184,27 +252,93 @@ class RobertaForMaskedLM(EncoderForMaskedLM, RobertaPreTrainedModel):
     def set_output_embeddings(self, value: nn.Module) -> None:
         self.lm_head.decoder = value
 
-    def _mlm_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden_states)
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> MaskedLMOutput | tuple[Any, ...]:
+        encoded = self.roberta(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        logits = self.lm_head(encoded.last_hidden_state)
+        output = MaskedLMOutput(
+            loss=token_cross_entropy(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
 
 
-class RobertaForSequenceClassification(EncoderForSequenceClassification, RobertaPreTrainedModel):
+class RobertaForSequenceClassification(RobertaPreTrainedModel):
     """``<s>`` token -> ``classifier`` (dense, tanh, out_proj); the loss follows ``config.problem_type``."""
 
     def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.roberta = self._backbone(add_pooling_layer=False)
+        self.roberta = self.base_model_class(config, add_pooling_layer=False)
         self.classifier = RobertaClassificationHead(config)
         self.post_init()
 
-    def _logits(self, encoded: Any) -> torch.Tensor:
-        return self.classifier(encoded.last_hidden_state)
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> SequenceClassifierOutput | tuple[Any, ...]:
+        encoded = self.roberta(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        logits = self.classifier(encoded.last_hidden_state)
+        output = SequenceClassifierOutput(
+            loss=sequence_classification_loss(logits, labels, self.config) if labels is not None else None,
+            logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
 
 
-class RobertaForTokenClassification(EncoderForTokenClassification, RobertaPreTrainedModel):
-    """Per-token linear classifier (NER and friends); ``labels`` of ``-100`` are not scored."""
+class RobertaForTokenClassification(RobertaPreTrainedModel, BertForTokenClassification):
+    """BERT's per-token linear classifier (NER and friends) over ``roberta``; ``labels`` of ``-100`` are not scored."""
+
+    def __init__(self, config: RobertaConfig) -> None:
+        # Not BertForTokenClassification.__init__, which builds a BertModel under ``bert``.
+        RobertaPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.roberta = self.base_model_class(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
 
 
-class RobertaForQuestionAnswering(EncoderForQuestionAnswering, RobertaPreTrainedModel):
-    """Extractive QA: per-token start and end logits (``qa_outputs`` has ``num_labels`` = 2 outputs)."""
+class RobertaForQuestionAnswering(RobertaPreTrainedModel, BertForQuestionAnswering):
+    """BERT's extractive QA head over ``roberta``: per-token start and end logits (``num_labels`` = 2)."""
+
+    def __init__(self, config: RobertaConfig) -> None:
+        # Not BertForQuestionAnswering.__init__, which builds a BertModel under ``bert``.
+        require_two_labels(config, type(self).__name__)
+        RobertaPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.roberta = self.base_model_class(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()

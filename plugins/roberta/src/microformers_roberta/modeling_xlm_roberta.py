@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from torch import nn
-
 from .configuration_xlm_roberta import XLMRobertaConfig
 from .modeling_roberta import (
     RobertaForMaskedLM,
@@ -34,19 +32,19 @@ class XLMRobertaModel(RobertaModel):
 
 class XLMRobertaForMaskedLM(RobertaForMaskedLM):
     config_class = XLMRobertaConfig
-    base_model_class: ClassVar[type[nn.Module]] = XLMRobertaModel
+    base_model_class: ClassVar[type[RobertaModel]] = XLMRobertaModel
 
 
 class XLMRobertaForSequenceClassification(RobertaForSequenceClassification):
     config_class = XLMRobertaConfig
-    base_model_class: ClassVar[type[nn.Module]] = XLMRobertaModel
+    base_model_class: ClassVar[type[RobertaModel]] = XLMRobertaModel
 
 
 class XLMRobertaForTokenClassification(RobertaForTokenClassification):
     config_class = XLMRobertaConfig
-    base_model_class: ClassVar[type[nn.Module]] = XLMRobertaModel
+    base_model_class: ClassVar[type[RobertaModel]] = XLMRobertaModel
 
 
 class XLMRobertaForQuestionAnswering(RobertaForQuestionAnswering):
     config_class = XLMRobertaConfig
-    base_model_class: ClassVar[type[nn.Module]] = XLMRobertaModel
+    base_model_class: ClassVar[type[RobertaModel]] = XLMRobertaModel
