@@ -22,9 +22,12 @@ attention block under other parameter names. This module holds that design once:
   ``_backbone(add_pooling_layer)`` from ``base_model_class``, the masked-LM bias under both its names).
 
 Parameter names are the reference checkpoints' names; a plugin picks its own class names, prefix
-(``base_model_prefix``) and ``base_model_class``. ``microformers-bert`` and ``microformers-roberta`` are
-built this way; ``microformers-distilbert`` and ``microformers-wav2vec2`` use the attention, embeddings,
-layer loop and head plumbing.
+(``base_model_prefix``) and ``base_model_class``. The shipped encoder families no longer build on the
+mixins: ``microformers-bert`` and ``microformers-distilbert`` write their layers and forwards out in their
+model files, and ``microformers-roberta`` derives from BERT's classes. They take only the small helpers
+here (``check_one_input``, ``classifier_dropout``, ``layer_head_masks``, ``prune_model_heads``,
+``question_answering_output``, ``require_two_labels`` ...); ``microformers-wav2vec2`` uses
+``EncoderSelfAttention``. The mixins stay for plugins built on them until they move the same way.
 """
 
 from __future__ import annotations
