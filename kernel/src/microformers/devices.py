@@ -53,3 +53,13 @@ def check_device_map(device_map: Any, argument: str = "device_map") -> None:
                 check_device(device, f"{argument}[{prefix!r}]")
     elif device_map is not None and device_map not in AUTOMATIC_DEVICE_MAPS:
         check_device(device_map, argument)
+
+
+def device_map_entries(device_map: Any) -> dict[str, Any]:
+    """``device_map`` as ``{module prefix: device}``: an automatic strategy is the first accelerator (else the
+    CPU), a single device covers the whole model (prefix ``""``), a dict is copied as it is."""
+    if isinstance(device_map, str) and device_map in AUTOMATIC_DEVICE_MAPS:
+        import torch
+
+        device_map = "cuda:0" if torch.cuda.is_available() else "cpu"
+    return dict(device_map) if isinstance(device_map, dict) else {"": device_map}

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .devices import device_map_entries
 from .errors import ConfigError
 
 __all__ = [
@@ -146,10 +147,7 @@ def place_modules(model: Any, device_map: Any) -> None:
     a device (``"cpu"``, ``"cuda:0"``, ``0``) takes the whole model; a dict maps module prefixes (``""``
     for the whole model) to devices and must cover every parameter.
     """
-    if device_map in ("auto", "balanced", "balanced_low_0", "sequential"):
-        device_map = "cuda:0" if torch.cuda.is_available() else "cpu"
-    if not isinstance(device_map, dict):
-        device_map = {"": device_map}
+    device_map = device_map_entries(device_map)
     placed = {}
     for prefix, device in sorted(device_map.items(), key=lambda item: len(item[0])):
         try:

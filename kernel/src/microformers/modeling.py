@@ -21,7 +21,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .configuration import PretrainedConfig, config_from_dict, dtype_name, read_json, refuse_push_to_hub
-from .devices import AUTOMATIC_DEVICE_MAPS, check_device, check_device_map
+from .devices import check_device, check_device_map, device_map_entries
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import resolve_file, split_hub_kwargs, staged_folder
@@ -642,12 +642,8 @@ def tensor_placement(device: Any, device_map: Any) -> Callable[[str], torch.devi
     wanted = device_map if device_map is not None else device
     if wanted is None:
         return None
-    if isinstance(wanted, str) and wanted in AUTOMATIC_DEVICE_MAPS:
-        wanted = "cuda:0" if torch.cuda.is_available() else "cpu"
     by_prefix = {
-        prefix: check_device(value, "device_map")
-        for prefix, value in (wanted.items() if isinstance(wanted, dict) else [("", wanted)])
-        if value != "disk"
+        prefix: check_device(value, "device_map") for prefix, value in device_map_entries(wanted).items() if value != "disk"
     }
     by_prefix = {prefix: value for prefix, value in by_prefix.items() if value.type != "meta"}
     ordered = sorted(by_prefix.items(), key=lambda item: len(item[0]), reverse=True)

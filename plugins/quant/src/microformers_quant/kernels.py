@@ -123,7 +123,7 @@ def quantize_activations(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
 
 
 def _native(bits: int, act_bits: int | str, x: torch.Tensor) -> Any:
-    if x.device.type != "cpu":  # the kernels are CPU code: CUDA tensors take the torch path
+    if not x.is_cpu:  # the kernels are CPU code: CUDA tensors take the torch path
         return None
     op = _ops.get((bits, act_bits))
     if op is None and "ok" not in _state and native_available():
