@@ -87,7 +87,7 @@ def native_isa() -> tuple[str | None, str]:
 
 def unavailable_reason() -> str | None:
     """Why the native ops cannot run in this process (``MICROFORMERS_NATIVE=0``, the CPU or platform, no
-    C++ compiler or ninja), without building anything; None where they can be built or are already loaded."""
+    C++ compiler or ninja), without building anything; None where they can be built."""
     if os.environ.get("MICROFORMERS_NATIVE", "1") == "0":
         return "MICROFORMERS_NATIVE=0 turns the native ops off"
     isa, why = native_isa()
