@@ -40,6 +40,7 @@ _LAZY: dict[str, str] = {
     "AutoModelForNextSentencePrediction": "auto",
     "AutoModelForPreTraining": "auto",
     "AutoModelForCTC": "auto",
+    "AutoModelForSeq2SeqLM": "auto",
     "AutoModelForAudioClassification": "auto",
     "AutoFeatureExtractor": "auto",
     "auto_class": "auto",

@@ -194,6 +194,7 @@ AutoModelForQuestionAnswering = auto_class("AutoModelForQuestionAnswering")
 AutoModelForNextSentencePrediction = auto_class("AutoModelForNextSentencePrediction")
 AutoModelForPreTraining = auto_class("AutoModelForPreTraining")
 AutoModelForCTC = auto_class("AutoModelForCTC")
+AutoModelForSeq2SeqLM = auto_class("AutoModelForSeq2SeqLM")
 AutoModelForAudioClassification = auto_class("AutoModelForAudioClassification")
 
 

@@ -32,7 +32,7 @@ def register_models(register):
     (``"llama"``), ``config`` the ``PretrainedConfig`` subclass, ``models`` a mapping from Auto class
     name (``"AutoModel"``, ``"AutoModelForCausalLM"``, ``"AutoModelForMaskedLM"``,
     ``"AutoModelForSequenceClassification"``, ``"AutoModelForTokenClassification"``,
-    ``"AutoModelForQuestionAnswering"``, or any other head name) to the model class. The class names
+    ``"AutoModelForQuestionAnswering"``, ``"AutoModelForSeq2SeqLM"``, or any other head name) to the model class. The class names
     also resolve ``config.architectures`` entries.
     """
 

@@ -136,3 +136,53 @@ class MoeCausalLMOutputWithPast(ModelOutput):
     hidden_states: Any
     attentions: Any
     router_logits: Any
+
+
+class Seq2SeqModelOutput(ModelOutput):
+    """An encoder-decoder's output: the decoder's states first, then the encoder's."""
+
+    last_hidden_state: Any
+    past_key_values: Any
+    decoder_hidden_states: Any
+    decoder_attentions: Any
+    cross_attentions: Any
+    encoder_last_hidden_state: Any
+    encoder_hidden_states: Any
+    encoder_attentions: Any
+
+
+class Seq2SeqLMOutput(ModelOutput):
+    loss: Any
+    logits: Any
+    past_key_values: Any
+    decoder_hidden_states: Any
+    decoder_attentions: Any
+    cross_attentions: Any
+    encoder_last_hidden_state: Any
+    encoder_hidden_states: Any
+    encoder_attentions: Any
+
+
+class Seq2SeqSequenceClassifierOutput(ModelOutput):
+    loss: Any
+    logits: Any
+    past_key_values: Any
+    decoder_hidden_states: Any
+    decoder_attentions: Any
+    cross_attentions: Any
+    encoder_last_hidden_state: Any
+    encoder_hidden_states: Any
+    encoder_attentions: Any
+
+
+class Seq2SeqQuestionAnsweringModelOutput(ModelOutput):
+    loss: Any
+    start_logits: Any
+    end_logits: Any
+    past_key_values: Any
+    decoder_hidden_states: Any
+    decoder_attentions: Any
+    cross_attentions: Any
+    encoder_last_hidden_state: Any
+    encoder_hidden_states: Any
+    encoder_attentions: Any

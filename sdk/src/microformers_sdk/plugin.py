@@ -27,3 +27,14 @@ def register_cli_commands(register: Any) -> None:
         "microformers_sdk.scaffold:new_plugin_command",
         help="create a new model-plugin distribution (pyproject, model, conformance tests)",
     )
+
+
+@hookimpl
+def register_exports(register: Any) -> None:
+    # The cache classes users build by hand (``from transformers import DynamicCache`` in the reference).
+    for name, module in (
+        ("DynamicCache", "cache"),
+        ("StaticCache", "cache"),
+        ("EncoderDecoderCache", "seq2seq"),
+    ):
+        register(name, f"microformers_sdk.{module}:{name}")
