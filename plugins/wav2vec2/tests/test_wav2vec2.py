@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 import microformers
 from microformers.errors import ConfigError, InputError
+from microformers_sdk.attention import sdpa_attention
 from microformers_sdk.testing import (
     ModelConformanceTests,
     checks,
@@ -19,6 +20,7 @@ from microformers_sdk.testing import (
 )
 from microformers_wav2vec2.configuration_wav2vec2 import Wav2Vec2Config
 from microformers_wav2vec2.modeling_wav2vec2 import (
+    Wav2Vec2Attention,
     Wav2Vec2ForCTC,
     Wav2Vec2ForSequenceClassification,
     Wav2Vec2InputError,
@@ -107,6 +109,36 @@ class TestWav2Vec2GroupNormConformance(_AudioInputs, ModelConformanceTests):
 
 def _ctc_model(**overrides: Any) -> Wav2Vec2ForCTC:
     return checks.build_model(Wav2Vec2ForCTC, Wav2Vec2Config(**{**TINY, **overrides}))
+
+
+def test_attention_projects_the_merged_heads_and_drops_out_in_training_only() -> None:
+    """``q_proj``/``k_proj``/``v_proj`` in, ``out_proj`` over the merged heads; eager (with probabilities) and sdpa agree."""
+    torch.manual_seed(0)
+    attention = Wav2Vec2Attention(Wav2Vec2Config(**TINY, attention_dropout=0.5)).eval()
+    assert [name for name, _ in attention.named_children()] == ["q_proj", "k_proj", "v_proj", "out_proj"]
+    hidden = torch.randn(2, 5, 16)
+    mask = torch.zeros(2, 1, 5, 5)
+    mask[1, ..., 3:] = torch.finfo(torch.float32).min
+    with torch.no_grad():
+        fast, none = attention(hidden, mask, sdpa_attention, False)
+        eager, weights = attention(hidden, mask, sdpa_attention, True)
+        split = (2, 5, 2, 8)
+        query, key, value = (
+            p(hidden).view(split).transpose(1, 2) for p in (attention.q_proj, attention.k_proj, attention.v_proj)
+        )
+        probabilities = torch.softmax(query @ key.transpose(-1, -2) / 8**0.5 + mask, dim=-1)
+        expected = attention.out_proj((probabilities @ value).transpose(1, 2).reshape(2, 5, 16))
+    assert none is None and weights.shape == (2, 2, 5, 5)
+    torch.testing.assert_close(weights, probabilities)
+    torch.testing.assert_close(fast, expected)
+    torch.testing.assert_close(eager, expected)
+    attention.train()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        trained, trained_weights = attention(hidden, mask, sdpa_attention, True)
+    dropped = trained_weights == 0
+    assert dropped.any() and not torch.allclose(trained, expected)
+    torch.testing.assert_close(trained_weights[~dropped], 2 * probabilities[~dropped])
 
 
 def test_freeze_feature_encoder_stops_its_gradients() -> None:

@@ -33,8 +33,7 @@ from torch import nn
 from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers.outputs import ModelOutput
-from microformers_sdk.attention import get_attention_function
-from microformers_sdk.encoder import EncoderSelfAttention
+from microformers_sdk.attention import AttentionFunction, eager_attention, get_attention_function
 from microformers_sdk.layers import get_activation
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import CausalLMOutput, SequenceClassifierOutput
@@ -43,6 +42,7 @@ from microformers_sdk.weights import KeyRenamer
 from .configuration_wav2vec2 import Wav2Vec2Config
 
 __all__ = [
+    "Wav2Vec2Attention",
     "Wav2Vec2BaseModelOutput",
     "Wav2Vec2Config",
     "Wav2Vec2ForCTC",
@@ -163,12 +163,41 @@ class Wav2Vec2PositionalConvEmbedding(nn.Module):
         return self.activation(hidden_states).transpose(1, 2)
 
 
-def _self_attention(config: Wav2Vec2Config) -> EncoderSelfAttention:
-    """Bidirectional multi-head attention: ``q_proj``/``k_proj``/``v_proj`` in, ``out_proj`` out."""
-    return EncoderSelfAttention(
-        config.hidden_size, config.num_attention_heads, config.attention_dropout,
-        names=("q_proj", "k_proj", "v_proj"), output="out_proj",
-    )  # fmt: skip
+class Wav2Vec2Attention(nn.Module):
+    """Bidirectional multi-head attention: ``q_proj``, ``k_proj``, ``v_proj`` in, the attention kernel, ``out_proj`` out."""
+
+    def __init__(self, config: Wav2Vec2Config) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = float(config.attention_dropout or 0.0)
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attention_fn: AttentionFunction,
+        output_attentions: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, length, _ = hidden_states.shape
+        split = (batch, length, self.num_heads, self.head_dim)  # -> (batch, heads, length, head_dim)
+        query = self.q_proj(hidden_states).view(split).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(split).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(split).transpose(1, 2)
+        dropout = self.attention_dropout if self.training else 0.0
+        weights = None
+        if output_attentions:  # only the eager kernel can hand back the probabilities
+            context, weights = eager_attention(
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, return_weights=True
+            )
+        else:
+            context = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)
+        return self.out_proj(context.transpose(1, 2).reshape(batch, length, -1)), weights
 
 
 class Wav2Vec2FeedForward(nn.Module):
@@ -191,7 +220,7 @@ class Wav2Vec2EncoderLayer(nn.Module):
     def __init__(self, config: Wav2Vec2Config, stable: bool) -> None:
         super().__init__()
         self.stable = stable
-        self.attention = _self_attention(config)
+        self.attention = Wav2Vec2Attention(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.feed_forward = Wav2Vec2FeedForward(config)
@@ -201,7 +230,7 @@ class Wav2Vec2EncoderLayer(nn.Module):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        attention_fn: Any,
+        attention_fn: AttentionFunction,
         output_attentions: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         residual = hidden_states
