@@ -14,22 +14,24 @@ _LAZY: dict[str, str] = {
     "MistralConfig": "configuration_mistral",
     "Qwen2Config": "configuration_qwen2",
     "Qwen3Config": "configuration_qwen3",
-    **{
-        name: "modeling_llama"
-        for name in ("LlamaPreTrainedModel", "LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification")
-    },
-    **{name: "modeling_mistral" for name in ("MistralModel", "MistralForCausalLM", "MistralForSequenceClassification")},
-    **{name: "modeling_qwen2" for name in ("Qwen2Model", "Qwen2ForCausalLM", "Qwen2ForSequenceClassification")},
-    **{
-        name: "modeling_qwen3"
-        for name in (
-            "Qwen3Attention",
-            "Qwen3DecoderLayer",
-            "Qwen3Model",
-            "Qwen3ForCausalLM",
-            "Qwen3ForSequenceClassification",
-        )
-    },
+    "LlamaPreTrainedModel": "modeling_llama",
+    "LlamaModel": "modeling_llama",
+    "LlamaForCausalLM": "modeling_llama",
+    "LlamaForSequenceClassification": "modeling_llama",
+    "MistralModel": "modeling_mistral",
+    "MistralForCausalLM": "modeling_mistral",
+    "MistralForSequenceClassification": "modeling_mistral",
+    "Qwen2Model": "modeling_qwen2",
+    "Qwen2ForCausalLM": "modeling_qwen2",
+    "Qwen2ForSequenceClassification": "modeling_qwen2",
+    "Qwen3Attention": "modeling_qwen3",
+    "Qwen3DecoderLayer": "modeling_qwen3",
+    "Qwen3Model": "modeling_qwen3",
+    "Qwen3ForCausalLM": "modeling_qwen3",
+    "Qwen3ForSequenceClassification": "modeling_qwen3",
+    # building blocks other plugins derive from (microformers-phi3)
+    "LlamaAttention": "modeling_llama",
+    "LlamaDecoderLayer": "modeling_llama",
 }
 
 __all__ = ["__version__", *_LAZY]

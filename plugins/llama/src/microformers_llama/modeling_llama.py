@@ -124,7 +124,11 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+
+    ``Phi3DecoderLayer.forward`` (microformers-phi3) copies this forward with residual dropout added; it is
+    kept in sync with this one by tests/integration/test_model_copies_in_sync.py.
+    """
 
     attention_class: ClassVar[type[LlamaAttention]] = LlamaAttention
 

@@ -1,0 +1,79 @@
+"""Code that model plugins keep as a copy of another plugin's, instead of deriving from it, stays in sync.
+
+Where one family derives from another (Phi-3 from Llama, Qwen2-MoE from Mixtral, Mistral / Qwen2 / Qwen3
+from Llama, RoBERTa from BERT) the subclass is the declaration and nothing is repeated. Where deriving
+would make a model file harder to read, the file keeps its own copy, says so in a comment
+("kept in sync with ... by tests/integration/test_model_copies_in_sync.py"), and is listed here: each
+pair names both sides (distribution package, qualified name) and what legitimately differs between them
+(a table of ``old -> new`` replacements applied to the first side's source). A change to one side
+fails this test until the other side is updated too (or the difference is declared in the table).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import textwrap
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+# (package, "module:qualified.name")
+Side = tuple[str, str]
+
+# first side ~ second side, replacements turning the first side's source into the second's.
+COPIES: list[tuple[Side, Side, dict[str, str]]] = [
+    (
+        # Phi-3's layer is Llama's plus residual dropout (its MLP is the fused one, so the layer is its own class).
+        ("microformers_llama", "modeling_llama:LlamaDecoderLayer.forward"),
+        ("microformers_phi3", "modeling_phi3:Phi3DecoderLayer.forward"),
+        {
+            "hidden_states + attended": "hidden_states + self._dropout(attended)",
+            "hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))": (
+                "hidden_states + self._dropout(self.mlp(self.post_attention_layernorm(hidden_states)))"
+            ),
+        },
+    ),
+]
+
+
+def _source(side: Side) -> str:
+    package, target = side
+    module_name, qualified = target.split(":")
+    obj: Any = importlib.import_module(f"{package}.{module_name}")
+    for part in qualified.split("."):
+        obj = getattr(obj, part)
+    return textwrap.dedent(inspect.getsource(obj))
+
+
+def _name(side: Side) -> str:
+    return f"{side[0]}.{side[1].replace(':', '.')}"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "renames"), COPIES, ids=lambda value: _name(value) if isinstance(value, tuple) else ""
+)
+def test_copied_code_stays_in_sync(first: Side, second: Side, renames: dict[str, str]) -> None:
+    expected = _source(first)
+    for old, new in renames.items():
+        assert old in expected, f"{_name(first)} no longer contains {old!r}: update the rename table of this pair"
+        expected = expected.replace(old, new)
+    actual = _source(second)
+    assert actual == expected, (
+        f"{_name(second)} is kept as a copy of {_name(first)} (names differing as declared here) but the two "
+        f"have drifted apart; update both (or declare the new difference in COPIES).\n"
+        f"--- {_name(first)} after renames\n{expected}\n--- {_name(second)}\n{actual}"
+    )
+
+
+def test_every_listed_copy_says_so_in_its_file() -> None:
+    """A reader of either side learns that a copy exists: the second side's source or class mentions this test."""
+    missing = []
+    for _first, second, _renames in COPIES:
+        package, target = second
+        module = importlib.import_module(f"{package}.{target.split(':')[0]}")
+        if "test_model_copies_in_sync" not in inspect.getsource(module):
+            missing.append(_name(second))
+    assert not missing, f"say 'kept in sync with ... by tests/integration/test_model_copies_in_sync.py' at: {missing}"
