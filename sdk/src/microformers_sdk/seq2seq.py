@@ -18,7 +18,7 @@ import torch
 
 from microformers.errors import ConfigError, InputError
 
-from .cache import Cache, DynamicCache
+from .cache import Cache, DynamicCache, StaticCache
 from .outputs import BaseModelOutput
 
 
@@ -185,10 +185,16 @@ class Seq2SeqLMMixin:
     """What ``generate``, the trainer and pipelines use on an encoder-decoder model, besides ``forward``.
 
     The model defines ``get_encoder()`` and ``get_decoder()`` (where its stacks live is its business);
-    ``config`` carries ``pad_token_id`` and ``decoder_start_token_id``.
+    ``config`` carries ``pad_token_id`` and ``decoder_start_token_id``. List the mixin before the
+    model's ``PreTrainedModel`` base so its ``make_static_cache`` is the one used.
     """
 
     config: Any
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def make_static_cache(self, max_cache_len: int) -> EncoderDecoderCache:
+        """``cache_implementation="static"``: the decoder's self-attention preallocated for ``max_cache_len``
+        positions; the cross-attention states are written once per prompt, so they need no preallocation."""
+        return EncoderDecoderCache(StaticCache(self.config, max_cache_len=max_cache_len), DynamicCache())

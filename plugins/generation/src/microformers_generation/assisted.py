@@ -21,6 +21,7 @@ import torch
 from microformers import GenerationConfig, GenerationError
 
 from .base import LogitsProcessorList, StoppingCriteriaList
+from .encoder_decoder import DecoderView, is_encoder_decoder
 from .outputs import GenerateDecoderOnlyOutput
 from .strategies import Strategy, loop_start
 
@@ -161,6 +162,13 @@ class AssistedDecoding(Strategy):
         if assistant_model is not None:
             if config.prompt_lookup_num_tokens is not None:
                 raise GenerationError("pass either assistant_model or prompt_lookup_num_tokens, not both")
+            if isinstance(model, DecoderView) != is_encoder_decoder(assistant_model):
+                raise GenerationError(
+                    "assistant_model must be an encoder-decoder model exactly when the model is one; "
+                    f"{type(assistant_model).__name__} is not the same kind"
+                )
+            if isinstance(model, DecoderView):
+                assistant_model = model.for_assistant(assistant_model)
             source: Any = AssistantDrafts(
                 assistant_model,
                 *_assistant_settings(explicit, config, assistant_model),

@@ -36,9 +36,40 @@ class GenerateBeamDecoderOnlyOutput(ModelOutput):
     past_key_values: Any
 
 
-GenerateNonBeamOutput = GenerateDecoderOnlyOutput
-GenerateBeamOutput = GenerateBeamDecoderOnlyOutput
-GenerateOutput = GenerateDecoderOnlyOutput | GenerateBeamDecoderOnlyOutput
+class GenerateEncoderDecoderOutput(ModelOutput):
+    """An encoder-decoder's output: ``sequences`` are decoder tokens (the start token first); the encoder's
+    attentions / hidden states once, the decoder's and the cross-attentions one entry per generated token."""
+
+    sequences: Any
+    scores: Any
+    logits: Any
+    encoder_attentions: Any
+    encoder_hidden_states: Any
+    decoder_attentions: Any
+    cross_attentions: Any
+    decoder_hidden_states: Any
+    past_key_values: Any
+
+
+class GenerateBeamEncoderDecoderOutput(ModelOutput):
+    """Beam search on an encoder-decoder model (see :class:`GenerateEncoderDecoderOutput`)."""
+
+    sequences: Any
+    sequences_scores: Any
+    scores: Any
+    logits: Any
+    beam_indices: Any
+    encoder_attentions: Any
+    encoder_hidden_states: Any
+    decoder_attentions: Any
+    cross_attentions: Any
+    decoder_hidden_states: Any
+    past_key_values: Any
+
+
+GenerateNonBeamOutput = GenerateDecoderOnlyOutput | GenerateEncoderDecoderOutput
+GenerateBeamOutput = GenerateBeamDecoderOnlyOutput | GenerateBeamEncoderDecoderOutput
+GenerateOutput = GenerateNonBeamOutput | GenerateBeamOutput
 
 
 def compute_transition_scores(

@@ -19,6 +19,8 @@ EXPORTS = {
     "TextIteratorStreamer": "streamers",
     "GenerateDecoderOnlyOutput": "outputs",
     "GenerateBeamDecoderOnlyOutput": "outputs",
+    "GenerateEncoderDecoderOutput": "outputs",
+    "GenerateBeamEncoderDecoderOutput": "outputs",
 }
 
 

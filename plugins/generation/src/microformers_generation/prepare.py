@@ -20,6 +20,7 @@ from microformers import GenerationConfig, GenerationError
 
 from . import defaults
 from .base import LogitsProcessorList, StoppingCriteriaList
+from .encoder_decoder import DecoderView, EncoderState, is_encoder_decoder, prepare_encoder_decoder
 
 logger = logging.getLogger("microformers")
 
@@ -51,7 +52,11 @@ ID_DTYPES = (torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32, 
 
 @attrs.define
 class Prepared:
-    """Everything a decoding loop needs; ``input_ids`` already expanded for beams / return sequences."""
+    """Everything a decoding loop needs; ``input_ids`` already expanded for beams / return sequences.
+
+    For an encoder-decoder model, ``input_ids`` are the decoder's and ``model`` is the
+    :class:`~microformers_generation.encoder_decoder.DecoderView` the loop calls (the model itself otherwise).
+    """
 
     input_ids: torch.Tensor
     generation_config: GenerationConfig
@@ -60,6 +65,7 @@ class Prepared:
     streamer: Any
     model_kwargs: dict[str, Any]
     call_arguments: dict[str, Any]
+    model: Any = None
 
 
 def prepare(
@@ -91,13 +97,23 @@ def prepare(
     check_streamer(streamer, config)
     check_model_kwargs(model, model_kwargs)
 
-    input_ids, model_kwargs = prepare_inputs(model, inputs, config, model_kwargs)
-    prompt_ids = input_ids
+    encoder: EncoderState | None = None
+    if is_encoder_decoder(model):
+        device = _model_device(model)
+        input_ids, model_kwargs, encoder = prepare_encoder_decoder(
+            model, inputs, config, model_kwargs, lambda ids, name: checked_token_ids(model, ids, name), device
+        )
+        prompt_ids = encoder.input_ids
+    else:
+        input_ids, model_kwargs = prepare_inputs(model, inputs, config, model_kwargs)
+        prompt_ids = input_ids
     expand = max(config.num_beams, config.num_return_sequences)
     if expand > 1:
         input_ids = input_ids.repeat_interleave(expand, dim=0)
         if model_kwargs.get("attention_mask") is not None:
             model_kwargs["attention_mask"] = model_kwargs["attention_mask"].repeat_interleave(expand, dim=0)
+        if encoder is not None:
+            encoder.repeat(expand)
     prepare_lengths(model, config, input_ids.shape[1], has_default_max_length)
     model_kwargs["use_cache"] = config.use_cache
     prepare_static_decoding(model, config, model_kwargs)
@@ -116,10 +132,15 @@ def prepare(
     )
     if streamer is not None:
         streamer.put(input_ids.cpu())
-    return Prepared(input_ids, config, processors, criteria, streamer, model_kwargs, call_arguments)
+    view = (
+        model
+        if encoder is None
+        else DecoderView(model, encoder, config.output_attentions and config.return_dict_in_generate)
+    )
+    return Prepared(input_ids, config, processors, criteria, streamer, model_kwargs, call_arguments, view)
 
 
-def _processor_arguments(prompt_ids: torch.Tensor, call_arguments: dict[str, Any]) -> dict[str, Any]:
+def _processor_arguments(prompt_ids: torch.Tensor | None, call_arguments: dict[str, Any]) -> dict[str, Any]:
     """What the default processor builder takes beyond the config: only the values actually given."""
     names = ("prefix_allowed_tokens_fn", "negative_prompt_ids", "negative_prompt_attention_mask")
     given = {name: call_arguments[name] for name in names if call_arguments.get(name) is not None}
@@ -194,27 +215,7 @@ def prepare_inputs(
                 "to start from"
             )
         input_ids = torch.tensor([[config.bos_token_id]], dtype=torch.long, device=device)
-    if not isinstance(input_ids, torch.Tensor):
-        raise GenerationError(f"input_ids must be a torch tensor of token ids, got {type(input_ids).__name__}")
-    if input_ids.dim() == 1:
-        input_ids = input_ids.unsqueeze(0)
-    if input_ids.dim() != 2 or input_ids.dtype not in ID_DTYPES:
-        raise GenerationError(
-            f"input_ids must be integer token ids (int32/int64) of shape (batch, length), got "
-            f"{tuple(input_ids.shape)} {input_ids.dtype}"
-        )
-    if input_ids.shape[0] == 0:
-        raise GenerationError("input_ids has a batch size of 0; pass at least one sequence")
-    if input_ids.shape[1] == 0:
-        raise GenerationError("input_ids is empty; pass at least one token (e.g. the bos token)")
-    vocab = _vocab_size(model)
-    low, high = int(input_ids.min()), int(input_ids.max())
-    if low < 0 or (vocab is not None and high >= vocab):
-        raise GenerationError(
-            f"input_ids holds token ids from {low} to {high}, outside the model's vocabulary of {vocab} ids; "
-            "the tokenizer and the model do not match"
-        )
-    input_ids = input_ids.to(device=device, dtype=torch.long)
+    input_ids = checked_token_ids(model, input_ids, "input_ids")
     batch = input_ids.shape[0]
     eos = config.eos_token_ids
 
@@ -248,6 +249,33 @@ def prepare_inputs(
         mask = None
     model_kwargs["attention_mask"] = mask
     return input_ids, model_kwargs
+
+
+def checked_token_ids(model: Any, ids: Any, name: str) -> torch.Tensor:
+    """``ids`` as a ``(batch, length)`` long tensor on the model's device, within its vocabulary."""
+    device = _model_device(model)
+    if not isinstance(ids, torch.Tensor):
+        raise GenerationError(f"{name} must be a torch tensor of token ids, got {type(ids).__name__}")
+    if ids.dim() == 1:
+        ids = ids.unsqueeze(0)
+    if ids.dim() != 2 or ids.dtype not in ID_DTYPES:
+        raise GenerationError(
+            f"{name} must be integer token ids (int32/int64) of shape (batch, length), got "
+            f"{tuple(ids.shape)} {ids.dtype}"
+        )
+    if ids.shape[0] == 0:
+        raise GenerationError(f"{name} has a batch size of 0; pass at least one sequence")
+    if ids.shape[1] == 0:
+        raise GenerationError(f"{name} is empty; pass at least one token (e.g. the bos token)")
+    vocab = _vocab_size(model)
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or (vocab is not None and high >= vocab):
+        raise GenerationError(
+            f"{name} holds token ids from {low} to {high}, outside the model's vocabulary of {vocab} ids; "
+            "the tokenizer and the model do not match"
+        )
+    ids = ids.to(device=device, dtype=torch.long)
+    return ids
 
 
 def prepare_lengths(model: Any, config: GenerationConfig, input_length: int, has_default_max_length: bool) -> None:

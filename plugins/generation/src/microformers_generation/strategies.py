@@ -23,6 +23,7 @@ from microformers import GenerationConfig, GenerationError
 from . import defaults
 from .base import LogitsProcessorList, StoppingCriteriaList
 from .decoding import IncrementalDecoder, grow
+from .encoder_decoder import DecoderView, as_encoder_decoder_output
 from .outputs import GenerateBeamDecoderOnlyOutput, GenerateDecoderOnlyOutput
 from .prepare import prepare
 
@@ -94,8 +95,13 @@ def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
 
     Inference mode skips autograd bookkeeping on every step; it is only used when no tensor made
     inside (a cache, scores) is handed back to the caller, and the sequences are copied out of it.
+    An encoder-decoder model is called through the prepared :class:`DecoderView`, and a returned
+    dictionary becomes the encoder-decoder output type.
     """
     config = prepared.generation_config
+    view = getattr(prepared, "model", None)
+    if isinstance(view, DecoderView):
+        model = view
     inference_only = not config.return_dict_in_generate and "past_key_values" not in prepared.model_kwargs
     with torch.inference_mode() if inference_only else contextlib.nullcontext():
         output = loop(
@@ -109,7 +115,9 @@ def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
             **extra,
         )
     if config.return_dict_in_generate and isinstance(output, torch.Tensor):
-        return GenerateDecoderOnlyOutput(sequences=output)  # a loop that returned bare sequences
+        output = GenerateDecoderOnlyOutput(sequences=output)  # a loop that returned bare sequences
+    if isinstance(view, DecoderView):
+        return as_encoder_decoder_output(output, view) if config.return_dict_in_generate else output.clone()
     return output.clone() if inference_only and isinstance(output, torch.Tensor) else output
 
 
