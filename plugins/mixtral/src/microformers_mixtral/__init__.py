@@ -11,17 +11,14 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "MixtralConfig": "configuration_mixtral",
-    **{
-        name: "modeling_mixtral"
-        for name in (
-            "MixtralPreTrainedModel",
-            "MixtralModel",
-            "MixtralForCausalLM",
-            "MixtralForSequenceClassification",
-            "MixtralDecoderLayer",
-            "MixtralExpert",
-        )
-    },
+    "MixtralPreTrainedModel": "modeling_mixtral",
+    "MixtralModel": "modeling_mixtral",
+    "MixtralForCausalLM": "modeling_mixtral",
+    "MixtralForSequenceClassification": "modeling_mixtral",
+    "MixtralDecoderLayer": "modeling_mixtral",
+    "MixtralExpert": "modeling_mixtral",
+    # building blocks other plugins derive from (microformers-qwen2-moe)
+    "MixtralAttention": "modeling_mixtral",
 }
 
 __all__ = ["__version__", *_LAZY]

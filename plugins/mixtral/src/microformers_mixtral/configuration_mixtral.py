@@ -134,3 +134,12 @@ class MixtralConfig(PretrainedConfig):
     @property
     def rope_theta(self) -> float:
         return self.rope_parameters["rope_theta"]
+
+    # -- per-layer attention layout (overridden by the Qwen2-MoE config) -------------------------------
+    def layer_sliding_window(self, layer_idx: int) -> int | None:
+        """The attention window of layer ``layer_idx`` in tokens (Mixtral: the same for every layer), or ``None``."""
+        return self.sliding_window
+
+    def layer_attention_bias(self) -> bool:
+        """Whether the q/k/v projections carry a bias (Mixtral: no)."""
+        return False

@@ -37,6 +37,7 @@ from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
 from .configuration_mixtral import MixtralConfig
 
 __all__ = [
+    "MixtralAttention",
     "MixtralConfig",
     "MixtralDecoderLayer",
     "MixtralExpert",
@@ -56,11 +57,12 @@ class MixtralAttention(nn.Module):
         self.head_dim = config.attention_head_dim
         self.scaling = self.head_dim**-0.5
         self.attention_dropout = float(config.attention_dropout or 0.0)
-        self.sliding_window = config.sliding_window  # the same window for every layer (read by the mask builder)
+        self.sliding_window = config.layer_sliding_window(layer_idx)  # read by the mask builder
         hidden, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
-        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        qkv_bias = config.layer_attention_bias()
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
 
     def forward(
@@ -110,9 +112,11 @@ class MixtralExpert(nn.Module):
 class MixtralDecoderLayer(nn.Module):
     """Pre-norm block: ``x + attn(norm(x))`` then ``x + moe(norm(x))``; also returns the router logits."""
 
+    attention_class: ClassVar[type[MixtralAttention]] = MixtralAttention
+
     def __init__(self, config: MixtralConfig, layer_idx: int) -> None:
         super().__init__()
-        self.self_attn = MixtralAttention(config, layer_idx)
+        self.self_attn = self.attention_class(config, layer_idx)
         experts = [
             MixtralExpert(config.hidden_size, config.intermediate_size, config.hidden_act)
             for _ in range(config.num_local_experts)
@@ -141,8 +145,12 @@ class MixtralDecoderLayer(nn.Module):
             self.input_layernorm(hidden_states), rotary, mask, past_key_values, attention_fn, output_attentions
         )
         hidden_states = hidden_states + attended
-        mixed, router_logits = self.block_sparse_moe(self.post_attention_layernorm(hidden_states))
+        mixed, router_logits = self.feed_forward(self.post_attention_layernorm(hidden_states))
         return hidden_states + mixed, weights, router_logits
+
+    def feed_forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The MLP's output and its router logits (None for a dense MLP)."""
+        return self.block_sparse_moe(hidden_states)
 
 
 class MixtralPreTrainedModel(PreTrainedModel):
@@ -151,6 +159,10 @@ class MixtralPreTrainedModel(PreTrainedModel):
     _no_split_modules: ClassVar[list[str]] = ["MixtralDecoderLayer"]
     supports_gradient_checkpointing = True
     _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"rotary_emb\.inv_freq"]
+    # Stacked experts (``mlp.experts.gate_up_proj``, the reference's in-memory layout) read as per-expert tensors
+    # named (gate, up, down) here, after these renames of the checkpoint's module path.
+    expert_projection_names: ClassVar[tuple[str, str, str]] = ("w1", "w3", "w2")
+    expert_path_renames: ClassVar[tuple[tuple[str, str], ...]] = ((".mlp.", ".block_sparse_moe."),)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -158,9 +170,8 @@ class MixtralPreTrainedModel(PreTrainedModel):
             nn.init.normal_(module.weight, mean=0.0, std=getattr(self.config, "initializer_range", 0.02))
 
     def _materialise(self, source: Mapping[str, torch.Tensor], *args: Any, **kwargs: Any) -> Any:
-        # Stacked experts (``mlp.experts.gate_up_proj``, the reference's in-memory layout) read as per-expert tensors.
         source = FusedExpertsSource.wrap(
-            source, "w1", "w3", "w2", self.config.num_local_experts, renames=((".mlp.", ".block_sparse_moe."),)
+            source, *self.expert_projection_names, self.config.num_experts, renames=self.expert_path_renames
         )
         return super()._materialise(source, *args, **kwargs)
 
@@ -168,12 +179,14 @@ class MixtralPreTrainedModel(PreTrainedModel):
 class MixtralModel(MoeDecoderModel, MixtralPreTrainedModel):
     """The decoder stack without a head; ``forward`` (the SDK's MoE layer loop) returns ``MoeModelOutputWithPast``."""
 
+    layer_class: ClassVar[type[MixtralDecoderLayer]] = MixtralDecoderLayer
+
     def __init__(self, config: MixtralConfig) -> None:
         super().__init__(config)
         pad = config.pad_token_id
         padding_idx = pad if isinstance(pad, int) and 0 <= pad < config.vocab_size else None
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx)
-        self.layers = nn.ModuleList(MixtralDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(rope_settings_from_config(config, head_dim=config.attention_head_dim))
         self.post_init()

@@ -186,3 +186,7 @@ class Qwen2MoeConfig(PretrainedConfig):
     def layer_sliding_window(self, layer_idx: int) -> int | None:
         """The attention window of layer ``layer_idx`` in tokens, or ``None`` for full attention."""
         return self.sliding_window if self.layer_types[layer_idx] == "sliding_attention" else None
+
+    def layer_attention_bias(self) -> bool:
+        """Whether the q/k/v projections carry a bias (``qkv_bias``)."""
+        return bool(self.qkv_bias)

@@ -1,4 +1,4 @@
-"""Qwen2-MoE: a Qwen2-shaped decoder whose MLPs are sparse mixtures of experts plus a gated shared expert.
+"""Qwen2-MoE: the Mixtral decoder of ``microformers-mixtral`` with biased q/k/v, a gated shared expert and dense layers.
 
 Parameter names equal the tensor names of Qwen2-MoE checkpoints on the Hub, which the reference also
 writes when it saves: ``model.layers.{i}.mlp.gate.weight`` (router), ``mlp.experts.{e}.gate_proj`` /
@@ -19,24 +19,30 @@ top-k, renormalised only with ``norm_topk_prob``), runs each expert on its own t
 With ``output_router_logits`` the router logits of every sparse layer are returned and the causal-LM
 head reports the load-balancing ``aux_loss``, adding ``router_aux_loss_coef`` times it to the loss when
 labels are given, as the reference does.
+
+The classes below derive from Mixtral's and override what differs: the attention is Mixtral's (its
+config supplies the q/k/v bias and the per-layer windows), the layer names its MLP ``mlp`` and makes it
+dense or sparse per layer (``Qwen2MoeDecoderLayer.feed_forward``), and stacked experts are read under
+the Hub's ``gate_proj`` / ``up_proj`` / ``down_proj`` names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from microformers import PreTrainedModel
-from microformers_sdk.attention import eager_attention
-from microformers_sdk.cache import Cache
-from microformers_sdk.decoder_heads import DecoderForSequenceClassification, MoeDecoderForCausalLM, MoeDecoderModel
-from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear
-from microformers_sdk.moe import FusedExpertsSource, SparseMoeBlock, TopKRouter
-from microformers_sdk.rope_settings import rope_settings_from_config
-from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
+from microformers_mixtral import (
+    MixtralAttention,
+    MixtralDecoderLayer,
+    MixtralForCausalLM,
+    MixtralForSequenceClassification,
+    MixtralModel,
+    MixtralPreTrainedModel,
+)
+from microformers_sdk.layers import GatedMLP, RMSNorm
+from microformers_sdk.moe import SparseMoeBlock
 
 from .configuration_qwen2_moe import Qwen2MoeConfig
 
@@ -50,58 +56,18 @@ __all__ = [
 ]
 
 
-class Qwen2MoeAttention(nn.Module):
-    """Grouped-query self-attention with rotary positions and biased q/k/v (``qkv_bias``); windows are in the mask."""
-
-    def __init__(self, config: Qwen2MoeConfig, layer_idx: int) -> None:
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.sliding_window = config.layer_sliding_window(layer_idx)
-        self.head_dim = config.attention_head_dim
-        self.scaling = self.head_dim**-0.5
-        self.attention_dropout = float(config.attention_dropout or 0.0)
-        hidden, heads, kv_heads = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
-        bias = bool(config.qkv_bias)
-        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        rotary: tuple[torch.Tensor, torch.Tensor],
-        mask: tuple[torch.Tensor | None, bool],
-        past_key_values: Cache | None,
-        attention_fn: Any,
-        output_attentions: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        batch, q_len, _ = hidden_states.shape
-        shape = (batch, q_len, -1, self.head_dim)
-        query = apply_linear(self.q_proj, hidden_states).view(shape).transpose(1, 2)
-        key = apply_linear(self.k_proj, hidden_states).view(shape).transpose(1, 2)
-        value = apply_linear(self.v_proj, hidden_states).view(shape).transpose(1, 2)
-        query, key = apply_rotary_pos_emb(query, key, *rotary)
-        if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)
-        attention_mask, is_causal = mask
-        dropout = self.attention_dropout if self.training else 0.0
-        options = {"scaling": self.scaling, "dropout": dropout, "is_causal": is_causal}
-        weights = None
-        if output_attentions:
-            output, weights = eager_attention(query, key, value, attention_mask, return_weights=True, **options)
-        else:
-            output = attention_fn(query, key, value, attention_mask, **options)
-        output = output.transpose(1, 2).reshape(batch, q_len, -1)
-        return apply_linear(self.o_proj, output), weights
+class Qwen2MoeAttention(MixtralAttention):
+    """Mixtral's grouped-query self-attention; ``qkv_bias`` and the per-layer windows come from the config."""
 
 
-class Qwen2MoeDecoderLayer(nn.Module):
+class Qwen2MoeDecoderLayer(MixtralDecoderLayer):
     """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``; a sparse ``mlp`` also returns router logits."""
 
+    attention_class: ClassVar[type[MixtralAttention]] = Qwen2MoeAttention
+
     def __init__(self, config: Qwen2MoeConfig, layer_idx: int) -> None:
-        super().__init__()
-        self.self_attn = Qwen2MoeAttention(config, layer_idx)
+        nn.Module.__init__(self)  # not MixtralDecoderLayer.__init__: the MLP is named ``mlp`` and may be dense
+        self.self_attn = self.attention_class(config, layer_idx)
         hidden, act = config.hidden_size, config.hidden_act
         self.mlp: nn.Module
         if config.is_sparse_layer(layer_idx):
@@ -115,72 +81,34 @@ class Qwen2MoeDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        rotary: tuple[torch.Tensor, torch.Tensor],
-        mask: tuple[torch.Tensor | None, bool],
-        past_key_values: Cache | None,
-        attention_fn: Any,
-        output_attentions: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        attended, weights = self.self_attn(
-            self.input_layernorm(hidden_states), rotary, mask, past_key_values, attention_fn, output_attentions
-        )
-        hidden_states = hidden_states + attended
-        normed = self.post_attention_layernorm(hidden_states)
+    def feed_forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         if isinstance(self.mlp, SparseMoeBlock):
-            mixed, router_logits = self.mlp(normed)
-            return hidden_states + mixed, weights, router_logits
-        return hidden_states + self.mlp(normed), weights, None
+            return self.mlp(hidden_states)
+        return self.mlp(hidden_states), None  # a dense layer routes nothing
 
 
-class Qwen2MoePreTrainedModel(PreTrainedModel):
+class Qwen2MoePreTrainedModel(MixtralPreTrainedModel):
     config_class = Qwen2MoeConfig
-    base_model_prefix = "model"
     _no_split_modules: ClassVar[list[str]] = ["Qwen2MoeDecoderLayer"]
-    supports_gradient_checkpointing = True
-    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"rotary_emb\.inv_freq"]
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if isinstance(module, TopKRouter):
-            nn.init.normal_(module.weight, mean=0.0, std=getattr(self.config, "initializer_range", 0.02))
-
-    def _materialise(self, source: Mapping[str, torch.Tensor], *args: Any, **kwargs: Any) -> Any:
-        # Stacked experts (``mlp.experts.gate_up_proj``, the reference's in-memory layout) read as per-expert ones.
-        source = FusedExpertsSource.wrap(source, "gate_proj", "up_proj", "down_proj", self.config.num_experts)
-        return super()._materialise(source, *args, **kwargs)
+    # Stacked experts read as per-expert tensors under the Hub's names, at the same module path.
+    expert_projection_names: ClassVar[tuple[str, str, str]] = ("gate_proj", "up_proj", "down_proj")
+    expert_path_renames: ClassVar[tuple[tuple[str, str], ...]] = ()
 
 
-class Qwen2MoeModel(MoeDecoderModel, Qwen2MoePreTrainedModel):
+class Qwen2MoeModel(MixtralModel, Qwen2MoePreTrainedModel):
     """The decoder stack without a head; ``forward`` (the SDK's MoE layer loop) returns ``MoeModelOutputWithPast``."""
 
-    def __init__(self, config: Qwen2MoeConfig) -> None:
-        super().__init__(config)
-        pad = config.pad_token_id
-        padding_idx = pad if isinstance(pad, int) and 0 <= pad < config.vocab_size else None
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx)
-        self.layers = nn.ModuleList(Qwen2MoeDecoderLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(rope_settings_from_config(config, head_dim=config.attention_head_dim))
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.embed_tokens = value
+    layer_class: ClassVar[type[MixtralDecoderLayer]] = Qwen2MoeDecoderLayer
 
 
-class Qwen2MoeForCausalLM(MoeDecoderForCausalLM, Qwen2MoePreTrainedModel):
+class Qwen2MoeForCausalLM(MixtralForCausalLM, Qwen2MoePreTrainedModel):
     """Decoder plus a language-modelling head; reports the load-balancing loss with ``output_router_logits``."""
 
     base_model_class: ClassVar[type[nn.Module]] = Qwen2MoeModel
-    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
+    num_experts_attribute: ClassVar[str] = "num_experts"
 
 
-class Qwen2MoeForSequenceClassification(DecoderForSequenceClassification, Qwen2MoePreTrainedModel):
+class Qwen2MoeForSequenceClassification(MixtralForSequenceClassification, Qwen2MoePreTrainedModel):
     """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
 
     base_model_class: ClassVar[type[nn.Module]] = Qwen2MoeModel
