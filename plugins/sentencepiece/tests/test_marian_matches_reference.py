@@ -37,7 +37,12 @@ def make_marian(folder: Path, source: Path, target: Path, separate: bool) -> Pat
     (folder / "vocab.json").write_text(json.dumps(marian_vocab(source, (">>ro<<", ">>de<<"))), encoding="utf-8")
     if separate:
         (folder / "target_vocab.json").write_text(json.dumps(marian_vocab(target)), encoding="utf-8")
-    config = {"tokenizer_class": "MarianTokenizer", "source_lang": "en", "target_lang": "ro", "separate_vocabs": separate}
+    config = {
+        "tokenizer_class": "MarianTokenizer",
+        "source_lang": "en",
+        "target_lang": "ro",
+        "separate_vocabs": separate,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return folder
 
@@ -93,3 +98,17 @@ def test_auto_tokenizer_loads_marian_by_class_and_by_files(marian_folder: Path, 
     (marian_folder / "tokenizer_config.json").unlink()
     assert type(microformers.AutoTokenizer.from_pretrained(marian_folder)).__name__ == "MarianTokenizer"
     assert microformers.MarianTokenizer is MarianTokenizer
+
+
+def test_marian_save_pretrained_round_trips(marian_folder: Path, tmp_path: Path, transformers_module: Any) -> None:
+    ours = MarianTokenizer.from_pretrained(marian_folder)
+    ours.save_pretrained(tmp_path / "saved")
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        assert (tmp_path / "saved" / name).is_file()
+    again = microformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
+    ref = transformers_module.MarianTokenizer.from_pretrained(tmp_path / "saved")
+    expected = dict(ours(TEXTS, text_target=TEXTS, padding=True))
+    assert dict(again(TEXTS, text_target=TEXTS, padding=True)) == expected
+    assert dict(ref(TEXTS, text_target=TEXTS, padding=True)) == expected
+    with pytest.raises(microformers.errors.ConfigError, match="text_target="):
+        ours.as_target_tokenizer()
