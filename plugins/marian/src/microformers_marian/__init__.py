@@ -1,0 +1,22 @@
+"""microformers-marian: MarianMT translation models (``model_type: marian``) for microformers.
+
+Importing the package is cheap; the model classes load (with torch) on first access.
+"""
+
+from __future__ import annotations
+
+from microformers.lazy import lazy_exports
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "MarianConfig": "configuration_marian",
+    "MarianPreTrainedModel": "modeling_marian",
+    "MarianModel": "modeling_marian",
+    "MarianMTModel": "modeling_marian",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
