@@ -16,10 +16,12 @@ import torch
 pytest.importorskip("transformers")
 
 from microformers import GenerationError
+from microformers_sdk.testing import assert_similar_generation
 from parity.harness import (
     assert_generation_matches,
     generate_both,
     load_ours,
+    load_reference,
     make_reference_checkpoint,
     padded_batch,
 )
@@ -37,8 +39,12 @@ BART_LIKE = {
     "max_position_embeddings": 64,
 }
 FAMILIES = {
-    "t5": ("T5Config", "T5ForConditionalGeneration", {**SMALL, "d_kv": 8, "d_ff": 48, "num_layers": 2, "num_heads": 4}),
-    "t5-gated-deeper-decoder": (
+    "t5": (
+        "T5Config",
+        "T5ForConditionalGeneration",
+        {**SMALL, "d_kv": 8, "d_ff": 48, "num_layers": 2, "num_heads": 4, "decoder_start_token_id": 0},
+    ),
+    "t5-gated": (
         "T5Config",
         "T5ForConditionalGeneration",
         {
@@ -46,16 +52,19 @@ FAMILIES = {
             "d_kv": 8,
             "d_ff": 48,
             "num_layers": 2,
-            "num_decoder_layers": 3,
             "num_heads": 4,
             "feed_forward_proj": "gated-gelu",
             "tie_word_embeddings": False,
+            "decoder_start_token_id": 0,
         },
     ),
     "bart": ("BartConfig", "BartForConditionalGeneration", {**BART_LIKE, "decoder_layers": 1}),
     "mbart": ("MBartConfig", "MBartForConditionalGeneration", BART_LIKE),
     "marian": ("MarianConfig", "MarianMTModel", {**BART_LIKE, "pad_token_id": 0, "decoder_start_token_id": 0}),
 }
+
+
+FOLDERS: dict[str, Any] = {}  # family -> checkpoint folder, for tests that reload the reference differently
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -65,6 +74,7 @@ def pair(request: Any, tmp_path_factory: Any) -> tuple[Any, Any, int]:
         config_name, model_name, tmp_path_factory.mktemp(request.param), **kwargs
     )
     ours = load_ours(folder, "AutoModelForSeq2SeqLM")
+    FOLDERS[request.param] = folder
     return ours, reference, reference.config.pad_token_id
 
 
@@ -135,14 +145,18 @@ def test_given_encoder_outputs_and_decoder_prefix_are_used(pair: Any) -> None:
         plain = ours.generate(**inputs, decoder_input_ids=prefix, max_new_tokens=5)
     assert got.shape[1] <= 1 + 2 + 5
     start = reference.generation_config.decoder_start_token_id
+    start = reference.generation_config.bos_token_id if start is None else start
     assert bool((got[:, 0] == start).all()) and bool((got[:, 1:3] == 9).all())
     # exact: the same model on the same encoder states through the same code path
     assert torch.equal(got, plain)
     assert got.shape == want.shape
 
 
-def test_scores_attentions_and_hidden_states_come_back_like_the_reference(pair: Any) -> None:
+def test_scores_attentions_and_hidden_states_come_back_like_the_reference(pair: Any, request: Any) -> None:
     ours, reference, pad = pair
+    family = request.node.callspec.params["pair"]
+    # the reference returns attention weights only from its eager attention
+    reference = load_reference(FOLDERS[family], "AutoModelForSeq2SeqLM", attn_implementation="eager")
     inputs = _inputs(pad)
     settings = {
         "max_new_tokens": 3,
@@ -218,3 +232,30 @@ def test_encoder_decoder_generate_without_encoder_input_is_refused(pair: Any) ->
     ours, _, _ = pair
     with pytest.raises(GenerationError, match="encoder"):
         ours.generate(max_new_tokens=3)
+
+
+def test_t5_with_a_deeper_decoder_than_encoder_generates_what_its_forward_predicts(tmp_path: Any) -> None:
+    # The reference's generate fails when num_decoder_layers differs from num_layers, so the oracle here
+    # is its forward pass: a greedy loop over full (uncached) forwards of the reference model.
+    config_name, model_name, kwargs = FAMILIES["t5-gated"]
+    folder, reference = make_reference_checkpoint(
+        config_name, model_name, tmp_path, **{**kwargs, "num_decoder_layers": 3}
+    )
+    ours = load_ours(folder, "AutoModelForSeq2SeqLM")
+    assert len(ours.get_decoder().block) == 3 and len(ours.get_encoder().block) == 2
+    inputs = _inputs(0)
+    with torch.no_grad():
+        got = ours.generate(
+            **inputs, max_new_tokens=6, eos_token_id=None, output_scores=True, return_dict_in_generate=True
+        )
+        decoded = torch.zeros((3, 1), dtype=torch.long)
+        step_scores = []
+        for _ in range(6):
+            logits = reference(**inputs, decoder_input_ids=decoded, use_cache=False).logits[:, -1]
+            step_scores.append(logits)
+            decoded = torch.cat((decoded, logits.argmax(-1, keepdim=True)), dim=1)
+        beam = {"max_new_tokens": 5, "num_beams": 3, "eos_token_id": None, "output_scores": True}
+        cached = ours.generate(**inputs, **beam, return_dict_in_generate=True)
+        uncached = ours.generate(**inputs, **beam, return_dict_in_generate=True, use_cache=False)
+    assert_similar_generation(got.sequences, decoded, tuple(step_scores), prompt_length=1)
+    assert_generation_matches(cached, uncached, prompt_length=1, what="beam search with a deeper decoder")
