@@ -15,6 +15,9 @@ TASKS: tuple[str, ...] = (
     "question-answering",
     "feature-extraction",
     "zero-shot-classification",
+    "text2text-generation",
+    "summarization",
+    "translation",
 )
 
 _LAZY: dict[str, str] = {
@@ -29,6 +32,9 @@ _LAZY: dict[str, str] = {
     "TextGenerationPipeline": "text_generation",
     "TokenClassificationPipeline": "token_classification",
     "ZeroShotClassificationPipeline": "zero_shot",
+    "Text2TextGenerationPipeline": "text2text_generation",
+    "SummarizationPipeline": "text2text_generation",
+    "TranslationPipeline": "text2text_generation",
 }
 
 __all__ = ["TASKS", *_LAZY]

@@ -47,6 +47,21 @@ TASK_TABLE: dict[str, tuple[str, tuple[str, ...], str | None, tuple[str, ...]]] 
         None,
         (),
     ),
+    # encoder-decoder tasks (the reference 4.x output shapes; 5.x removed them)
+    "text2text-generation": (
+        "text2text_generation:Text2TextGenerationPipeline",
+        ("AutoModelForSeq2SeqLM",),
+        None,
+        (),
+    ),
+    "summarization": ("text2text_generation:SummarizationPipeline", ("AutoModelForSeq2SeqLM",), None, ()),
+    "translation": ("text2text_generation:TranslationPipeline", ("AutoModelForSeq2SeqLM",), None, ()),
+    # language pairs as task names of their own, so the pipeline sees the pair (an alias would resolve to
+    # "translation"); `microformers run` takes any translation_xx_to_yy
+    **{
+        f"translation_{pair}": ("text2text_generation:TranslationPipeline", ("AutoModelForSeq2SeqLM",), None, ())
+        for pair in ("en_to_de", "en_to_fr", "en_to_ro")
+    },
 }
 
 
