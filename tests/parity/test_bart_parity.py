@@ -12,7 +12,9 @@ from microformers_sdk.testing import assert_close as policy_close
 from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
 from parity.harness import (
     assert_close,
+    assert_generation_matches,
     assert_same_state_dict,
+    generate_both,
     load_ours,
     load_reference,
     make_reference_checkpoint,
@@ -189,3 +191,13 @@ def test_checkpoint_tensor_names_are_the_references(tmp_path: Path) -> None:
                  "model.encoder.layernorm_embedding.weight", "model.decoder.layers.0.encoder_attn.q_proj.weight",
                  "final_logits_bias"):  # fmt: skip
         assert name in names[0]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize("settings", [{"num_beams": 1}, {"num_beams": 3}], ids=["greedy", "beam"])
+def test_generate_matches_the_reference(prefix: str, settings: dict[str, Any], tmp_path: Path) -> None:
+    ours, reference = both(prefix, "ForConditionalGeneration", tmp_path, decoder_start_token_id=EOS)
+    ids, mask = source_batch([7, 4])
+    options = {"attention_mask": mask, "max_new_tokens": 6, "do_sample": False, **settings}
+    got, want = generate_both(ours, reference, ids, **options)
+    assert_generation_matches(got, want, prompt_length=1, what=f"{prefix} {settings}")

@@ -10,7 +10,15 @@ import torch
 
 from microformers_sdk.testing import assert_close as policy_close
 from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixture, found by name)
-from parity.harness import assert_close, assert_same_state_dict, load_ours, load_reference, make_reference_model
+from parity.harness import (
+    assert_close,
+    assert_generation_matches,
+    assert_same_state_dict,
+    generate_both,
+    load_ours,
+    load_reference,
+    make_reference_model,
+)
 
 pytest.importorskip("transformers")
 
@@ -151,3 +159,13 @@ def test_saved_tensor_names_are_the_references(tmp_path: Path) -> None:
     assert names[0] == names[1]
     assert "model.shared.weight" in names[0] and "final_logits_bias" in names[0]
     assert not any("embed_positions" in name or "layernorm_embedding" in name for name in names[0])
+
+
+@pytest.mark.parametrize("settings", [{"num_beams": 1}, {"num_beams": 3}], ids=["greedy", "beam"])
+def test_generate_matches_the_reference(settings: dict[str, Any], tmp_path: Path) -> None:
+    folder, reference = reference_checkpoint("MarianMTModel", tmp_path)
+    ours = load_ours(folder, "AutoModelForSeq2SeqLM")
+    ids, mask = source_batch([7, 4])
+    options = {"attention_mask": mask, "max_new_tokens": 6, "do_sample": False, **settings}
+    got, want = generate_both(ours, reference, ids, **options)
+    assert_generation_matches(got, want, prompt_length=1, what=str(settings))
