@@ -36,16 +36,59 @@ COPIES: list[tuple[Side, Side, dict[str, str]]] = [
             ),
         },
     ),
+    (
+        # Gemma 2's base-model forward is Llama's; Llama's also counts a static step's positions as cached.
+        ("microformers_llama", "modeling_llama:LlamaModel.forward"),
+        ("microformers_gemma", "modeling_gemma2:Gemma2Model.forward"),
+        {"    layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])\n": ""},
+    ),
+]
+
+# The configs of the MoE plugins (which do not depend on microformers-llama) check head counts as Llama's does.
+COPIES += [
+    (
+        ("microformers_llama", "configuration_llama:LlamaConfig._validate_heads"),
+        (package, f"{module}:{config}._validate_heads"),
+        {},
+    )
+    for package, module, config in (
+        ("microformers_mixtral", "configuration_mixtral", "MixtralConfig"),
+        ("microformers_qwen2_moe", "configuration_qwen2_moe", "Qwen2MoeConfig"),
+    )
+]
+
+# Forwards that follow the Transformers calling convention with bodies of their own: the same parameters
+# (names, order, defaults, annotations) but for the extra ones the second side declares.
+SIGNATURES: list[tuple[Side, Side, tuple[str, ...]]] = [
+    (
+        ("microformers_llama", "modeling_llama:LlamaForCausalLM.forward"),
+        ("microformers_gemma", "modeling_gemma2:Gemma2ForCausalLM.forward"),
+        (),
+    ),
+    (
+        ("microformers_llama", "modeling_llama:LlamaModel.forward"),
+        ("microformers_gpt2", "modeling_gpt2:GPT2Model.forward"),
+        ("token_type_ids",),
+    ),
+    (
+        ("microformers_llama", "modeling_llama:LlamaForCausalLM.forward"),
+        ("microformers_gpt2", "modeling_gpt2:GPT2LMHeadModel.forward"),
+        ("token_type_ids",),
+    ),
 ]
 
 
-def _source(side: Side) -> str:
+def _resolve(side: Side) -> Any:
     package, target = side
     module_name, qualified = target.split(":")
     obj: Any = importlib.import_module(f"{package}.{module_name}")
     for part in qualified.split("."):
         obj = getattr(obj, part)
-    return textwrap.dedent(inspect.getsource(obj))
+    return obj
+
+
+def _source(side: Side) -> str:
+    return textwrap.dedent(inspect.getsource(_resolve(side)))
 
 
 def _name(side: Side) -> str:
@@ -68,10 +111,27 @@ def test_copied_code_stays_in_sync(first: Side, second: Side, renames: dict[str,
     )
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "extras"),
+    SIGNATURES,
+    ids=lambda value: _name(value) if isinstance(value, tuple) and len(value) == 2 and ":" in value[1] else "",
+)
+def test_calling_conventions_stay_in_sync(first: Side, second: Side, extras: tuple[str, ...]) -> None:
+    def described(side: Side, skip: tuple[str, ...] = ()) -> list[tuple[str, Any, Any, Any]]:
+        parameters = inspect.signature(_resolve(side)).parameters.values()
+        return [(p.name, p.kind, p.default, p.annotation) for p in parameters if p.name not in skip]
+
+    assert all(name in inspect.signature(_resolve(second)).parameters for name in extras)
+    assert described(second, extras) == described(first), (
+        f"{_name(second)} follows the parameters of {_name(first)} (plus {list(extras)}) but they have drifted "
+        "apart; update both (or declare the new parameter in SIGNATURES)"
+    )
+
+
 def test_every_listed_copy_says_so_in_its_file() -> None:
-    """A reader of either side learns that a copy exists: the second side's source or class mentions this test."""
+    """A reader of the copy learns that it is one: the second side's module mentions this test."""
     missing = []
-    for _first, second, _renames in COPIES:
+    for _first, second, _renames in [*COPIES, *SIGNATURES]:
         package, target = second
         module = importlib.import_module(f"{package}.{target.split(':')[0]}")
         if "test_model_copies_in_sync" not in inspect.getsource(module):

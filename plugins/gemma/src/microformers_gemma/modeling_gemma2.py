@@ -221,6 +221,7 @@ class Gemma2Model(Gemma2PreTrainedModel):
             value = scaled
         self.embed_tokens = value
 
+    # A copy of LlamaModel.forward (microformers-llama), kept in sync by tests/integration/test_model_copies_in_sync.py
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -337,7 +338,10 @@ class Gemma2ForCausalLM(DecoderForCausalLM, Gemma2PreTrainedModel):
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast | tuple[Any, ...]:
-        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions."""
+        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions.
+
+        The parameters are ``LlamaForCausalLM.forward``'s, kept in sync by tests/integration/test_model_copies_in_sync.py.
+        """
         inputs, layer_inputs = self.model.prepare(
             input_ids=input_ids,
             inputs_embeds=inputs_embeds,

@@ -226,6 +226,8 @@ class GPT2Model(GPT2PreTrainedModel):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPastAndCrossAttentions | tuple[Any, ...]:
+        # The parameters are LlamaModel.forward's plus token_type_ids (as are GPT2LMHeadModel.forward's of
+        # LlamaForCausalLM.forward); kept in sync by tests/integration/test_model_copies_in_sync.py.
         config = self.config
         inputs = prepare_decoder_inputs(
             self,
