@@ -23,7 +23,7 @@ _DERIVED_KEYS = ("dense_act_fn", "is_gated_act")
 def parse_feed_forward_proj(value: Any, config_name: str) -> tuple[str, bool]:
     """``"relu"`` -> ``("relu", False)``, ``"gated-gelu"`` -> ``("gelu_new", True)``: activation and gating."""
     parts = value.split("-") if isinstance(value, str) else []
-    if not parts or len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+    if not all(parts) or len(parts) not in (1, 2) or (len(parts) == 2 and parts[0] != "gated"):
         raise ConfigError(
             f"feed_forward_proj={value!r} in {config_name} is not 'ACT' or 'gated-ACT' (e.g. 'relu', 'gated-gelu'); "
             "fix config.json"
