@@ -1,5 +1,5 @@
-"""The SDK's encoder building blocks (``microformers_sdk.encoder``) through RoBERTa: behaviour the mutation pass
-found unasserted (docs/reliability.md)."""
+"""RoBERTa's encoder (BERT's, subclassed) through its public ``forward``: behaviour the mutation pass of the SDK's
+former encoder mixins found unasserted (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import torch
 
 from microformers_roberta.configuration_roberta import RobertaConfig
 from microformers_roberta.modeling_roberta import RobertaModel
-from microformers_sdk.encoder import EncoderSelfAttention
 
 TINY = {
     "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -24,11 +23,3 @@ def test_hidden_states_are_returned_when_asked() -> None:
     assert len(out.hidden_states) == 3 and out.hidden_states[-1].shape == (1, 5, 32)
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
     assert plain.hidden_states is None
-
-
-def test_pruning_with_an_own_output_projection_returns_no_dense() -> None:
-    attention = EncoderSelfAttention(8, 2, 0.0, output="out_lin")
-    assert attention.prune({1}) is None
-    assert (
-        attention.num_heads == 1 and attention.query.weight.shape == (4, 8) and attention.out_lin.weight.shape == (8, 4)
-    )
