@@ -176,14 +176,28 @@ class DataCollatorForSeq2Seq:
     def __call__(self, features: Sequence[Any], return_tensors: str | None = None) -> dict[str, Any]:
         _check_tensors(return_tensors or self.return_tensors)
         rows = [dict(_as_dict(f)) for f in features]
-        labels = [r.pop("labels") for r in rows] if "labels" in rows[0] else None
+        name = "label" if "label" in rows[0] else "labels"
+        labels = [r.pop(name, None) for r in rows] if name in rows[0] else None
+        if labels is not None and all(label is None for label in labels):
+            labels = None
+        elif labels is not None and any(label is None for label in labels):
+            raise InputError(f"DataCollatorForSeq2Seq: some examples have '{name}' and others not; give all or none")
         batch = _pad_as_set(self, rows)
         if labels is not None:
-            length = max(len(x) for x in labels)
-            if self.padding == "max_length" and self.max_length is not None:
-                length = self.max_length
-            length = _round_up(length, self.pad_to_multiple_of)
-            batch["labels"] = _pad_labels(labels, length, self.tokenizer.padding_side, self.label_pad_token_id)
+            labels = [label.tolist() if isinstance(label, (torch.Tensor, np.ndarray)) else list(label) for label in labels]
+            if self.padding is False or self.padding == "do_not_pad":
+                if len({len(label) for label in labels}) > 1:
+                    raise InputError(
+                        "DataCollatorForSeq2Seq(padding=False): the labels have different lengths; pad them "
+                        "(padding=True) or give labels of one length"
+                    )
+                batch["labels"] = torch.tensor(labels, dtype=torch.long)
+            else:
+                length = max(len(x) for x in labels)
+                if self.padding == "max_length" and self.max_length is not None:
+                    length = self.max_length
+                length = _round_up(length, self.pad_to_multiple_of)
+                batch["labels"] = _pad_labels(labels, length, self.tokenizer.padding_side, self.label_pad_token_id)
             prepare = getattr(self.model, "prepare_decoder_input_ids_from_labels", None)
             if prepare is not None:
                 batch["decoder_input_ids"] = prepare(labels=batch["labels"])

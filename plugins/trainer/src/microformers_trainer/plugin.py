@@ -18,6 +18,8 @@ EXPORTS: dict[str, str] = {
     **{n: "trainer" for n in ("Trainer", "EvalPrediction", "TrainOutput", "PredictionOutput", "TrainingError")},
     **{n: "trainer" for n in ("set_seed",)},
     "TrainingArguments": "training_args",
+    "Seq2SeqTrainingArguments": "training_args",
+    "Seq2SeqTrainer": "trainer_seq2seq",
     **{
         n: "trainer_callback"
         for n in (

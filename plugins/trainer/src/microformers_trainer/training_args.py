@@ -195,3 +195,48 @@ class TrainingArguments:
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
+
+
+@attrs.define(kw_only=True, slots=False)
+class Seq2SeqTrainingArguments(TrainingArguments):
+    """:class:`TrainingArguments` plus what ``Seq2SeqTrainer`` needs to evaluate by generating.
+
+    ``predict_with_generate``: ``evaluate``/``predict`` run ``model.generate`` and return the generated ids as
+    predictions (for ROUGE/BLEU-style metrics); ``generation_max_length`` / ``generation_num_beams``: the
+    ``max_length`` / ``num_beams`` of those calls (default: the model's generation config);
+    ``generation_config``: a ``GenerationConfig``, or a folder / ``generation_config.json`` file to read one
+    from, that replaces the model's. ``sortish_sampler`` is refused: it is not implemented.
+    """
+
+    sortish_sampler: bool = False
+    predict_with_generate: bool = False
+    generation_max_length: int | None = None
+    generation_num_beams: int | None = None
+    generation_config: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        if self.sortish_sampler:
+            raise ConfigError(
+                "Seq2SeqTrainingArguments(sortish_sampler=True): the sortish sampler is not implemented (the reference "
+                "applies it only to its legacy Seq2SeqDataset); leave it False"
+            )
+        for name in ("generation_max_length", "generation_num_beams"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"Seq2SeqTrainingArguments({name}={value!r}): use a positive integer or None")
+        if self.generation_config is not None and not isinstance(self.generation_config, (str, os.PathLike)):
+            if not hasattr(self.generation_config, "to_dict"):
+                raise ConfigError(
+                    "Seq2SeqTrainingArguments(generation_config=...): pass a GenerationConfig, or a folder or "
+                    f"generation_config.json file to read one from; got {type(self.generation_config).__name__}"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        config = out.get("generation_config")
+        if config is not None and hasattr(config, "to_dict"):
+            out["generation_config"] = config.to_dict()
+        elif isinstance(config, os.PathLike):
+            out["generation_config"] = os.fspath(config)
+        return out
