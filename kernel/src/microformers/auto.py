@@ -29,6 +29,11 @@ TOKENIZER_FILES = [
     "chat_template.jinja",
     "chat_template.json",
     "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "target.spm",
+    "target_vocab.json",
     "config.json",
 ]
 
