@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "AutoModelForPreTraining": "auto",
     "AutoModelForCTC": "auto",
     "AutoModelForSeq2SeqLM": "auto",
+    "AutoModelForTextEncoding": "auto",
     "AutoModelForAudioClassification": "auto",
     "AutoFeatureExtractor": "auto",
     "auto_class": "auto",
