@@ -21,6 +21,20 @@ from microformers_sdk.testing import assert_similar_generation, one_thread  # no
 
 transformers = pytest.importorskip("transformers")
 
+TINY_BART = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 37,
+    "decoder_ffn_dim": 37,
+    "max_position_embeddings": 64,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 2,
+}
 TEXTS = ["the cat sat on the mat .", "hello world", "one two three four five six seven"]
 
 _REFERENCE: dict[str, Any] = {}
@@ -211,6 +225,75 @@ def test_translation_with_a_language_code_tokenizer_forces_the_target_code(make_
     assert_same_as_reference(
         ours, folder, TEXTS[0], max_new_tokens=5, forced_bos_token_id=tokenizer.convert_tokens_to_ids("Katze")
     )
+
+
+@pytest.fixture(scope="module")
+def mbart_folder(tmp_path_factory) -> Path:
+    """A tiny random mBART with a real ``MBartTokenizer`` (a SentencePiece BPE model trained here)."""
+    sentencepiece = pytest.importorskip("sentencepiece")
+    pytest.importorskip("microformers_sentencepiece")
+    pytest.importorskip("microformers_bart")
+    folder = tmp_path_factory.mktemp("tiny-mbart")
+    corpus = [
+        "the cat sat on the mat",
+        "hello world how are you",
+        "good morning my friend",
+        "Hallo Welt wie geht es",
+        "guten Morgen mein Freund",
+        "das Haus ist gross und rot",
+    ]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus * 20),
+        model_prefix=str(folder / "m"),
+        model_type="bpe",
+        vocab_size=100,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        num_threads=1,
+    )
+    (folder / "m.model").rename(folder / "sentencepiece.bpe.model")
+    (folder / "m.vocab").unlink()
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "MBartTokenizer", "src_lang": "en_XX"})
+    )
+    tokenizer = microformers.AutoTokenizer.from_pretrained(folder)
+    torch.manual_seed(0)
+    config = microformers.AutoConfig.for_model(
+        "mbart", **{**TINY_BART, "vocab_size": len(tokenizer), "forced_eos_token_id": 2}
+    )
+    model = microformers.AutoModelForSeq2SeqLM.from_config(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.3)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(("src_lang", "tgt_lang"), [("en_XX", "de_DE"), ("de_DE", "en_XX")])
+def test_translation_with_mbart_language_codes_matches_the_reference(mbart_folder, src_lang, tgt_lang):
+    pipe = microformers.pipeline("translation", model=str(mbart_folder), src_lang=src_lang, tgt_lang=tgt_lang)
+    ref_tokenizer = transformers.AutoTokenizer.from_pretrained(mbart_folder, src_lang=src_lang)
+    ref_model = reference(mbart_folder)[0]
+    forced = ref_tokenizer.convert_tokens_to_ids(tgt_lang)
+    for text in ("the cat sat on the mat", "guten Morgen"):
+        ours = ids_of(pipe(text, return_tensors=True, max_new_tokens=6), "translation")
+        with torch.no_grad():
+            out = ref_model.generate(
+                **ref_tokenizer(text, return_tensors="pt"),
+                max_new_tokens=6,
+                forced_bos_token_id=forced,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+        assert ours[0][1] == forced  # the target language code comes first
+        assert_similar_generation(ours, out.sequences, out.scores, prompt_length=1, msg=text)
+        if ours == out.sequences.tolist():
+            expected = ref_tokenizer.decode(
+                out.sequences[0], skip_special_tokens=True, clean_up_tokenization_spaces=False
+            )
+            assert pipe(text, max_new_tokens=6) == [{"translation_text": expected}]
+    with pytest.raises(ConfigError, match="xx_YY"):
+        pipe("hello", tgt_lang="xx_YY")
 
 
 # -- errors and the command line -----------------------------------------------------------------------
