@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import importlib.metadata as md
+import inspect
 import json
 import os
 import re
@@ -11,13 +14,21 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import tomllib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
+import torch
 
+import microformers
 from microformers.errors import ConfigError
+from microformers_sdk.decoder_heads import DecoderForSequenceClassification
 from microformers_sdk.scaffold import new_plugin_command, plugin_names, scaffold_plugin
+from microformers_sdk.testing import assert_close, checks
 
 
 def _run(
@@ -95,8 +106,8 @@ def test_cli_command_function(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         run(parser.parse_args(["toyarch", "--directory", str(tmp_path)]))
 
 
-def test_scaffolded_plugin_installs_passes_its_tests_and_is_discovered(tmp_path: Path) -> None:
-    """Installed into a throwaway site folder (``pip install --target``), never into the shared environment,
+def test_scaffolded_plugin_installs_and_is_discovered(tmp_path: Path) -> None:
+    """Its own tests run in ``test_scaffolded_plugin_passes_its_own_tests_without_installing``. Installed into a throwaway site folder (``pip install --target``), never into the shared environment,
     so parallel test runs cannot see it and nothing has to be uninstalled."""
     name = f"scaffold{uuid.uuid4().hex[:8]}"
     names = plugin_names(name)
@@ -106,10 +117,6 @@ def test_scaffolded_plugin_installs_passes_its_tests_and_is_discovered(tmp_path:
     install = _run([*pip, "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(site), str(target)])
     assert install.returncode == 0, install.stderr
     assert (site / names["__PACKAGE__"] / "plugin.py").is_file()
-
-    tests = _run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"], cwd=target, site=site)
-    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
-    assert " passed" in tests.stdout and "skipped" not in tests.stdout
 
     listing = _run([sys.executable, "-m", "microformers.cli", "plugins", "--json"], site=site)
     assert listing.returncode == 0, listing.stderr
@@ -313,3 +320,187 @@ def test_the_command_help_explains_every_option() -> None:
     text = " ".join(parser.format_help().split())
     assert "--directory DIRECTORY, -d DIRECTORY where to create microformers-NAME/ (default: .)" in text
     assert "--force replace an existing non-empty target folder" in text
+
+
+# -- the generated plugin in step with the real ones ---------------------------------------------------------
+# The scaffold writes what the shipped decoder plugins look like (microformers-llama's eager path): these tests
+# generate a plugin into tmp_path, import it by sys.path (nothing installed), run its own tests (the SDK
+# conformance kit), and compare its packaging, entry point, SDK building blocks and parameters with the real one.
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA = REPO / "plugins" / "llama"
+
+# The SDK building blocks microformers-llama's eager forward uses, by module; the generated model imports each
+# from the same module. Beside them it takes only what the SDK's decoder sequence classifier (which
+# LlamaForSequenceClassification runs) uses, because the generated head is written out in its file.
+EAGER_BLOCKS = {
+    ("microformers_sdk.attention", "eager_attention"),
+    ("microformers_sdk.attention", "get_attention_function"),
+    ("microformers_sdk.cache", "Cache"),
+    ("microformers_sdk.decoder_heads", "keep_logits_positions"),
+    ("microformers_sdk.inputs", "prepare_decoder_inputs"),
+    ("microformers_sdk.layers", "GatedMLP"),
+    ("microformers_sdk.layers", "RMSNorm"),
+    ("microformers_sdk.losses", "causal_lm_loss"),
+    ("microformers_sdk.masks", "build_attention_mask"),
+    ("microformers_sdk.outputs", "BaseModelOutputWithPast"),
+    ("microformers_sdk.outputs", "CausalLMOutputWithPast"),
+    ("microformers_sdk.rotary", "RotaryEmbedding"),
+    ("microformers_sdk.rotary", "apply_rotary_pos_emb"),
+    ("microformers_sdk.rotary", "rope_settings_from_config"),
+}
+SEQUENCE_CLASSIFIER_BLOCKS = {
+    ("microformers_sdk.decoder_heads", "pool_last_tokens"),
+    ("microformers_sdk.losses", "sequence_classification_loss"),
+    ("microformers_sdk.outputs", "SequenceClassifierOutputWithPast"),
+}
+TINY = {
+    "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "max_position_embeddings": 64, "pad_token_id": 0, "num_labels": 3,
+}  # fmt: skip
+
+
+def _sdk_imports(path: Path) -> set[tuple[str, str]]:
+    """``(module, name)`` for every ``from microformers_sdk... import name`` at the top of ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        (node.module, alias.name)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("microformers_sdk")
+        for alias in node.names
+    }
+
+
+def _hooks(path: Path) -> dict[str, list[str]]:
+    """``{hook name: argument names}`` of the ``@hookimpl`` functions in an entry-point module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        node.name: [arg.arg for arg in node.args.args]
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any(getattr(d, "id", None) == "hookimpl" for d in node.decorator_list)
+    }
+
+
+def _api_version(path: Path) -> Any:
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+            "MICROFORMERS_API_VERSION"
+        ]:
+            return ast.literal_eval(node.value)
+    return None
+
+
+@pytest.fixture
+def generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, dict[str, str], ModuleType]]:
+    """A plugin generated into tmp_path and imported by sys.path: (its folder, its names, its modeling module)."""
+    if not LLAMA.is_dir():
+        pytest.skip("needs the repository's plugins/llama to compare with")
+    name = f"scaffold{uuid.uuid4().hex[:8]}"
+    names = plugin_names(name)
+    target = scaffold_plugin(name, tmp_path)
+    monkeypatch.syspath_prepend(str(target / "src"))
+    modeling = importlib.import_module(f"{names['__PACKAGE__']}.modeling_{names['__MODULE__']}")
+    yield target, names, modeling
+    for module in [m for m in sys.modules if m == names["__PACKAGE__"] or m.startswith(names["__PACKAGE__"] + ".")]:
+        del sys.modules[module]
+
+
+def test_scaffolded_plugin_passes_its_own_tests_without_installing(
+    generated: tuple[Path, dict[str, str], ModuleType],
+) -> None:
+    """The generated tests (the SDK conformance kit on every head, the registration test), found by PYTHONPATH."""
+    target, _, _ = generated
+    tests = _run(
+        [sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"], cwd=target, site=target / "src"
+    )
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+    assert " passed" in tests.stdout and "skipped" not in tests.stdout and "deselected" not in tests.stdout
+
+
+def test_the_generated_packaging_and_entry_point_have_the_real_plugins_shape(
+    generated: tuple[Path, dict[str, str], ModuleType],
+) -> None:
+    target, names, _ = generated
+    ours = tomllib.loads((target / "pyproject.toml").read_text(encoding="utf-8"))
+    real = tomllib.loads((LLAMA / "pyproject.toml").read_text(encoding="utf-8"))
+    assert ours["build-system"] == real["build-system"]
+    assert ours["tool"]["setuptools"] == real["tool"]["setuptools"]
+    assert set(real["project"]) - {"optional-dependencies"} <= set(ours["project"])
+    assert ours["project"]["dependencies"] == real["project"]["dependencies"]
+    assert ours["project"]["requires-python"] == real["project"]["requires-python"]
+    # one entry point in the "microformers" group, named after the plugin, pointing at PACKAGE.plugin
+    assert list(ours["project"]["entry-points"]) == list(real["project"]["entry-points"]) == ["microformers"]
+    assert ours["project"]["entry-points"]["microformers"] == {names["__NAME__"]: f"{names['__PACKAGE__']}.plugin"}
+    assert real["project"]["entry-points"]["microformers"] == {"llama": "microformers_llama.plugin"}
+
+    ours_plugin = target / "src" / names["__PACKAGE__"] / "plugin.py"
+    real_plugin = LLAMA / "src" / "microformers_llama" / "plugin.py"
+    assert _api_version(ours_plugin) == _api_version(real_plugin) == microformers.KERNEL_API_VERSION
+    assert _hooks(ours_plugin) == {"register_models": ["register"]}
+    assert _hooks(ours_plugin).items() <= _hooks(real_plugin).items()
+
+    plugin = importlib.import_module(f"{names['__PACKAGE__']}.plugin")
+    real_module = importlib.import_module("microformers_llama.plugin")
+    ours_calls: list[tuple[Any, ...]] = []
+    real_calls: list[tuple[Any, ...]] = []
+    plugin.register_models(register=lambda *args: ours_calls.append(args))
+    real_module.register_models(register=lambda *args: real_calls.append(args))
+    (model_type, config_ref, models), real_llama = ours_calls[0], real_calls[0]
+    assert len(ours_calls) == 1 and real_llama[0] == "llama"
+    assert (type(model_type), type(config_ref), type(models)) == tuple(type(part) for part in real_llama)
+    assert set(models) == set(real_llama[2])  # the same Auto classes: base model, causal LM, sequence classifier
+    assert all(re.fullmatch(r"[\w.]+:\w+", ref) for ref in (config_ref, *models.values()))
+
+
+def test_the_generated_model_uses_the_real_decoders_sdk_building_blocks(
+    generated: tuple[Path, dict[str, str], ModuleType],
+) -> None:
+    target, names, _ = generated
+    ours = _sdk_imports(target / "src" / names["__PACKAGE__"] / f"modeling_{names['__MODULE__']}.py")
+    real = _sdk_imports(LLAMA / "src" / "microformers_llama" / "modeling_llama.py")
+    assert EAGER_BLOCKS <= real, f"microformers-llama no longer imports {sorted(EAGER_BLOCKS - real)}: update both"
+    runs = inspect.getsource(DecoderForSequenceClassification.forward)  # LlamaForSequenceClassification's forward
+    assert all(f"{name}(" in runs for _, name in SEQUENCE_CLASSIFIER_BLOCKS)
+    assert ours == EAGER_BLOCKS | SEQUENCE_CLASSIFIER_BLOCKS
+    config = (target / "src" / names["__PACKAGE__"] / f"configuration_{names['__MODULE__']}.py").read_text()
+    assert "import torch" not in config  # AutoConfig stays cheap, as the real configs
+
+
+def test_the_generated_model_reads_top_to_bottom_and_matches_llama_with_the_same_weights(
+    generated: tuple[Path, dict[str, str], ModuleType],
+) -> None:
+    """Classes in reading order, projections named in the file, Llama's parameter names; Llama's weights loaded
+    into it give Llama's outputs (the scaffold is the Llama eager path, written out)."""
+    llama = pytest.importorskip("microformers_llama.modeling_llama")
+    from microformers_llama.configuration_llama import LlamaConfig
+
+    _, names, modeling = generated
+    prefix = names["__PREFIX__"]
+    order = ["Attention", "DecoderLayer", "PreTrainedModel", "Model", "ForCausalLM", "ForSequenceClassification"]
+    source = inspect.getsource(modeling)
+    positions = [source.index(f"class {prefix}{part}(") for part in order]
+    assert positions == sorted(positions)
+    assert f"class {prefix}Attention(nn.Module)" in source and "self.q_proj = nn.Linear(" in source
+    assert "self.o_proj = nn.Linear(" in source and "self.mlp = GatedMLP(" in source
+
+    ids = torch.tensor([[0, 0, 5, 9, 3, 7], [4, 8, 2, 6, 1, 9]])
+    mask = (ids != 0).long()
+    for head in ("ForCausalLM", "ForSequenceClassification"):
+        torch.manual_seed(0)
+        reference = checks.build_model(getattr(llama, f"Llama{head}"), LlamaConfig(**TINY)).eval()
+        config_class = getattr(importlib.import_module(modeling.__name__.replace(".modeling_", ".configuration_")),
+                               f"{prefix}Config")  # fmt: skip
+        ours = getattr(modeling, f"{prefix}{head}")(config_class(**TINY)).eval()
+        assert list(ours.state_dict()) == list(reference.state_dict())
+        assert [name for name, _ in ours.named_modules()] == [name for name, _ in reference.named_modules()]
+        ours.load_state_dict(reference.state_dict())
+        with torch.no_grad():
+            expected = reference(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+            got = ours(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+            plain_expected, plain_got = reference(ids, attention_mask=mask), ours(ids, attention_mask=mask)
+        assert_close(got.logits, expected.logits)
+        assert_close(plain_got.logits, plain_expected.logits)
+        for mine, theirs in zip(
+            got.hidden_states + got.attentions, expected.hidden_states + expected.attentions, strict=True
+        ):
+            assert_close(mine, theirs)

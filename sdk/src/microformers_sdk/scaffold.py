@@ -1,9 +1,12 @@
 """``microformers new-plugin NAME``: write a new model-plugin distribution that passes its own tests.
 
 The generated distribution ``microformers-NAME`` holds a ``pyproject.toml`` with the entry point, a
-README, a config class, a small decoder-only model built from SDK pieces (RMSNorm, rotary
-positions, the configured attention kernel, SwiGLU MLP, a KV cache) with a causal-LM head, the
-plugin module registering them, and tests: the SDK conformance suite plus a registration test.
+README, a config class, a model file that reads top to bottom like the shipped decoder plugins'
+(``microformers-llama``'s eager path): attention with its ``q_proj``/``k_proj``/``v_proj``/``o_proj`` named
+in the file, the MLP, the decoder layer, the model and its causal-LM and sequence-classification heads,
+with SDK pieces as building blocks only (attention kernels, RMSNorm, the gated MLP, rotary positions,
+caches, masks, losses, outputs); the plugin module registering them; and tests: the SDK conformance
+suite plus a registration test. ``sdk/tests/test_scaffold.py`` keeps it in step with the real plugins.
 Everything is written into a staging folder first and moved into place at the end, so a failure
 leaves nothing half-written.
 """
@@ -42,7 +45,8 @@ def plugin_names(name: str) -> dict[str, str]:
     test_imports = sorted(
         [
             f"from {package}.configuration_{snake} import {prefix}Config",
-            f"from {package}.modeling_{snake} import {prefix}ForCausalLM, {prefix}Model",
+            f"from {package}.modeling_{snake} import (\n"
+            f"    {prefix}ForCausalLM,\n    {prefix}ForSequenceClassification,\n    {prefix}Model,\n)",
             "from microformers_sdk.testing import ModelConformanceTests",
         ]
     )
@@ -205,9 +209,12 @@ Layout:
 - `src/__PACKAGE__/plugin.py`: the entry point; registers the config and model classes by
   `"module:Name"` strings, so discovery stays cheap.
 - `configuration___MODULE__.py`: `__PREFIX__Config` (`model_type = "__MODEL_TYPE__"`).
-- `modeling___MODULE__.py`: `__PREFIX__Model` and `__PREFIX__ForCausalLM`, a small pre-norm decoder built
-  from `microformers_sdk` pieces. Replace it with your architecture; keep the parameter names equal to the
-  tensor names of the checkpoints you want to load.
+- `modeling___MODULE__.py`: a pre-norm decoder that reads top to bottom: `__PREFIX__Attention` (its
+  `q_proj`/`k_proj`/`v_proj`/`o_proj` named in the file), the MLP, `__PREFIX__DecoderLayer`, `__PREFIX__Model`,
+  then the heads `__PREFIX__ForCausalLM` and `__PREFIX__ForSequenceClassification`. `microformers_sdk` supplies
+  building blocks only (attention kernels, RMSNorm, the gated MLP, rotary positions, caches, masks, losses,
+  outputs). Replace it with your architecture; keep the parameter names equal to the tensor names of the
+  checkpoints you want to load.
 - `tests/test_conformance.py`: `microformers_sdk.testing.ModelConformanceTests` on a tiny config.
 """
 
@@ -224,6 +231,7 @@ _LAZY: dict[str, str] = {
     "__PREFIX__Config": "configuration___MODULE__",
     "__PREFIX__Model": "modeling___MODULE__",
     "__PREFIX__ForCausalLM": "modeling___MODULE__",
+    "__PREFIX__ForSequenceClassification": "modeling___MODULE__",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -245,6 +253,7 @@ MICROFORMERS_API_VERSION = 1
 MODELS: dict[str, str] = {
     "AutoModel": "__PACKAGE__.modeling___MODULE__:__PREFIX__Model",
     "AutoModelForCausalLM": "__PACKAGE__.modeling___MODULE__:__PREFIX__ForCausalLM",
+    "AutoModelForSequenceClassification": "__PACKAGE__.modeling___MODULE__:__PREFIX__ForSequenceClassification",
 }
 
 
@@ -254,17 +263,20 @@ def register_models(register: Any) -> None:
 '''
 
 _CONFIGURATION = '''\
-"""``__PREFIX__Config``: the ``config.json`` of ``model_type: __MODEL_TYPE__`` checkpoints."""
+"""``__PREFIX__Config``: the ``config.json`` of ``model_type: __MODEL_TYPE__`` checkpoints (imports no torch)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from microformers import PretrainedConfig
-from microformers.errors import ConfigError
+from microformers_sdk.config_checks import check_heads_divide, check_positive_ints
+from microformers_sdk.rope_settings import normalize_rope_settings
 
 
 class __PREFIX__Config(PretrainedConfig):
+    """Decoder-only transformer: RMSNorm, rotary positions, grouped-query attention and a gated MLP."""
+
     model_type = "__MODEL_TYPE__"
 
     def __init__(
@@ -274,38 +286,72 @@ class __PREFIX__Config(PretrainedConfig):
         intermediate_size: int = 1376,
         num_hidden_layers: int = 8,
         num_attention_heads: int = 8,
+        num_key_value_heads: int | None = None,
+        hidden_act: str = "silu",
         max_position_embeddings: int = 2048,
+        initializer_range: float = 0.02,
         rms_norm_eps: float = 1e-6,
+        use_cache: bool = True,
         rope_theta: float = 10000.0,
         rope_scaling: dict[str, Any] | None = None,
-        hidden_act: str = "silu",
-        initializer_range: float = 0.02,
-        use_cache: bool = True,
+        attention_bias: bool = False,
+        attention_dropout: float = 0.0,
+        mlp_bias: bool = False,
+        pad_token_id: int | None = None,
+        bos_token_id: int | None = 1,
+        eos_token_id: int | list[int] | None = 2,
         tie_word_embeddings: bool = False,
         **kwargs: Any,
     ) -> None:
-        if hidden_size % num_attention_heads:
-            raise ConfigError(
-                f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads} in "
-                "__PREFIX__Config; fix config.json"
-            )
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
         self.num_hidden_layers = num_hidden_layers
         self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_attention_heads if num_key_value_heads is None else num_key_value_heads
+        self.hidden_act = hidden_act
         self.max_position_embeddings = max_position_embeddings
+        self.initializer_range = initializer_range
         self.rms_norm_eps = rms_norm_eps
+        self.use_cache = use_cache
         self.rope_theta = rope_theta
         self.rope_scaling = rope_scaling
-        self.hidden_act = hidden_act
-        self.initializer_range = initializer_range
-        self.use_cache = use_cache
-        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        self.attention_bias = attention_bias
+        self.attention_dropout = attention_dropout
+        self.mlp_bias = mlp_bias
+        check_positive_ints(
+            self,
+            ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads"),
+        )  # fmt: skip
+        check_heads_divide(self, "hidden_size", "num_attention_heads")
+        # grouped-query attention: every key/value head serves the same number of query heads
+        check_heads_divide(self, "num_attention_heads", "num_key_value_heads")
+        super().__init__(
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+        normalize_rope_settings(
+            head_dim=self.hidden_size // self.num_attention_heads,
+            max_position_embeddings=self.max_position_embeddings,
+            rope_theta=self.rope_theta,
+            rope_scaling=self.rope_scaling,
+            setting=f"{type(self).__name__}.rope_scaling",
+        )
 '''
 
 _MODELING = '''\
-"""``__PREFIX__Model`` and ``__PREFIX__ForCausalLM``: a pre-norm decoder made of microformers-sdk pieces."""
+"""The ``__MODEL_TYPE__`` decoder, top to bottom: attention, MLP, decoder layer, model, then the heads.
+
+Parameter names are the Llama-style checkpoint tensor names (``model.embed_tokens.weight``,
+``model.layers.{i}.self_attn.{q,k,v,o}_proj.weight``, ``model.layers.{i}.mlp.{gate,up,down}_proj.weight``,
+``model.layers.{i}.{input,post_attention}_layernorm.weight``, ``model.norm.weight``, ``lm_head.weight``,
+``score.weight``); change them to those of the checkpoints you load. ``microformers_sdk`` supplies building
+blocks only: the attention kernels, RMSNorm, the gated MLP, rotary positions, caches, masks, losses, outputs.
+"""
 
 from __future__ import annotations
 
@@ -315,75 +361,138 @@ import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from microformers_sdk.attention import get_attention_function
+from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache
+from microformers_sdk.decoder_heads import keep_logits_positions, pool_last_tokens
 from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import GatedMLP, RMSNorm
-from microformers_sdk.losses import causal_lm_loss
+from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
 from microformers_sdk.masks import build_attention_mask
-from microformers_sdk.rope_settings import rope_settings_from_config
-from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb
+from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, SequenceClassifierOutputWithPast
+from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 
 from .configuration___MODULE__ import __PREFIX__Config
 
+__all__ = [
+    "__PREFIX__Attention",
+    "__PREFIX__Config",
+    "__PREFIX__DecoderLayer",
+    "__PREFIX__ForCausalLM",
+    "__PREFIX__ForSequenceClassification",
+    "__PREFIX__Model",
+    "__PREFIX__PreTrainedModel",
+]
 
+
+# -- attention -------------------------------------------------------------------------------------
 class __PREFIX__Attention(nn.Module):
+    """Grouped-query self-attention with rotary positions; the kernel is chosen by ``attn_implementation``."""
+
     def __init__(self, config: __PREFIX__Config, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
-        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
-        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = float(config.attention_dropout or 0.0)
+        hidden, bias = config.hidden_size, config.attention_bias
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=bias)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
-        mask: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
         is_causal: bool,
-        cache: Cache | None,
+        past_key_values: Cache | None,
         attention_fn: Any,
-    ) -> torch.Tensor:
-        batch, length, _ = hidden_states.shape
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, q_len, _ = hidden_states.shape
+        split = (batch, q_len, -1, self.head_dim)  # -> (batch, heads, q_len, head_dim)
+        query = self.q_proj(hidden_states).view(split).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(split).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(split).transpose(1, 2)
+        query, key = apply_rotary_pos_emb(query, key, *rotary)
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+        dropout = self.attention_dropout if self.training else 0.0
+        weights = None
+        if output_attentions:  # only the eager kernel hands back the probabilities
+            output, weights = eager_attention(
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal,
+                return_weights=True,
+            )  # fmt: skip
+        else:
+            output = attention_fn(
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal
+            )
+        output = output.transpose(1, 2).reshape(batch, q_len, -1)
+        return self.o_proj(output), weights
 
-        def heads(projection: nn.Linear) -> torch.Tensor:
-            return projection(hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
 
-        query, key = apply_rotary_pos_emb(heads(self.q_proj), heads(self.k_proj), *rotary)
-        value = heads(self.v_proj)
-        if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
-        output = attention_fn(query, key, value, mask, scaling=self.head_dim**-0.5, is_causal=is_causal)
-        return self.o_proj(output.transpose(1, 2).reshape(batch, length, -1))
+# -- MLP and decoder layer -------------------------------------------------------------------------
+class __PREFIX__DecoderLayer(nn.Module):
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
 
+    The MLP is the SDK's ``GatedMLP``: ``down_proj(act(gate_proj(x)) * up_proj(x))`` (SwiGLU with ``silu``);
+    write your own ``nn.Module`` here where your architecture's differs.
+    """
 
-class __PREFIX__Layer(nn.Module):
     def __init__(self, config: __PREFIX__Config, layer_idx: int) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.self_attn = __PREFIX__Attention(config, layer_idx)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act)
 
-    def forward(self, hidden_states: torch.Tensor, *attention_args: Any) -> torch.Tensor:
-        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), *attention_args)
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        is_causal: bool,
+        past_key_values: Cache | None,
+        attention_fn: Any,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attended, weights = self.self_attn(
+            self.input_layernorm(hidden_states),
+            rotary,
+            attention_mask,
+            is_causal,
+            past_key_values,
+            attention_fn,
+            output_attentions,
+        )
+        hidden_states = hidden_states + attended
+        hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states, weights
 
 
+# -- model -----------------------------------------------------------------------------------------
 class __PREFIX__PreTrainedModel(PreTrainedModel):
     config_class = __PREFIX__Config
     base_model_prefix = "model"
-    _no_split_modules: ClassVar[list[str]] = ["__PREFIX__Layer"]
+    _no_split_modules: ClassVar[list[str]] = ["__PREFIX__DecoderLayer"]
+    supports_gradient_checkpointing = True
+    # checkpoints written by older exporters carry the rotary tables; they are recomputed
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"rotary_emb\\.inv_freq"]
 
 
 class __PREFIX__Model(__PREFIX__PreTrainedModel):
+    """The decoder stack without a head; returns ``BaseModelOutputWithPast``."""
+
     def __init__(self, config: __PREFIX__Config) -> None:
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(__PREFIX__Layer(config, i) for i in range(config.num_hidden_layers))
+        pad = config.pad_token_id
+        padding_idx = pad if isinstance(pad, int) and 0 <= pad < config.vocab_size else None
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx)
+        self.layers = nn.ModuleList(__PREFIX__DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(rope_settings_from_config(config))
         self.post_init()
@@ -391,18 +500,23 @@ class __PREFIX__Model(__PREFIX__PreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.embed_tokens
 
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.embed_tokens = value
+
     def forward(
         self,
-        input_ids: torch.Tensor | None = None,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPast | tuple[Any, ...]:
-        inputs = prepare_decoder_inputs(
+        inputs = prepare_decoder_inputs(  # embeddings, cache, position ids, the config's defaults for the flags
             self,
             self.embed_tokens,
             input_ids=input_ids,
@@ -411,47 +525,79 @@ class __PREFIX__Model(__PREFIX__PreTrainedModel):
             position_ids=position_ids,
             past_key_values=past_key_values,
             use_cache=use_cache,
-            output_attentions=False,
-            output_hidden_states=False,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
             return_dict=return_dict,
         )
-        hidden_states, cache, past = inputs.inputs_embeds, inputs.cache, inputs.past_length
-        length = hidden_states.shape[1]
+        hidden_states, cache = inputs.inputs_embeds, inputs.cache
         rotary = self.rotary_emb(inputs.position_ids, dtype=hidden_states.dtype)
-        mask, is_causal = build_attention_mask(attention_mask, length, past, device=hidden_states.device)
+        mask, is_causal = build_attention_mask(
+            attention_mask, hidden_states.shape[1], inputs.past_length, device=hidden_states.device
+        )
         attention_fn = get_attention_function(self.config)
+        all_hidden_states: list[torch.Tensor] = []
+        all_attentions: list[torch.Tensor] = []
         for layer in self.layers:
-            hidden_states = layer(hidden_states, rotary, mask, is_causal, cache, attention_fn)
+            if inputs.output_hidden_states:
+                all_hidden_states.append(hidden_states)
+            hidden_states, weights = self._call_layer(  # gradient checkpointing applies here when enabled
+                layer, hidden_states, rotary, mask, is_causal, cache, attention_fn, inputs.output_attentions
+            )
+            if inputs.output_attentions:
+                all_attentions.append(weights)
+        hidden_states = self.norm(hidden_states)
+        if inputs.output_hidden_states:
+            all_hidden_states.append(hidden_states)
         output = BaseModelOutputWithPast(
-            last_hidden_state=self.norm(hidden_states), past_key_values=cache if inputs.use_cache else None
+            last_hidden_state=hidden_states,
+            past_key_values=cache if inputs.use_cache else None,
+            hidden_states=tuple(all_hidden_states) if inputs.output_hidden_states else None,
+            attentions=tuple(all_attentions) if inputs.output_attentions else None,
         )
         return output if inputs.return_dict else output.to_tuple()
 
 
+# -- heads -----------------------------------------------------------------------------------------
 class __PREFIX__ForCausalLM(__PREFIX__PreTrainedModel):
+    """Decoder plus a language-modelling head (``lm_head``, tied to the embeddings when configured)."""
+
     _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "model.embed_tokens.weight"}
 
     def __init__(self, config: __PREFIX__Config) -> None:
         super().__init__(config)
         self.model = __PREFIX__Model(config)
+        self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.set_input_embeddings(value)
 
     def get_output_embeddings(self) -> nn.Module:
         return self.lm_head
 
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.lm_head = value
+
     def forward(
         self,
-        input_ids: torch.Tensor | None = None,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        labels: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast | tuple[Any, ...]:
+        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
@@ -460,11 +606,75 @@ class __PREFIX__ForCausalLM(__PREFIX__PreTrainedModel):
             past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
-        loss = causal_lm_loss(logits, labels) if labels is not None else None
-        output = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=outputs.past_key_values)
+        logits = self.lm_head(keep_logits_positions(outputs.last_hidden_state, logits_to_keep))
+        loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        output = CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class __PREFIX__ForSequenceClassification(__PREFIX__PreTrainedModel):
+    """Decoder plus a linear ``score`` head read at each row's last non-padding token."""
+
+    def __init__(self, config: __PREFIX__Config) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = __PREFIX__Model(config)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.set_input_embeddings(value)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> SequenceClassifierOutputWithPast | tuple[Any, ...]:
+        """Logits at each row's last non-padding token; with ``labels``, the loss ``config.problem_type`` asks for."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.score(outputs.last_hidden_state)
+        pooled = pool_last_tokens(logits, input_ids, self.config.pad_token_id, type(self).__name__)
+        loss = sequence_classification_loss(pooled, labels, self.config) if labels is not None else None
+        output = SequenceClassifierOutputWithPast(
+            loss=loss,
+            logits=pooled,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
         return output if return_dict else output.to_tuple()
 '''
 
@@ -484,10 +694,12 @@ class Test__PREFIX__Conformance(ModelConformanceTests):
         "intermediate_size": 48,
         "num_hidden_layers": 2,
         "num_attention_heads": 4,
+        "num_key_value_heads": 2,
         "max_position_embeddings": 64,
         "pad_token_id": 0,
+        "num_labels": 3,
     }
-    model_classes = (__PREFIX__Model, __PREFIX__ForCausalLM)
+    model_classes = (__PREFIX__Model, __PREFIX__ForCausalLM, __PREFIX__ForSequenceClassification)
     padding_side = "left"
 
 
@@ -517,7 +729,7 @@ def test_plugin_registers_config_and_models() -> None:
     model_type, config_ref, models = registered[0]
     assert model_type == "__MODEL_TYPE__"
     assert resolve_ref(config_ref).model_type == "__MODEL_TYPE__"
-    assert set(models) == {"AutoModel", "AutoModelForCausalLM"}
+    assert set(models) == {"AutoModel", "AutoModelForCausalLM", "AutoModelForSequenceClassification"}
     for ref in models.values():
         assert resolve_ref(ref).config_class is resolve_ref(config_ref)
 '''
