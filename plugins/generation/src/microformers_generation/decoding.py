@@ -129,7 +129,11 @@ class IncrementalDecoder:
     def reorder(self, row_index: torch.Tensor) -> None:
         """Reorder batch rows (beam search): row ``i`` continues old row ``row_index[i]``."""
         if self.cache is not None and self.use_cache:
-            self.cache.reorder_cache(row_index)
+            reorder = getattr(self.model, "reorder_cache", None)  # a model that knows better (DecoderView)
+            if callable(reorder):
+                reorder(self.cache, row_index)
+            else:
+                self.cache.reorder_cache(row_index)
         if self._mask is not None:
             self._mask = self._mask.index_select(0, row_index)
         if self._next_position is not None:

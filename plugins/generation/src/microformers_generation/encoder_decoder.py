@@ -107,6 +107,13 @@ class DecoderView:
     def cache_needs_recompute(self, past_length: int, total_length: int) -> bool:
         return False
 
+    def reorder_cache(self, cache: Any, row_index: torch.Tensor) -> None:
+        """Beam search moved rows: only the decoder's self-attention states follow them. Rows only ever
+        move between beams of one input, which share the encoder's states (repeated per beam), so the
+        cross-attention states are the same whichever way the rows go."""
+        own = getattr(cache, "self_attention_cache", None)
+        (own if own is not None else cache).reorder_cache(row_index)
+
     def for_assistant(self, assistant: Any) -> DecoderView:
         """The same view of an assistant encoder-decoder, its own encoder run on the same inputs."""
         if self.encoder.encoder_inputs is None:
