@@ -70,7 +70,9 @@ def register_pipelines(register):
     Call ``register(task, cls, model_class="AutoModel...", default_model=None, aliases=())``.
     ``cls`` subclasses ``microformers.Pipeline``; ``model_class`` names the Auto class (head) used to
     load a model given by name, or a tuple of head names tried in order; ``default_model`` is a model id
-    or source alias used when none is given.
+    or source alias used when none is given; ``task_patterns`` (regular expressions) claim parameterised
+    task names no registration names exactly (``r"translation_\\w+_to_\\w+"``), which the pipeline is built
+    with as given.
     """
 
 

@@ -10,6 +10,7 @@ collation) come from the ``microformers-pipelines`` plugin, exported as ``microf
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,6 +75,10 @@ class PipelineRegistry:
         for candidate in registry.all(KIND):
             if task in candidate.meta.get("aliases", ()):
                 return candidate.name, candidate
+        for candidate in registry.all(KIND):
+            # a parameterised task name (translation_en_to_de) keeps its name: the pipeline reads it
+            if any(re.fullmatch(pattern, task) for pattern in candidate.meta.get("task_patterns", ())):
+                return task, candidate
         raise registry.missing_error(KIND, task, what="pipeline task")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

@@ -318,9 +318,22 @@ def test_bad_inputs_are_clear_errors(make_seq2seq):
 
 
 def test_the_tasks_are_registered_with_the_seq2seq_head():
-    for task in ("text2text-generation", "summarization", "translation", "translation_en_to_de"):
+    for task in ("text2text-generation", "summarization", "translation"):
         reg = microformers.registry.get("pipelines", task)
         assert reg.plugin == "pipelines" and reg.meta["model_class"] == ("AutoModelForSeq2SeqLM",)
+
+
+def test_any_translation_language_pair_is_a_task_name_that_keeps_the_pair():
+    for task in ("translation_en_to_de", "translation_de_to_fr", "translation_en_XX_to_ro_RO"):
+        name, reg = microformers.PIPELINE_REGISTRY.check_task(task)
+        assert name == task and reg.name == "translation"
+    with pytest.raises(microformers.MicroformersError, match="translation_en_de"):
+        microformers.PIPELINE_REGISTRY.check_task("translation_en_de")
+
+
+def test_a_translation_pair_in_the_task_name_sets_the_languages(make_seq2seq):
+    pipe = microformers.pipeline("translation_fr_to_en", model=str(make_seq2seq("t5")))
+    assert (pipe._preprocess_params["src_lang"], pipe._preprocess_params["tgt_lang"]) == ("fr", "en")
 
 
 def test_run_translation_en_to_de_on_the_command_line(make_seq2seq, capsys):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
@@ -97,17 +96,6 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def _task_and_options(task: str) -> tuple[str, dict[str, Any]]:
-    """Any ``translation_xx_to_yy`` runs the ``translation`` task with ``src_lang``/``tgt_lang`` (only some pairs
-    are registered as task names of their own); every other task is passed on as given."""
-    from microformers import registry
-
-    match = re.fullmatch(r"translation_(.+)_to_(.+)", task)
-    if match is None or registry.get("pipelines", task) is not None or registry.get("pipelines", "translation") is None:
-        return task, {}
-    return "translation", {"src_lang": match[1], "tgt_lang": match[2]}
-
-
 def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     from microformers import pipeline
 
@@ -116,15 +104,13 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
     _check_device(args.device)
     _check_dtype(args.dtype)
     load: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
-    task, task_kwargs = _task_and_options(args.task)
     pipe = pipeline(
-        task,
+        args.task,
         model=args.model,
         tokenizer=args.tokenizer,
         device=args.device,
         dtype=args.dtype,
         batch_size=args.batch_size,
-        **task_kwargs,
         **load,
     )
     try:  # refuse unknown options before reading any input

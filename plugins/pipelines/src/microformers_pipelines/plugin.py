@@ -56,19 +56,25 @@ TASK_TABLE: dict[str, tuple[str, tuple[str, ...], str | None, tuple[str, ...]]] 
     ),
     "summarization": ("text2text_generation:SummarizationPipeline", ("AutoModelForSeq2SeqLM",), None, ()),
     "translation": ("text2text_generation:TranslationPipeline", ("AutoModelForSeq2SeqLM",), None, ()),
-    # language pairs as task names of their own, so the pipeline sees the pair (an alias would resolve to
-    # "translation"); `microformers run` takes any translation_xx_to_yy
-    **{
-        f"translation_{pair}": ("text2text_generation:TranslationPipeline", ("AutoModelForSeq2SeqLM",), None, ())
-        for pair in ("en_to_de", "en_to_fr", "en_to_ro")
-    },
 }
+
+
+# ``translation_en_to_de``, ``translation_en_XX_to_ro_RO``: the translation task, built with the pair in its name
+TRANSLATION_TASK_PATTERN = r"translation_(?P<src>[^_]+(?:_[A-Z]{2})?)_to_(?P<tgt>[^_]+(?:_[A-Z]{2})?)"
 
 
 @hookimpl
 def register_pipelines(register: Any) -> None:
     for task, (ref, heads, default, aliases) in TASK_TABLE.items():
-        register(task, f"{_PACKAGE}.{ref}", model_class=heads, default_model=default, aliases=aliases)
+        patterns = (TRANSLATION_TASK_PATTERN,) if task == "translation" else ()
+        register(
+            task,
+            f"{_PACKAGE}.{ref}",
+            model_class=heads,
+            default_model=default,
+            aliases=aliases,
+            task_patterns=patterns,
+        )
 
 
 @hookimpl

@@ -18,11 +18,12 @@ from microformers import ConfigError
 
 from ._common import check_text
 from .base import Pipeline
+from .plugin import TRANSLATION_TASK_PATTERN
 
 logger = logging.getLogger("microformers.pipelines")
 
 #: ``translation_en_to_de`` -> ("en", "de")
-TRANSLATION_TASK = re.compile(r"translation_(?P<src>[^_]+(?:_[A-Z]{2})?)_to_(?P<tgt>[^_]+(?:_[A-Z]{2})?)")
+TRANSLATION_TASK = re.compile(TRANSLATION_TASK_PATTERN)
 
 # Encoder-side keys kept from the tokenizer's output (``token_type_ids`` is no argument of generate).
 _INPUT_KEYS = ("input_ids", "attention_mask")
