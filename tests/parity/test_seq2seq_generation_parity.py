@@ -120,6 +120,13 @@ def test_forced_first_and_last_tokens_match_the_reference(pair: Any) -> None:
     assert_generation_matches(got, want, prompt_length=1, what="forced tokens")
 
 
+def test_processors_reading_the_encoder_input_match_the_reference(pair: Any) -> None:
+    got, want = _both(pair, max_new_tokens=6, encoder_repetition_penalty=1.5, encoder_no_repeat_ngram_size=2)
+    assert_generation_matches(got, want, prompt_length=1, what="encoder_* processors")
+    got, want = _both(pair, max_new_tokens=6, num_beams=2, encoder_no_repeat_ngram_size=2)
+    assert_generation_matches(got, want, prompt_length=1, what="encoder_no_repeat_ngram_size with beams")
+
+
 def test_sampling_with_a_seed_matches_the_reference(pair: Any) -> None:
     ours, reference, pad = pair
     inputs = _inputs(pad)
