@@ -32,11 +32,16 @@ from .layers import LoraLayer, ModulesToSave, is_linear_like, is_transposed
 logger = logging.getLogger("microformers.peft")
 
 PEFT_PREFIX = "base_model.model."
-# peft's defaults when target_modules is not given, by model_type
+# peft's defaults when target_modules is not given, by model_type (peft's
+# TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING). mBART and Marian have none in peft: they get BART's
+# ("q_proj", "v_proj"), written out in adapter_config.json, so the file loads in peft all the same.
 DEFAULT_TARGETS: dict[str, list[str]] = {
-    **{t: ["q_proj", "v_proj"] for t in ("llama", "mistral", "qwen2")},
+    **{t: ["q_proj", "v_proj"] for t in ("llama", "mistral", "qwen2", "gemma", "mixtral")},
     "gpt2": ["c_attn"],
-    "bert": ["query", "value"],
+    **{t: ["query", "value"] for t in ("bert", "roberta")},
+    # encoder-decoders (task_type "SEQ_2_SEQ_LM"): every self- and cross-attention of both stacks
+    **{t: ["q", "v"] for t in ("t5", "mt5")},
+    **{t: ["q_proj", "v_proj"] for t in ("bart", "mbart", "marian")},
 }
 SEQ_CLS_HEADS = ("classifier", "score")
 
@@ -49,6 +54,39 @@ def _name_matches(targets: str | list[str], path: str) -> bool:
     if isinstance(targets, str):
         return re.fullmatch(targets, path) is not None
     return any(path == t or path.endswith("." + t) for t in targets)
+
+
+def _saved_module_matches(names: str | list[str], path: str) -> bool:
+    """``modules_to_save``: peft wraps every module whose path ends with a listed name (no ``.`` boundary:
+    ``"layer_norm"`` takes ``self_attn_layer_norm`` too); a string is a regex matched against the full path."""
+    if isinstance(names, str):
+        return re.fullmatch(names, path) is not None
+    return any(path.endswith(name) for name in names)
+
+
+# peft condenses a target_modules list this long into the fewest name suffixes that pick the same modules
+# (so does this plugin: adapter_config.json then holds what peft's holds)
+MIN_TARGETS_TO_CONDENSE = 20
+
+
+def _suffixes(path: str) -> list[str]:
+    """``a.b.c`` -> ``["c", "b.c", "a.b.c"]``: shortest first."""
+    parts = path.split(".")
+    return [".".join(parts[i:]) for i in range(len(parts) - 1, -1, -1)]
+
+
+def _condense_targets(targets: list[str], others: list[str]) -> list[str]:
+    """The fewest suffixes that match every path of ``targets`` and none of ``others``; ``targets`` if none do."""
+    taken = {s for other in others for s in _suffixes(other)}
+    chosen: set[str] = set()
+    for path, suffixes in sorted(((p, _suffixes(p)) for p in set(targets)), key=lambda item: item[1]):
+        for suffix in suffixes:
+            if suffix in chosen or suffix in taken:
+                continue
+            if not any(path.endswith("." + c) for c in chosen):
+                chosen.add(suffix)
+                break
+    return sorted(chosen) if chosen and len(chosen) < len(set(targets)) else targets
 
 
 def _pattern_value(patterns: Mapping[str, Any], path: str, default: Any) -> Any:
@@ -135,6 +173,11 @@ class LoraAdapters:
             if config.task_type == "SEQ_CLS":
                 exclude |= {p for p in SEQ_CLS_HEADS if hasattr(self.model, p)}
             targets = sorted(p for p in self.linear_module_names() if p not in exclude)
+        if not isinstance(targets, str) and len(targets) >= MIN_TARGETS_TO_CONDENSE:
+            wanted = set(targets)
+            paths = list(dict.fromkeys(p for p, _ in self._modules()))
+            others = [p for p in paths if p not in wanted and not any(p.endswith("." + t) for t in wanted)]
+            targets = _condense_targets(list(targets), others)
         config = attrs.evolve(config, target_modules=targets)
         chosen = []
         for path, module in self._modules():
@@ -206,7 +249,7 @@ class LoraAdapters:
             alpha = float(_pattern_value(config.alpha_pattern, path, config.lora_alpha))
             layer.add(name, r, config.scaling(r, alpha), float(config.lora_dropout), config.init_lora_weights)
         for path, module in list(self._modules()):
-            if config.modules_to_save and _name_matches(config.modules_to_save, path):
+            if config.modules_to_save and _saved_module_matches(config.modules_to_save, path):
                 if not isinstance(module, ModulesToSave):
                     module = ModulesToSave(module)
                     module.active_adapters = list(self._active)
