@@ -266,3 +266,12 @@ def test_t5_with_a_deeper_decoder_than_encoder_generates_what_its_forward_predic
         uncached = ours.generate(**inputs, **beam, return_dict_in_generate=True, use_cache=False)
     assert_similar_generation(got.sequences, decoded, tuple(step_scores), prompt_length=1)
     assert_generation_matches(cached, uncached, prompt_length=1, what="beam search with a deeper decoder")
+
+
+def test_encoder_input_given_twice_or_as_embeddings_is_refused(pair: Any) -> None:
+    ours, _, pad = pair
+    ids = _inputs(pad)["input_ids"]
+    with pytest.raises(GenerationError, match="both inputs and input_ids"):
+        ours.generate(ids, input_ids=ids, max_new_tokens=2)
+    with pytest.raises(GenerationError, match="inputs_embeds"):
+        ours.generate(inputs_embeds=torch.zeros(1, 3, 32), max_new_tokens=2)

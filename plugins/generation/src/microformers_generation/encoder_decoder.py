@@ -142,12 +142,15 @@ def prepare_encoder_decoder(
     """
     main_input = getattr(model, "main_input_name", "input_ids")
     encoder_outputs = model_kwargs.pop("encoder_outputs", None)
-    given = model_kwargs.pop(main_input, None) if main_input != "input_ids" else None
-    encoder_input = inputs if inputs is not None else given
-    if main_input == "input_ids":
-        encoder_input = inputs if inputs is not None else model_kwargs.pop("input_ids", None)
-    elif inputs is not None and given is not None:
+    if model_kwargs.get("inputs_embeds") is not None:
+        raise GenerationError("generate(): inputs_embeds= is not supported; pass input_ids or encoder_outputs instead")
+    given = model_kwargs.pop(main_input, None)
+    if main_input != "input_ids" and "input_ids" in model_kwargs and "decoder_input_ids" not in model_kwargs:
+        # an encoder reading other inputs (audio features): input_ids= are the decoder's, as in the reference
+        model_kwargs["decoder_input_ids"] = model_kwargs.pop("input_ids")
+    if inputs is not None and given is not None:
         raise GenerationError(f"generate() got both inputs and {main_input}; pass one of them")
+    encoder_input = inputs if inputs is not None else given
     mask = model_kwargs.pop("attention_mask", None)
 
     if encoder_outputs is not None:
