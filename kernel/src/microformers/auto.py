@@ -202,6 +202,7 @@ AutoModelForCTC = auto_class("AutoModelForCTC")
 AutoModelForSeq2SeqLM = auto_class("AutoModelForSeq2SeqLM")
 AutoModelForTextEncoding = auto_class("AutoModelForTextEncoding")
 AutoModelForAudioClassification = auto_class("AutoModelForAudioClassification")
+AutoModelForImageClassification = auto_class("AutoModelForImageClassification")
 
 
 class AutoTokenizer:
@@ -293,6 +294,32 @@ class AutoFeatureExtractor:
     @staticmethod
     def register(name: str, feature_extractor_class: type, model_types: tuple[str, ...] = ()) -> None:
         registry.add("processors", name, feature_extractor_class, role="feature_extractor", model_types=model_types)
+
+
+class AutoImageProcessor:
+    """``preprocessor_config.json`` (or ``processor_config.json``) ``image_processor_type``, else the model type."""
+
+    @staticmethod
+    def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> Any:
+        pretrained, kwargs = resolve_source(pretrained, kwargs)
+        hub_kwargs, _ = split_hub_kwargs(kwargs)
+        kwargs.pop("use_fast", None)
+        data = _json_if_present(pretrained, "preprocessor_config.json", hub_kwargs) or (
+            _json_if_present(pretrained, "processor_config.json", hub_kwargs).get("image_processor") or {}
+        )
+        name = data.get("image_processor_type")
+        cls = registry.require("processors", name, what="image processor") if name else None
+        cls = cls or _processor_for_model_type(pretrained, hub_kwargs, "image_processor")
+        if cls is None:
+            raise ConfigError(
+                f"{pretrained}: no image processor found (no 'image_processor_type' in preprocessor_config.json "
+                "and no installed plugin declares one for its model_type); save one with image_processor.save_pretrained"
+            )
+        return cls.from_pretrained(pretrained, **kwargs)
+
+    @staticmethod
+    def register(name: str, image_processor_class: type, model_types: tuple[str, ...] = ()) -> None:
+        registry.add("processors", name, image_processor_class, role="image_processor", model_types=model_types)
 
 
 class AutoProcessor:

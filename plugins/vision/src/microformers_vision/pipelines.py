@@ -1,0 +1,164 @@
+"""The ``image-classification`` and ``image-feature-extraction`` pipelines.
+
+Inputs: a file path (or ``file://`` address), bytes, a PIL image, a numpy array or torch tensor (HWC or CHW), or a
+list of them. ``http(s)://`` addresses are refused: microformers never downloads (fetch the file and pass it).
+The image processor comes from ``image_processor=`` (an object or a folder), else from the model's folder.
+Labels and scores equal the reference pipeline's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from microformers import Pipeline
+from microformers.errors import ConfigError
+
+from .image_utils import load_image
+
+__all__ = ["ImageClassificationPipeline", "ImageFeatureExtractionPipeline"]
+
+_FUNCTIONS = ("softmax", "sigmoid", "none")
+
+
+def _resolve_image_processor(image_processor: Any, model: Any, task: str) -> Any:
+    from microformers.auto import AutoImageProcessor
+
+    if image_processor is None:
+        source = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "name_or_path", "")
+        if not source:
+            raise ConfigError(
+                f"the {task} pipeline needs an image processor: pass image_processor=... (an object or a folder), "
+                "or a model loaded from a folder that has preprocessor_config.json"
+            )
+        image_processor = source
+    if isinstance(image_processor, (str, os.PathLike)):
+        image_processor = AutoImageProcessor.from_pretrained(str(image_processor))
+    if not callable(image_processor):
+        raise ConfigError(f"image_processor={image_processor!r} is not an image processor")
+    return image_processor
+
+
+def _is_single_image(inputs: Any) -> bool:
+    if isinstance(inputs, (list, tuple)):
+        return False
+    if isinstance(inputs, (np.ndarray, torch.Tensor)):
+        return inputs.ndim <= 3
+    return True
+
+
+class _ImagePipeline(Pipeline):
+    needs_tokenizer = False
+    task_name = "image"
+
+    def __init__(self, model: Any, tokenizer: Any = None, image_processor: Any = None, **kwargs: Any) -> None:
+        kwargs.pop("feature_extractor", None)
+        self.image_processor = _resolve_image_processor(image_processor, model, self.task_name)
+        super().__init__(model, tokenizer, **kwargs)
+
+    def is_single_input(self, inputs: Any, preprocess_params: dict[str, Any]) -> bool:
+        return _is_single_image(inputs)
+
+    def preprocess(self, image: Any, **image_processor_kwargs: Any) -> dict[str, Any]:
+        if not isinstance(image, (np.ndarray, torch.Tensor)):
+            image = load_image(image)
+        inputs = dict(self.image_processor(image, return_tensors="pt", **image_processor_kwargs))
+        dtype = getattr(self.model, "dtype", None)
+        if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+            inputs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
+        return inputs
+
+    def save_pretrained(self, save_directory: str | Any, **kwargs: Any) -> None:
+        super().save_pretrained(save_directory, **kwargs)
+        if hasattr(self.image_processor, "save_pretrained"):
+            self.image_processor.save_pretrained(save_directory)
+
+
+class ImageClassificationPipeline(_ImagePipeline):
+    """``pipeline("image-classification", model=folder)(image)`` -> ``[{"label", "score"}, ...]`` (top 5)."""
+
+    task_name = "image-classification"
+
+    def _sanitize_parameters(
+        self, top_k: int | None = None, function_to_apply: str | None = None, timeout: float | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        post: dict[str, Any] = {}
+        if top_k is not None:
+            if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+                raise ConfigError(f"top_k={top_k!r}: pass a positive integer")
+            post["top_k"] = top_k
+        if function_to_apply is not None:
+            name = str(getattr(function_to_apply, "value", function_to_apply)).lower()
+            if name not in _FUNCTIONS:
+                raise ConfigError(f"function_to_apply={function_to_apply!r}: use 'softmax', 'sigmoid' or 'none'")
+            post["function_to_apply"] = name
+        return {}, {}, post
+
+    def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"logits": self.model(**model_inputs).logits}
+
+    def postprocess(
+        self, model_outputs: dict[str, Any], function_to_apply: str | None = None, top_k: int = 5
+    ) -> list[dict[str, Any]]:
+        config = self.model.config
+        if function_to_apply is None:
+            problem = getattr(config, "problem_type", None)
+            if problem == "regression":
+                function_to_apply = "none"
+            elif problem == "multi_label_classification" or config.num_labels == 1:
+                function_to_apply = "sigmoid"
+            else:
+                function_to_apply = "softmax"
+        logits = model_outputs["logits"][0].float()
+        if function_to_apply == "softmax":
+            scores = logits.softmax(-1)
+        elif function_to_apply == "sigmoid":
+            scores = logits.sigmoid()
+        else:
+            scores = logits
+        top_k = min(top_k, config.num_labels)
+        order = sorted(range(scores.shape[0]), key=lambda i: -float(scores[i]))[:top_k]
+        return [{"label": config.id2label[i], "score": float(scores[i])} for i in order]
+
+
+class ImageFeatureExtractionPipeline(_ImagePipeline):
+    """``pipeline("image-feature-extraction", model=folder)(image)`` -> the last hidden states as nested lists
+    (``pool=True``: the pooler output; ``return_tensors=True``: torch tensors)."""
+
+    task_name = "image-feature-extraction"
+
+    def _sanitize_parameters(
+        self,
+        image_processor_kwargs: dict[str, Any] | None = None,
+        return_tensors: bool | None = None,
+        pool: bool | None = None,
+        timeout: float | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        post: dict[str, Any] = {}
+        if pool is not None:
+            post["pool"] = bool(pool)
+        if return_tensors is not None:
+            post["return_tensors"] = bool(return_tensors)
+        return dict(image_processor_kwargs or {}), {}, post
+
+    def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
+        outputs = self.model(**model_inputs)
+        result = {"features": outputs[0]}
+        pooled = outputs.get("pooler_output") if hasattr(outputs, "get") else None
+        if pooled is not None:
+            result["pooler_output"] = pooled
+        return result
+
+    def postprocess(self, model_outputs: dict[str, Any], pool: bool = False, return_tensors: bool = False) -> Any:
+        if pool:
+            if "pooler_output" not in model_outputs:
+                raise ConfigError(
+                    "image-feature-extraction: pool=True needs a model with a pooler (it returned no pooler_output)"
+                )
+            outputs = model_outputs["pooler_output"]
+        else:
+            outputs = model_outputs["features"]
+        return outputs if return_tensors else outputs.tolist()

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from microformers_sdk.testing import PluginConformanceTests
+
+
+class TestVisionPluginConformance(PluginConformanceTests):
+    plugin_name = "vision"
+    registers = (
+        ("processors", "ViTImageProcessor"),
+        ("pipelines", "image-classification"),
+        ("pipelines", "image-feature-extraction"),
+    )

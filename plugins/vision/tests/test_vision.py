@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import PIL.Image
+import pytest
+import torch
+
+from microformers import AutoImageProcessor, FileMissingError
+from microformers_vision import (
+    ImageInputError,
+    ViTImageProcessor,
+    center_crop,
+    normalize,
+    pad,
+    rescale,
+    resize,
+    to_channel_dimension_format,
+)
+from microformers_vision.image_processing_utils import get_size_dict
+from microformers_vision.image_utils import load_image
+
+RNG = np.random.default_rng(0)
+RGB = RNG.integers(0, 256, (40, 50, 3), dtype=np.uint8)
+
+
+def test_transforms_shapes_and_values() -> None:
+    chw = to_channel_dimension_format(RGB, "channels_first")
+    assert chw.shape == (3, 40, 50)
+    assert resize(RGB, (20, 30)).shape == (20, 30, 3)
+    assert resize(chw, (20, 30)).shape == (3, 20, 30)
+    assert resize(RGB / 255.0, (20, 30)).max() <= 1.0
+    assert rescale(RGB, 1 / 255).dtype == np.float32
+    out = normalize(rescale(chw, 1 / 255), [0.5] * 3, [0.5] * 3)
+    assert out.min() >= -1.0 and out.max() <= 1.0
+    assert center_crop(chw, (10, 12)).shape == (3, 10, 12)
+    assert center_crop(chw, (60, 60)).shape == (3, 60, 60)
+    assert pad(chw, ((1, 2), (3, 4))).shape == (3, 43, 57)
+    assert get_size_dict(8) == {"height": 8, "width": 8}
+    assert get_size_dict((8, 9)) == {"height": 8, "width": 9}
+    assert get_size_dict(8, default_to_square=False) == {"shortest_edge": 8}
+
+
+def test_processor_inputs_agree() -> None:
+    proc = ViTImageProcessor(size={"height": 16, "width": 16})
+    want = proc(PIL.Image.fromarray(RGB), return_tensors="np")["pixel_values"]
+    assert want.shape == (1, 3, 16, 16) and want.dtype == np.float32
+    for image in (RGB, RGB.transpose(2, 0, 1), torch.from_numpy(RGB.copy()), [RGB], np.stack([RGB])):
+        np.testing.assert_allclose(proc(image, return_tensors="np")["pixel_values"], want, atol=1e-6)
+    batch = proc([RGB, RGB[:20]], return_tensors="pt")["pixel_values"]
+    assert batch.shape == (2, 3, 16, 16)
+    for grey in (PIL.Image.fromarray(RGB[..., 0]), RGB[..., 0], RGB[..., :1]):
+        out = proc(grey, return_tensors="np")["pixel_values"]
+        assert out.shape == (1, 3, 16, 16)
+        np.testing.assert_allclose(out[0, 0], out[0, 1])
+    rgba = RNG.integers(0, 256, (40, 50, 4), dtype=np.uint8)
+    assert proc(PIL.Image.fromarray(rgba), return_tensors="np")["pixel_values"].shape == (1, 3, 16, 16)
+    assert proc(rgba, return_tensors="np")["pixel_values"].shape == (1, 3, 16, 16)
+
+
+def test_processor_bad_inputs_name_the_input(tmp_path: Path) -> None:
+    proc = ViTImageProcessor(size={"height": 16, "width": 16})
+    with pytest.raises(ImageInputError, match="image 0 .*0 pixels"):
+        proc(np.zeros((0, 5, 3), np.uint8))
+    with pytest.raises(ImageInputError, match="0 pixels"):
+        proc(PIL.Image.new("RGB", (0, 4)))
+    with pytest.raises(ImageInputError, match="mode 'I;16'"):
+        proc(PIL.Image.fromarray(np.full((8, 8), 1000, np.uint16)))
+    with pytest.raises(ImageInputError, match="channel axis"):
+        proc(np.zeros((5, 6, 7), np.uint8))
+    with pytest.raises(ImageInputError, match="cannot read"):
+        proc([object()])
+    with pytest.raises(ImageInputError, match="empty list"):
+        proc([])
+    truncated = tmp_path / "cut.png"
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(RGB).save(buffer, format="PNG")
+    truncated.write_bytes(buffer.getvalue()[:60])
+    with pytest.raises(ImageInputError, match="cut.png"):
+        load_image(truncated)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(ImageInputError, match="notes.txt"):
+        load_image(str(text))
+    with pytest.raises(FileMissingError, match="missing.png"):
+        load_image(str(tmp_path / "missing.png"))
+    with pytest.raises(ImageInputError, match="URL"):
+        load_image("https://example.com/cat.png")
+    assert load_image(buffer.getvalue()).size == (50, 40)
+
+
+def test_processor_files_and_auto(tmp_path: Path) -> None:
+    proc = ViTImageProcessor(size={"height": 20, "width": 24}, image_mean=[0.4, 0.5, 0.6], custom_key=3)
+    proc.save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "preprocessor_config.json").read_text())
+    assert data["image_processor_type"] == "ViTImageProcessor" and data["resample"] == 2
+    assert data["custom_key"] == 3 and "feature_extractor_type" not in data
+    loaded = AutoImageProcessor.from_pretrained(tmp_path)
+    assert isinstance(loaded, ViTImageProcessor) and loaded.to_dict() == proc.to_dict()
+    np.testing.assert_array_equal(
+        loaded(RGB, return_tensors="np")["pixel_values"], proc(RGB, return_tensors="np")["pixel_values"]
+    )
+    fallback = tmp_path / "by_type"
+    fallback.mkdir()
+    (fallback / "config.json").write_text(json.dumps({"model_type": "vit"}))
+    (fallback / "preprocessor_config.json").write_text(json.dumps({"size": {"height": 8, "width": 8}}))
+    assert AutoImageProcessor.from_pretrained(fallback).size == {"height": 8, "width": 8}
+    with pytest.raises(Exception, match="size"):
+        ViTImageProcessor(size={"height": 8})
