@@ -21,8 +21,8 @@ body is evaluated on the plugin module's literal constants only.
 
 What is *not* a dependency, and why: a duck-typed protocol. Llama's native decode step reaches the
 quant plugin's C++ decoder layer through ``getattr(type(q_proj), "native_decoder_step", None)``
-(``microformers_sdk.static_steps.native_decoder_step``, called from
-``microformers_llama.modeling_llama``): the SDK defines the protocol, ``microformers_quant``'s
+(``microformers_sdk.static_steps.native_decoder_step``, called by the SDK's ``decode_steps`` runner
+over the layers ``microformers_llama.modeling_llama`` describes): the SDK defines the protocol, ``microformers_quant``'s
 ``QuantLinear`` implements it, and Llama only ever sees an object that a quantizer put into its model
 at load time. Neither side imports the other, Llama works without the quant plugin installed (plain
 ``nn.Linear`` has no such attribute and the step is ``None``), so no ``dependencies`` entry is owed —

@@ -11,15 +11,17 @@ import pytest
 import torch
 
 from microformers import AutoModelForCausalLM, GenerationError
-from microformers.errors import InputError
 from microformers_llama.configuration_llama import LlamaConfig
 from microformers_llama.configuration_mistral import MistralConfig
 from microformers_llama.configuration_qwen2 import Qwen2Config
 from microformers_llama.modeling_llama import LlamaForCausalLM
 from microformers_llama.modeling_mistral import MistralForCausalLM
 from microformers_llama.modeling_qwen2 import Qwen2ForCausalLM
+from microformers_sdk.attention import sdpa_attention
 from microformers_sdk.cache import DynamicCache, StaticCache
-from microformers_sdk.testing import assert_similar_generation
+from microformers_sdk.decode_steps import RegionalDecodeStep, static_layer_step
+from microformers_sdk.static_steps import visible_storage
+from microformers_sdk.testing import assert_close, assert_similar_generation
 
 SCORED = {"return_dict_in_generate": True, "output_scores": True}
 
@@ -217,37 +219,71 @@ def test_static_steps_of_a_row_still_all_padding_stay_finite(compiled_function: 
     torch.testing.assert_close(fast[valid], eager[valid], rtol=1e-5, atol=DECODE_ATOL)
 
 
+def uncompiled_regional_step(model: Any) -> RegionalDecodeStep:
+    """What ``compile_decode_step(regional=True)`` installs, with the layer step left uncompiled."""
+    step = RegionalDecodeStep(model, model.decode_step_layout(), static_layer_step)
+    object.__setattr__(model, "_compiled_decode_step", step)
+    return step
+
+
 def test_regional_step_function_matches_eager_steps() -> None:
     """The layer function regional compilation compiles, run uncompiled: the eager steps' logits."""
-    from microformers_llama.modeling_llama import _RegionalDecodeStep, _static_layer_step
-
     model = tiny_model(Qwen2ForCausalLM, Qwen2Config)  # biases on q/k/v
     ids = torch.randint(2, 64, (2, 10), generator=torch.Generator().manual_seed(7))
     mask = torch.ones_like(ids)
     mask[0, :3] = 0
     with torch.no_grad():
         eager = stepwise_logits(model, ids, mask, DynamicCache(), prefill=4)
-        step = _RegionalDecodeStep.__new__(_RegionalDecodeStep)
-        step.model, step.layer_step = model, _static_layer_step
-        object.__setattr__(model, "_compiled_decode_step", step)
+        uncompiled_regional_step(model)
         regional = stepwise_logits(model, ids, mask, StaticCache(max_cache_len=12), prefill=4)
     valid = mask.bool()
     torch.testing.assert_close(regional[valid], eager[valid], rtol=1e-5, atol=DECODE_ATOL)
 
 
-def test_regional_compilation_refuses_overridden_layers() -> None:
+@pytest.mark.parametrize("family", ["llama", "qwen2-bias"])
+def test_the_static_layer_step_is_the_eager_layer(family: str) -> None:
+    """One Llama layer definition: the static step of a layer (storage passed in, the whole capacity attended
+    with a mask) gives what the layer's ordinary forward gives over a dynamic cache, on random inputs."""
+    model = tiny_model() if family == "llama" else tiny_model(Qwen2ForCausalLM, Qwen2Config)
+    layer, config = model.model.layers[1], model.config
+    generator = torch.Generator().manual_seed(11)
+    batch, past, capacity, heads, head_dim = 2, 5, 9, config.num_key_value_heads, config.head_dim
+    keys, values = (torch.randn(batch, heads, past, head_dim, generator=generator) for _ in range(2))
+    hidden = torch.randn(batch, 1, config.hidden_size, generator=generator)
+    rotary = model.model.rotary_emb(torch.full((batch, 1), past), dtype=hidden.dtype)
+    with torch.no_grad():
+        dynamic = DynamicCache()
+        dynamic.update(keys, values, 1)
+        expected, _ = layer(hidden, rotary, None, False, dynamic, sdpa_attention)
+        key_storage, value_storage = (torch.zeros(batch, heads, capacity, head_dim) for _ in range(2))
+        key_storage[:, :, :past], value_storage[:, :, :past] = keys, values
+        visible = visible_storage(capacity, past, None, hidden)
+        position = torch.tensor([past])
+        got = static_layer_step(layer, hidden, rotary, visible, key_storage, value_storage, position, sdpa_attention)
+    assert_close(got, expected)
+    assert_close(key_storage[:, :, : past + 1], dynamic[1][0])  # the new key written where the cache appends it
+    assert_close(value_storage[:, :, : past + 1], dynamic[1][1])
+
+
+def test_regional_steps_run_an_overriding_layer_forward() -> None:
+    """The regional step is each layer's own forward: a subclass overriding it is what runs (nothing refused)."""
     model = tiny_model()
-    model.compile_decode_step(regional=True)  # Llama's own layers: accepted (compiles on the first step)
+    model.compile_decode_step(regional=True)  # compiles on the first step
     assert model.__dict__["_compiled_decode_options"]["regional"] is True
+    calls = []
 
     class OtherLayer(type(model.model.layers[0])):
         def forward(self, *args: Any) -> Any:
+            calls.append(1)
             return super().forward(*args)
 
     model.model.layers[0].__class__ = OtherLayer
-    with pytest.raises(InputError, match="regional"):
-        model.compile_decode_step(regional=True)
+    uncompiled_regional_step(model)
+    with torch.no_grad():
+        stepwise_logits(model, torch.randint(2, 64, (1, 6)), None, StaticCache(max_cache_len=8), prefill=3)
+    assert len(calls) == 1 + 3  # the prompt (eager), then each static step through the regional runner
     model.uncompile_decode_step()
+    assert "_compiled_decode_step" not in model.__dict__
 
 
 @pytest.mark.slow

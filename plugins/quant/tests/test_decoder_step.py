@@ -247,3 +247,45 @@ def test_a_batch_past_the_gemm_threshold_matches_eager(tiny_llama: Path, monkeyp
     native = generate(model, ids)
     assert len(calls) == 7
     assert_same_decoding(native, eager, ids.shape[1])
+
+
+@needs_quant_kernels
+@pytest.mark.parametrize(
+    "fixture,config",
+    [("tiny_llama", Int8Config()), ("tiny_llama", Int4Config(group_size=32)), ("tiny_qwen2_like", Int8Config())],
+)
+def test_the_native_step_computes_the_eager_llama_layers(
+    fixture: str, config: Any, request: pytest.FixtureRequest
+) -> None:
+    """One Llama layer definition: the C++ step over the layers as ``decode_step_layout`` describes them gives
+    what the layers' own forward gives over a dynamic cache (random hidden states, cached keys and values),
+    and writes the same new keys and values."""
+    from microformers_sdk.attention import sdpa_attention
+    from microformers_sdk.cache import DynamicCache
+    from microformers_sdk.static_steps import visible_storage
+
+    model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture), quantization_config=config)
+    layout = model.decode_step_layout()
+    step = decoder_step.QuantDecoderStep.build(layout.native_parts, layout.shape)
+    assert step is not None
+    shape, hidden_size = layout.shape, model.config.hidden_size
+    batch, past, capacity = 2, 5, 9
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(batch, 1, hidden_size, generator=generator)
+    rotary = model.model.rotary_emb(torch.full((batch, 1), past), dtype=hidden.dtype)
+    dynamic, storages = DynamicCache(), []
+    for index in range(len(layout.layers)):
+        keys, values = (torch.randn(batch, shape.kv_heads, past, shape.head_dim, generator=generator) for _ in "kv")
+        dynamic.update(keys, values, index)
+        pair = tuple(torch.zeros(batch, shape.kv_heads, capacity, shape.head_dim) for _ in "kv")
+        pair[0][:, :, :past], pair[1][:, :, :past] = keys, values
+        storages.append(pair)
+    with torch.no_grad():
+        expected = hidden
+        for layer in layout.layers:
+            expected, _ = layer(expected, rotary, None, False, dynamic, sdpa_attention)
+        got = step(hidden, *rotary, visible_storage(capacity, past, None, hidden), storages, past)
+    assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    for index, (keys, values) in enumerate(storages):
+        assert_close(keys[:, :, : past + 1], dynamic[index][0], rtol=1e-4, atol=1e-4)
+        assert_close(values[:, :, : past + 1], dynamic[index][1], rtol=1e-4, atol=1e-4)

@@ -11,34 +11,38 @@ attention and SwiGLU MLP with residuals) and the final RMSNorm (``LlamaModel.dec
 A token fed into a prefilled ``StaticCache`` is a *static step*: attention writes its key/value into
 the preallocated storage at ``cache_position`` and attends over the whole capacity, the positions not
 written yet masked out. Every step then has the same shapes, so ``compile_decode_step()`` is simply
-``torch.compile`` of the same ``decode`` + head the eager forward runs (as gpt-fast does).
+``torch.compile`` of the same ``decode`` + head the eager forward runs (as gpt-fast does). Its other
+forms (one compiled layer step shared by every layer, a native step for quantized layers) are the
+SDK's runners (:mod:`microformers_sdk.decode_steps`), which run these layers' own forward or read
+the decoder as ``LlamaForCausalLM.decode_step_layout`` describes it.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import attrs
 import torch
 from torch import nn
 
 from microformers import PreTrainedModel
-from microformers.errors import InputError
 from microformers_sdk.attention import eager_attention, get_attention_function
 from microformers_sdk.cache import Cache
+from microformers_sdk.decode_steps import (
+    DecodeStepLayout,
+    LayerInputs,
+    compile_decode_step,
+    uncompile_decode_step,
+)
 from microformers_sdk.decoder_heads import DecoderForCausalLM, DecoderForSequenceClassification, keep_logits_positions
 from microformers_sdk.inputs import DecoderInputs, prepare_decoder_inputs
-from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear, apply_linears
+from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear, apply_linears, get_activation
 from microformers_sdk.losses import causal_lm_loss
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from microformers_sdk.packed import refuse_packed
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
 from microformers_sdk.static_steps import (
     DecoderLayerParts,
     DecoderStepShape,
-    NativeDecoderStep,
-    native_decoder_step,
     one_query_attention,
     static_step_position,
     visible_storage,
@@ -164,6 +168,24 @@ class LlamaDecoderLayer(nn.Module):
         hidden_states = hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
         return hidden_states, weights
 
+    def step_parts(self) -> DecoderLayerParts | None:
+        """This layer as a native decode step reads it, in the order :meth:`forward` runs it (input norm,
+        q/k/v and output projections, post-attention norm, SiLU-gated MLP); None where a subclass or
+        module computes something else."""
+        attention, mlp = self.self_attn, self.mlp
+        if (
+            type(self).forward is not LlamaDecoderLayer.forward
+            or type(attention).forward is not LlamaAttention.forward
+            or type(attention).project is not LlamaAttention.project
+            or type(mlp) is not GatedMLP
+            or mlp.act_fn is not get_activation("silu")
+        ):
+            return None
+        return DecoderLayerParts(
+            self.input_layernorm, attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
+            self.post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj,
+        )  # fmt: skip
+
 
 class LlamaPreTrainedModel(PreTrainedModel):
     config_class = LlamaConfig
@@ -282,157 +304,6 @@ class LlamaModel(LlamaPreTrainedModel):
         )
 
 
-@attrs.frozen
-class LayerInputs:
-    """What every layer of one forward pass shares: rotary ``(cos, sin)``, masks by sliding window, and
-    ``cache_position`` (a one-element tensor) on a static step."""
-
-    rotary: tuple[torch.Tensor, torch.Tensor]
-    masks: dict[int | None, tuple[torch.Tensor | None, bool]]
-    cache_position: torch.Tensor | None
-    attention_fn: Any
-
-    def advance(self, cache: Cache | None, count: int) -> None:
-        """A static step wrote into the storage directly: count the new positions as filled."""
-        if self.cache_position is not None:
-            cache.advance(count)
-
-
-def _static_layer_step(
-    layer: LlamaDecoderLayer,
-    hidden_states: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    visible: torch.Tensor,
-    key_storage: torch.Tensor,
-    value_storage: torch.Tensor,
-    cache_position: torch.Tensor,
-) -> torch.Tensor:
-    """What one decoder layer computes on a static step, its cache storage passed in.
-
-    Every layer has the same shapes and reads nothing layer-specific but its parameters, so regional
-    compilation (``compile_decode_step(regional=True)``) compiles this function once for all layers.
-    """
-    attention = layer.self_attn
-    batch = hidden_states.shape[0]
-    query, key, value = attention.project(layer.input_layernorm(hidden_states))
-    query, key = apply_rotary_pos_emb(query, key, cos, sin)
-    key_storage.index_copy_(2, cache_position, key)
-    value_storage.index_copy_(2, cache_position, value)
-    attended = one_query_attention(query, key_storage, value_storage, visible, attention.scaling)
-    attended = attended.transpose(1, 2).reshape(batch, 1, -1)
-    hidden_states = hidden_states + apply_linear(attention.o_proj, attended)
-    return hidden_states + layer.mlp(layer.post_attention_layernorm(hidden_states))
-
-
-class _StaticStepRunner:
-    """A static step whose decoder layers run another way (:meth:`layers`), then the eager final norm and head.
-
-    :meth:`layers` returning None runs the ordinary eager function instead.
-    """
-
-    # True where :meth:`layers` returns the logits (the final norm and head included) instead of hidden states
-    includes_head = False
-
-    def __init__(self, model: LlamaForCausalLM) -> None:
-        self.model = model
-
-    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor | None:
-        raise NotImplementedError
-
-    def __call__(
-        self,
-        inputs_embeds: torch.Tensor,
-        layer_inputs: LayerInputs,
-        past_key_values: Cache,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        logits_to_keep: int | torch.Tensor = 0,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
-        hidden_states = self.layers(inputs_embeds, layer_inputs, past_key_values)
-        if hidden_states is None:
-            return self.model.logits(
-                inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states, logits_to_keep
-            )
-        if self.includes_head:
-            return hidden_states, None, None
-        hidden_states = self.model.model.norm(hidden_states)  # one position: logits_to_keep changes nothing
-        return apply_linear(self.model.lm_head, hidden_states), None, None
-
-
-class _RegionalDecodeStep(_StaticStepRunner):
-    """The static step with one compiled layer function shared by every layer (eager head)."""
-
-    def __init__(self, model: LlamaForCausalLM, options: dict[str, Any]) -> None:
-        super().__init__(model)
-        self.layer_step = torch.compile(_static_layer_step, **options)
-
-    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor:
-        cos, sin = layer_inputs.rotary
-        hidden_states = inputs_embeds
-        for index, layer in enumerate(self.model.model.layers):
-            visible = layer_inputs.masks[layer.self_attn.sliding_window][0]
-            key_storage, value_storage = cache.layer_storage(index)
-            hidden_states = self.layer_step(
-                layer, hidden_states, cos, sin, visible, key_storage, value_storage, layer_inputs.cache_position
-            )
-        return hidden_states
-
-
-class _NativeDecodeStep(_StaticStepRunner):
-    """The static step through a native implementation of all decoder layers, and of the final norm and
-    head where the implementation covers them too (otherwise those run eagerly)."""
-
-    def __init__(self, model: LlamaForCausalLM, layers_step: NativeDecoderStep, includes_head: bool) -> None:
-        super().__init__(model)
-        self.layers_step = layers_step
-        self.includes_head = includes_head
-
-    @classmethod
-    def build(cls, model: LlamaForCausalLM) -> _NativeDecodeStep | None:
-        """None unless every layer is the plain Llama layer with a SiLU-gated MLP and its linear layers' type
-        offers a native step (quantized layers do)."""
-        config, layers = model.config, model.model.layers
-        if config.hidden_act != "silu" or not layers:
-            return None
-        parts = []
-        for layer in layers:
-            attention, mlp = layer.self_attn, layer.mlp
-            if (
-                type(layer).forward is not LlamaDecoderLayer.forward
-                or type(attention).forward is not LlamaAttention.forward
-                or type(attention).project is not LlamaAttention.project
-                or type(mlp) is not GatedMLP
-            ):
-                return None
-            parts.append(
-                DecoderLayerParts(
-                    layer.input_layernorm, attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
-                    layer.post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj,
-                )
-            )  # fmt: skip
-        first = layers[0].self_attn
-        shape = DecoderStepShape(first.num_heads, first.num_key_value_heads, first.head_dim, first.scaling)
-        step = native_decoder_step(parts, shape, model.model.norm, model.lm_head)
-        if step is not None:
-            return cls(model, step, includes_head=True)
-        step = native_decoder_step(parts, shape)
-        return None if step is None else cls(model, step, includes_head=False)
-
-    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor | None:
-        cos, sin = layer_inputs.rotary
-        layers = self.model.model.layers
-        storages = [cache.layer_storage(index) for index in range(len(layers))]
-        if (
-            cos.shape[-1] != layers[0].self_attn.head_dim  # partial rotary
-            or inputs_embeds.dtype != torch.float32
-            or storages[0][0].dtype != torch.float32
-        ):
-            return None
-        visible = next(iter(layer_inputs.masks.values()))[0]
-        return self.layers_step(inputs_embeds, cos, sin, visible, storages, int(layer_inputs.cache_position[0]))
-
-
 class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
     """Decoder plus a language-modelling head (``lm_head``, tied to the embeddings when configured)."""
 
@@ -500,64 +371,29 @@ class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
         logits = apply_linear(self.lm_head, keep_logits_positions(hidden_states, logits_to_keep))
         return logits, all_hidden_states, attentions
 
-    # -- opt-in compiled decoding ------------------------------------------------------------------
+    # -- the static decode step (the SDK's runner: compiled whole, per layer, or native) ----------
+    def decode_step_layout(self) -> DecodeStepLayout:
+        """The decoder as a static step runs it: every layer in order (each described for a native step
+        where it is Llama's own computation), then the final norm and the head."""
+        config, layers = self.config, self.model.layers
+        shape = DecoderStepShape(
+            config.num_attention_heads, config.num_key_value_heads, config.head_dim, config.head_dim**-0.5
+        )
+        parts = [layer.step_parts() if isinstance(layer, LlamaDecoderLayer) else None for layer in layers]
+        return DecodeStepLayout(layers, self.model.norm, self.lm_head, shape, parts)
+
     def compile_decode_step(self, regional: bool = False, native: bool | None = None, **compile_options: Any) -> None:
-        """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``,
-        or through a native step where the layers offer one.
-
-        ``native``: with the default (None) and neither ``regional`` nor options, layers whose linear
-        type provides a native step for the whole decoder (quantized layers: ``microformers-quant``)
-        use it instead of ``torch.compile``: no compilation, the same kernels, one call per token for
-        all layers. ``native=True`` requires it (an error where there is none), ``native=False``
-        always compiles.
-
-        The compiled function is :meth:`logits`, the decoder and head every forward runs; the inputs
-        (embedding, rotary, mask over the cache's capacity) are prepared eagerly and the prompt itself
-        runs eagerly. The first step of each shape (batch size, cache length, with or without padding)
-        pays the compilation. Options go to ``torch.compile`` (default ``dynamic=False, fullgraph=True``;
-        ``mode="max-autotune-no-cudagraphs"`` on CPU, never ``"reduce-overhead"``, which needs CUDA
-        graphs). Call :meth:`uncompile_decode_step` to go back.
-
-        ``regional=True`` compiles one decoder layer's static step instead, shared by every layer
-        (the head stays eager): compilation takes about a tenth of the whole graph's, each step runs
-        slower than the whole graph's but faster than eager (numbers in docs/performance.md).
+        """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``
+        (of :meth:`logits`, or with ``regional=True`` of one layer's static step shared by every layer),
+        or through a native step where the layers offer one (``native``: None where available, True
+        required, False never); see :func:`microformers_sdk.decode_steps.compile_decode_step`. Options go
+        to ``torch.compile``. Call :meth:`uncompile_decode_step` to go back.
         """
-        refuse_packed(self, "compile_decode_step")
-        if native is True and (regional or compile_options):
-            raise InputError("compile_decode_step(native=True) compiles nothing: drop regional and the compile options")
-        if native is not False and not regional and not compile_options:
-            native_step = _NativeDecodeStep.build(self)
-            if native_step is not None:
-                object.__setattr__(self, "_compiled_decode_step", native_step)
-                object.__setattr__(self, "_compiled_decode_options", {"native": True})
-                return
-            if native:
-                raise InputError(
-                    "compile_decode_step(native=True): these layers have no native decode step (it needs every "
-                    "projection quantized by microformers-quant, plain RMSNorms and a SiLU MLP); use native=False"
-                )
-        options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
-        for layer in self.model.layers if regional else ():
-            if type(layer).forward is not LlamaDecoderLayer.forward or (
-                type(layer.self_attn).forward is not LlamaAttention.forward
-            ):
-                raise InputError(
-                    f"compile_decode_step(regional=True) runs the Llama layer's static step, but "
-                    f"{type(layer).__name__} overrides forward; call compile_decode_step() without regional"
-                )
-        if self.__dict__.get("_compiled_decode_options") == {**options, "regional": regional}:
-            return  # already compiled with these options: keep the cached graphs
-        if regional:
-            step: Any = _RegionalDecodeStep(self, options)
-        else:
-            step = torch.compile(self.logits, **options)
-        object.__setattr__(self, "_compiled_decode_step", step)
-        object.__setattr__(self, "_compiled_decode_options", {**options, "regional": regional})
+        compile_decode_step(self, regional=regional, native=native, **compile_options)
 
     def uncompile_decode_step(self) -> None:
         """Undo :meth:`compile_decode_step`: every step runs eagerly again."""
-        self.__dict__.pop("_compiled_decode_step", None)
-        self.__dict__.pop("_compiled_decode_options", None)
+        uncompile_decode_step(self)
 
 
 class LlamaForSequenceClassification(DecoderForSequenceClassification, LlamaPreTrainedModel):

@@ -19,8 +19,9 @@ past ``original_max_position_embeddings``: :meth:`Phi3ForCausalLM.cache_needs_re
 
 One forward pass is Llama's (``LlamaModel.prepare`` / ``decode``, ``LlamaForCausalLM.logits``): embed,
 rotary ``cos``/``sin`` once, the mask, the decoder layers and the final RMSNorm, then the head. A token
-fed into a prefilled ``StaticCache`` is a static step, which ``compile_decode_step()`` runs through
-``torch.compile`` (there is no native or regional step for Phi-3).
+fed into a prefilled ``StaticCache`` is a static step, which Llama's ``compile_decode_step()`` runs
+through ``torch.compile``, whole or one layer at a time (``regional=True``); the fused projections have
+no native step (``LlamaForCausalLM.decode_step_layout`` describes only Llama's own layers for one).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from microformers.errors import InputError
 from microformers_llama import (
     LlamaAttention,
     LlamaForCausalLM,
@@ -43,7 +43,6 @@ from microformers_sdk.cache import Cache
 from microformers_sdk.layers import FusedGatedMLP, RMSNorm, apply_linear
 from microformers_sdk.losses import token_cross_entropy
 from microformers_sdk.outputs import TokenClassifierOutput
-from microformers_sdk.packed import refuse_packed
 
 from .configuration_phi3 import Phi3Config
 
@@ -158,24 +157,6 @@ class Phi3ForCausalLM(LlamaForCausalLM, Phi3PreTrainedModel):
         original = self.config.original_max_position_embeddings
         longrope = self.model.rotary_emb.settings.rope_type == "longrope"
         return longrope and total_length > original and past_length <= original
-
-    # -- opt-in compiled decoding ------------------------------------------------------------------
-    def compile_decode_step(self, native: bool | None = None, **compile_options: Any) -> None:
-        """Run static steps (one token per row into a prefilled ``StaticCache``) through ``torch.compile``.
-
-        The compiled function is :meth:`logits`; inputs are prepared eagerly and prompts run eagerly.
-        Options go to ``torch.compile`` (default ``dynamic=False, fullgraph=True``). Call
-        :meth:`uncompile_decode_step` to go back. There is no native step for Phi-3 (``native=True``
-        is refused), nor Llama's regional one.
-        """
-        if native:
-            raise InputError(f"{type(self).__name__} has no native decode step; use compile_decode_step()")
-        options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
-        refuse_packed(self, "compile_decode_step")
-        if self.__dict__.get("_compiled_decode_options") == options:
-            return
-        object.__setattr__(self, "_compiled_decode_step", torch.compile(self.logits, **options))
-        object.__setattr__(self, "_compiled_decode_options", options)
 
 
 class Phi3ForSequenceClassification(LlamaForSequenceClassification, Phi3PreTrainedModel):

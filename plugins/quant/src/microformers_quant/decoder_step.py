@@ -11,6 +11,10 @@ quantized embedding, those two as well, without
 returning to Python between operations. Per token that saves the ~15 Python and ATen calls per
 layer that the eager step spends around the quantized products.
 
+It is the C++ form of the layer the model describes (Llama's ``LlamaDecoderLayer.step_parts``, in the
+order its forward runs); ``tests/test_decoder_step.py`` checks it against the layers' own eager forward
+on random inputs.
+
 The step holds the layers' tensors as they are when it is built: build it again (call
 ``compile_decode_step()`` again) after replacing modules or their buffers, or adding hooks.
 """

@@ -1,0 +1,283 @@
+"""One runner for a decoder's static decode steps: compiled whole, compiled layer by layer, or native.
+
+A *static step* (:mod:`microformers_sdk.static_steps`) feeds one token per row into a prefilled
+``StaticCache``; every step has the same shapes. :func:`compile_decode_step` makes a causal LM run
+those steps another way than eagerly, from nothing but the model's ordinary forward and a
+declarative :class:`DecodeStepLayout` of its decoder:
+
+* whole (the default): ``torch.compile`` of ``model.logits``, the decoder and head every forward runs;
+* regional (``regional=True``): :func:`static_layer_step` compiled once and shared by every layer, the
+  final norm and head eager. The layer step *is* the layer's own forward, called with the layer's
+  cache storage passed in (so nothing layer-specific but its parameters reaches the compiled graph);
+* native: where the layout describes every layer as :class:`~microformers_sdk.static_steps.DecoderLayerParts`
+  and the type of its linear layers provides a whole-decoder step
+  (:func:`~microformers_sdk.static_steps.native_decoder_step`; quantized layers of ``microformers-quant``
+  do), one native call for all layers (and the final norm and head where it covers them).
+
+What a model provides (:class:`StaticStepModel`): ``logits(inputs_embeds, layer_inputs, cache,
+output_attentions, output_hidden_states, logits_to_keep)`` returning ``(logits, hidden_states,
+attentions)``, ``decode_step_layout()``, and decoder layers called as
+``layer(hidden_states, rotary, attention_mask, is_causal, past_key_values, attention_fn,
+output_attentions, cache_position)`` that take a static step when ``cache_position`` is given (write
+the new key/value into ``past_key_values.layer_storage(layer_idx)`` at ``cache_position``, attend over
+the whole storage with ``attention_mask`` selecting the visible positions). Its forward prepares a
+:class:`LayerInputs` and, on a static step without labels or extra outputs, calls the runner
+:func:`compile_decode_step` stored (``model.__dict__["_compiled_decode_step"]``) instead of ``logits``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import attrs
+import torch
+from torch import nn
+
+from microformers.errors import InputError
+
+from .cache import Cache
+from .layers import apply_linear
+from .packed import refuse_packed
+from .static_steps import DecoderLayerParts, DecoderStepShape, NativeDecoderStep, native_decoder_step
+
+__all__ = [
+    "DecodeStepLayout",
+    "LayerInputs",
+    "NativeDecodeStep",
+    "RegionalDecodeStep",
+    "StaticStepModel",
+    "StaticStepRunner",
+    "compile_decode_step",
+    "static_layer_step",
+    "uncompile_decode_step",
+]
+
+StepOutput = tuple[torch.Tensor, "tuple[torch.Tensor, ...] | None", "tuple[torch.Tensor, ...] | None"]
+
+
+@attrs.frozen
+class LayerInputs:
+    """What every layer of one forward pass shares: rotary ``(cos, sin)``, ``(mask, is_causal)`` by sliding
+    window, ``cache_position`` (a one-element tensor) on a static step, and the attention function."""
+
+    rotary: tuple[torch.Tensor, torch.Tensor]
+    masks: dict[int | None, tuple[torch.Tensor | None, bool]]
+    cache_position: torch.Tensor | None
+    attention_fn: Any
+
+    def advance(self, cache: Cache | None, count: int) -> None:
+        """A static step wrote into the storage directly: count the new positions as filled."""
+        if self.cache_position is not None:
+            cache.advance(count)
+
+
+@attrs.frozen
+class DecodeStepLayout:
+    """A decoder as its static step runs: ``layers`` in order, then ``final_norm`` and ``lm_head``.
+
+    ``native_parts`` describes each layer for a native step (None for a layer that cannot be
+    described: then there is no native step); ``shape`` is the attention geometry all layers share.
+    """
+
+    layers: Sequence[nn.Module]
+    final_norm: nn.Module
+    lm_head: nn.Module
+    shape: DecoderStepShape
+    native_parts: Sequence[DecoderLayerParts | None] = ()
+
+
+class StaticStepModel(Protocol):
+    """What :func:`compile_decode_step` calls on a causal LM."""
+
+    def logits(
+        self,
+        inputs_embeds: torch.Tensor,
+        layer_inputs: LayerInputs,
+        past_key_values: Cache | None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        logits_to_keep: int | torch.Tensor = 0,
+    ) -> StepOutput: ...
+
+    def decode_step_layout(self) -> DecodeStepLayout: ...
+
+
+class _LayerStorage:
+    """The cache as one layer's static step sees it: its own storage, whatever layer index asks for it."""
+
+    __slots__ = ("storage",)
+
+    def __init__(self, key_storage: torch.Tensor, value_storage: torch.Tensor) -> None:
+        self.storage = (key_storage, value_storage)
+
+    def layer_storage(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.storage
+
+
+def static_layer_step(
+    layer: nn.Module,
+    hidden_states: torch.Tensor,
+    rotary: tuple[torch.Tensor, torch.Tensor],
+    visible: torch.Tensor,
+    key_storage: torch.Tensor,
+    value_storage: torch.Tensor,
+    cache_position: torch.Tensor,
+    attention_fn: Any = None,
+) -> torch.Tensor:
+    """One decoder layer's static step: the layer's own forward, its cache storage passed in.
+
+    The layer reads nothing layer-specific but its parameters (its layer index only picks the storage,
+    which is passed in), so regional compilation compiles this function once for every layer of a type.
+    """
+    storage = _LayerStorage(key_storage, value_storage)
+    hidden_states, _ = layer(hidden_states, rotary, visible, False, storage, attention_fn, False, cache_position)
+    return hidden_states
+
+
+class StaticStepRunner:
+    """A static step whose decoder layers run another way (:meth:`layers`), then the eager final norm and head.
+
+    :meth:`layers` returning None runs the model's ordinary ``logits`` instead.
+    """
+
+    # True where :meth:`layers` returns the logits (the final norm and head included) instead of hidden states
+    includes_head = False
+
+    def __init__(self, model: StaticStepModel, layout: DecodeStepLayout) -> None:
+        self.model, self.layout = model, layout
+
+    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor | None:
+        raise NotImplementedError
+
+    def __call__(
+        self,
+        inputs_embeds: torch.Tensor,
+        layer_inputs: LayerInputs,
+        past_key_values: Cache,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        logits_to_keep: int | torch.Tensor = 0,
+    ) -> StepOutput:
+        hidden_states = self.layers(inputs_embeds, layer_inputs, past_key_values)
+        if hidden_states is None:
+            return self.model.logits(
+                inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states, logits_to_keep
+            )
+        if self.includes_head:
+            return hidden_states, None, None
+        hidden_states = self.layout.final_norm(hidden_states)  # one position: logits_to_keep changes nothing
+        return apply_linear(self.layout.lm_head, hidden_states), None, None
+
+
+class RegionalDecodeStep(StaticStepRunner):
+    """The static step with one layer function (:func:`static_layer_step`, compiled) shared by every layer."""
+
+    def __init__(self, model: StaticStepModel, layout: DecodeStepLayout, layer_step: Any = static_layer_step) -> None:
+        super().__init__(model, layout)
+        self.layer_step = layer_step
+
+    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor:
+        hidden_states = inputs_embeds
+        for index, layer in enumerate(self.layout.layers):
+            visible = layer_inputs.masks[layer.self_attn.sliding_window][0]
+            key_storage, value_storage = cache.layer_storage(index)
+            hidden_states = self.layer_step(
+                layer, hidden_states, layer_inputs.rotary, visible, key_storage, value_storage,
+                layer_inputs.cache_position, layer_inputs.attention_fn,
+            )  # fmt: skip
+        return hidden_states
+
+
+class NativeDecodeStep(StaticStepRunner):
+    """The static step through a native implementation of all decoder layers, and of the final norm and
+    head where the implementation covers them too (otherwise those run eagerly)."""
+
+    def __init__(
+        self, model: StaticStepModel, layout: DecodeStepLayout, layers_step: NativeDecoderStep, includes_head: bool
+    ) -> None:
+        super().__init__(model, layout)
+        self.layers_step = layers_step
+        self.includes_head = includes_head
+
+    @classmethod
+    def build(cls, model: StaticStepModel, layout: DecodeStepLayout) -> NativeDecodeStep | None:
+        """None unless every layer is described and the type of its linear layers offers a native step."""
+        parts = list(layout.native_parts)
+        if not parts or len(parts) != len(layout.layers) or any(part is None for part in parts):
+            return None
+        step = native_decoder_step(parts, layout.shape, layout.final_norm, layout.lm_head)
+        if step is not None:
+            return cls(model, layout, step, includes_head=True)
+        step = native_decoder_step(parts, layout.shape)
+        return None if step is None else cls(model, layout, step, includes_head=False)
+
+    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: LayerInputs, cache: Cache) -> torch.Tensor | None:
+        cos, sin = layer_inputs.rotary
+        storages = [cache.layer_storage(index) for index in range(len(self.layout.layers))]
+        if (
+            cos.shape[-1] != self.layout.shape.head_dim  # partial rotary
+            or inputs_embeds.dtype != torch.float32
+            or storages[0][0].dtype != torch.float32
+        ):
+            return None
+        visible = next(iter(layer_inputs.masks.values()))[0]
+        return self.layers_step(inputs_embeds, cos, sin, visible, storages, int(layer_inputs.cache_position[0]))
+
+
+def compile_decode_step(
+    model: StaticStepModel, regional: bool = False, native: bool | None = None, **compile_options: Any
+) -> None:
+    """Run the model's static steps (one token per row into a prefilled ``StaticCache``) through
+    ``torch.compile``, or through a native step where the layers offer one.
+
+    ``native``: with the default (None) and neither ``regional`` nor options, layers whose linear
+    type provides a native step for the whole decoder (quantized layers: ``microformers-quant``)
+    use it instead of ``torch.compile``: no compilation, the same kernels, one call per token for
+    all layers. ``native=True`` requires it (an error where there is none), ``native=False``
+    always compiles.
+
+    The compiled function is the model's ``logits``, the decoder and head every forward runs; the
+    inputs (embedding, rotary, mask over the cache's capacity) are prepared eagerly and the prompt
+    itself runs eagerly. The first step of each shape (batch size, cache length, with or without
+    padding) pays the compilation. Options go to ``torch.compile`` (default ``dynamic=False,
+    fullgraph=True``; ``mode="max-autotune-no-cudagraphs"`` on CPU, never ``"reduce-overhead"``, which
+    needs CUDA graphs). :func:`uncompile_decode_step` goes back.
+
+    ``regional=True`` compiles one decoder layer's static step instead (:func:`static_layer_step`: the
+    layer's own forward), shared by every layer (the head stays eager): compilation takes about a tenth
+    of the whole graph's, each step runs slower than the whole graph's but faster than eager.
+
+    A native step holds the layers' tensors as they are when it is built: call this again after
+    replacing modules or their buffers, or adding hooks.
+    """
+    refuse_packed(model, "compile_decode_step")
+    if native is True and (regional or compile_options):
+        raise InputError("compile_decode_step(native=True) compiles nothing: drop regional and the compile options")
+    layout = model.decode_step_layout()
+    if native is not False and not regional and not compile_options:
+        native_step = NativeDecodeStep.build(model, layout)
+        if native_step is not None:
+            object.__setattr__(model, "_compiled_decode_step", native_step)
+            object.__setattr__(model, "_compiled_decode_options", {"native": True})
+            return
+        if native:
+            raise InputError(
+                "compile_decode_step(native=True): these layers have no native decode step (it needs every "
+                "projection quantized by microformers-quant, plain RMSNorms and a SiLU MLP); use native=False"
+            )
+    options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
+    if model.__dict__.get("_compiled_decode_options") == {**options, "regional": regional}:
+        return  # already compiled with these options: keep the cached graphs
+    if regional:
+        step: Any = RegionalDecodeStep(model, layout, torch.compile(static_layer_step, **options))
+    else:
+        step = torch.compile(model.logits, **options)
+    object.__setattr__(model, "_compiled_decode_step", step)
+    object.__setattr__(model, "_compiled_decode_options", {**options, "regional": regional})
+
+
+def uncompile_decode_step(model: nn.Module) -> None:
+    """Undo :func:`compile_decode_step`: every step runs eagerly again."""
+    model.__dict__.pop("_compiled_decode_step", None)
+    model.__dict__.pop("_compiled_decode_options", None)
