@@ -490,9 +490,11 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
         missing: list[str] = []
         state = self.state_dict(keep_vars=True)
+        filled: set[int] = set()
         for name, current in state.items():
-            if name in tied:
-                continue
+            if name in tied or id(current) in filled:
+                continue  # tied, or another path to a module already listed (one module shared by two owners)
+            filled.add(id(current))
             key = key_map.get(name)
             if key is None:
                 missing.append(name)

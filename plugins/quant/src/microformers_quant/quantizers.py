@@ -134,7 +134,12 @@ class PluginQuantizer(Quantizer):
                 return
         quantized = QuantEmbedding.like(embedding, layout[0], layout[1], name)
         quantized.output_dtype = dtype
+        # other paths to the same table (an encoder-decoder's stacks share one embedding) follow it
+        aliases = [n for n, m in model.named_modules(remove_duplicate=False) if m is embedding and n != name]
         self.install(model, name, quantized)
+        for alias in aliases:
+            owner, _, attr = alias.rpartition(".")
+            setattr(model.get_submodule(owner), attr, quantized)
         owner, _, attr = self.head_name.rpartition(".")
         setattr(model.get_submodule(owner), attr, TiedQuantHead(quantized, head.bias))
 
