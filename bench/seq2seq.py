@@ -9,7 +9,8 @@ folder, so both implementations load identical weights. ``--sentences`` random-t
 gets exactly ``--new-tokens`` new tokens (``min_new_tokens = max_new_tokens``), so both do the same
 work whatever the random weights prefer. Each implementation runs in its own fresh process, which
 reports wall time, CPU time and its peak resident memory (VmHWM); the ratio is reference / ours
-(above 1: we are faster or smaller).
+(above 1: we are faster or smaller). ``--int8`` adds our int8 weights (``microformers-quant``) against
+the reference's float32 (it has no CPU int8 path), as CTranslate2 reports its speed.
 """
 
 from __future__ import annotations
@@ -108,7 +109,10 @@ def worker(implementation: str, kind: str, args: argparse.Namespace) -> dict[str
     else:
         import microformers
 
-        model = microformers.AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
+        quantization = microformers.Int8Config() if implementation == "ours-int8" else None
+        model = microformers.AutoModelForSeq2SeqLM.from_pretrained(
+            folder, dtype=torch.float32, quantization_config=quantization
+        ).eval()
     pad = SHAPES[kind][2]["pad_token_id"]
     rows = sentences(kind, args.sentences)
     batches = []
@@ -149,7 +153,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="sentences per generate call")
     parser.add_argument("--beams", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--worker", choices=["ours", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--int8", action="store_true", help="also time our int8 weights against the reference")
+    parser.add_argument("--worker", choices=["ours", "ours-int8", "reference"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.model[0], args)))
@@ -163,26 +168,10 @@ def main() -> None:
         ours = run_worker("ours", kind, passed)
         results[kind] = {"ours": ours, "reference": reference}
         same = "same" if ours["first"] == reference["first"] else "DIFFERENT"
-        rows = [
-            (
-                "sentences/s (wall)",
-                f"{args.sentences / ours['wall_s']:.2f}",
-                f"{args.sentences / reference['wall_s']:.2f}",
-                f"{reference['wall_s'] / ours['wall_s']:.2f}x",
-            ),
-            (
-                "sentences/s (CPU time)",
-                f"{args.sentences / ours['cpu_s']:.2f}",
-                f"{args.sentences / reference['cpu_s']:.2f}",
-                f"{reference['cpu_s'] / ours['cpu_s']:.2f}x",
-            ),
-            (
-                "peak memory MiB",
-                f"{ours['peak_mb']:.0f}",
-                f"{reference['peak_mb']:.0f}",
-                f"{reference['peak_mb'] / ours['peak_mb']:.2f}x",
-            ),
-        ]
+        rows = _rows(ours, reference, args.sentences)
+        if args.int8:
+            results[kind]["ours-int8"] = int8 = run_worker("ours-int8", kind, passed)
+            rows += [(f"int8: {what}", a, b, r) for what, a, b, r in _rows(int8, reference, args.sentences)]
         print_table(
             f"{kind}: beam-{args.beams} translation of {args.sentences} sentences, {args.new_tokens} new tokens each, "
             f"batches of {args.batch}",
@@ -190,6 +179,29 @@ def main() -> None:
             note=f"first translation {same} in both; load average {load_average()}",
         )
     write_json("seq2seq", results)
+
+
+def _rows(ours: dict[str, Any], reference: dict[str, Any], sentences: int) -> list[tuple[str, str, str, str]]:
+    return [
+        (
+            "sentences/s (wall)",
+            f"{sentences / ours['wall_s']:.2f}",
+            f"{sentences / reference['wall_s']:.2f}",
+            f"{reference['wall_s'] / ours['wall_s']:.2f}x",
+        ),
+        (
+            "sentences/s (CPU time)",
+            f"{sentences / ours['cpu_s']:.2f}",
+            f"{sentences / reference['cpu_s']:.2f}",
+            f"{reference['cpu_s'] / ours['cpu_s']:.2f}x",
+        ),
+        (
+            "peak memory MiB",
+            f"{ours['peak_mb']:.0f}",
+            f"{reference['peak_mb']:.0f}",
+            f"{reference['peak_mb'] / ours['peak_mb']:.2f}x",
+        ),
+    ]
 
 
 if __name__ == "__main__":
