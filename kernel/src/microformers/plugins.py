@@ -173,11 +173,12 @@ class Registry:
             for distribution, kinds in getattr(module, "MICROFORMERS_PROVIDES", {}).items():
                 for kind, names in kinds.items():
                     self.providers.update(dict.fromkeys(((kind, n) for n in names), distribution))
+            others = [plugin for plugin in self._pm.get_plugins() if plugin is not module]
             for caller in self._pm.get_hookcallers(module) or ():
-                kind = HOOKS[caller.name]
-                for impl in caller.get_hookimpls():
-                    if impl.plugin is module:
-                        impl.function(register=self._register_fn(kind, ep.name))
+                # Through pluggy (its call checks apply), one plugin at a time: each registration is
+                # attributed to its plugin, and a plugin that fails is dropped without touching the others.
+                own = self._pm.subset_hook_caller(caller.name, remove_plugins=others)
+                own(register=self._register_fn(HOOKS[caller.name], ep.name))
         except Exception as exc:
             info.error = f"{type(exc).__name__}: {exc}"
             for entry_list in self._entries.values():
