@@ -44,19 +44,6 @@ COPIES: list[tuple[Side, Side, dict[str, str]]] = [
     ),
 ]
 
-# The configs of the MoE plugins (which do not depend on microformers-llama) check head counts as Llama's does.
-COPIES += [
-    (
-        ("microformers_llama", "configuration_llama:LlamaConfig._validate_heads"),
-        (package, f"{module}:{config}._validate_heads"),
-        {},
-    )
-    for package, module, config in (
-        ("microformers_mixtral", "configuration_mixtral", "MixtralConfig"),
-        ("microformers_qwen2_moe", "configuration_qwen2_moe", "Qwen2MoeConfig"),
-    )
-]
-
 # Forwards that follow the Transformers calling convention with bodies of their own: the same parameters
 # (names, order, defaults, annotations) but for the extra ones the second side declares.
 SIGNATURES: list[tuple[Side, Side, tuple[str, ...]]] = [

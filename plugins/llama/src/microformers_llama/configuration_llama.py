@@ -11,13 +11,8 @@ from typing import Any
 
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
+from microformers_sdk.config_checks import check_attention_heads
 from microformers_sdk.rope_settings import normalize_rope_settings
-
-
-def _positive_int(config: PretrainedConfig, name: str) -> None:
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name}={value!r} in {type(config).__name__} must be a positive integer; fix config.json")
 
 
 class LlamaConfig(PretrainedConfig):
@@ -69,7 +64,7 @@ class LlamaConfig(PretrainedConfig):
         self.attention_dropout = attention_dropout
         self.mlp_bias = mlp_bias
         self.pretraining_tp = pretraining_tp
-        self._validate_heads(head_dim)
+        check_attention_heads(self, head_dim)
         self.head_dim = head_dim if head_dim is not None else hidden_size // num_attention_heads
         if rope_parameters is not None:
             self.rope_parameters = rope_parameters
@@ -87,24 +82,6 @@ class LlamaConfig(PretrainedConfig):
             rope_scaling=self.rope_scaling,
             setting=f"{type(self).__name__}.rope_scaling",
         )
-
-    def _validate_heads(self, head_dim: int | None) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
-            _positive_int(self, name)
-        _positive_int(self, "num_key_value_heads")
-        if head_dim is None and self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}; "
-                "fix one of them in config.json (or set head_dim explicitly)"
-            )
-        if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0):
-            raise ConfigError(f"head_dim={head_dim!r} must be a positive integer; fix config.json")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}; grouped-query attention needs every key/value head "
-                "to serve the same number of query heads. Fix config.json"
-            )
 
     # -- rotary settings in the newer spelling ------------------------------------------------------
     @property

@@ -19,6 +19,7 @@ from typing import Any
 
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
+from microformers_sdk.config_checks import check_attention_heads
 from microformers_sdk.moe import check_expert_counts
 from microformers_sdk.rope_settings import normalize_rope_settings
 
@@ -134,7 +135,7 @@ class Qwen2MoeConfig(PretrainedConfig):
         )
 
     def _validate(self, head_dim: Any) -> None:
-        self._validate_heads(head_dim)
+        check_attention_heads(self, head_dim)
         for name in ("decoder_sparse_step", "moe_intermediate_size"):
             _positive_int(self, name)
         _positive_int(self, "shared_expert_intermediate_size", minimum=0)
@@ -149,25 +150,6 @@ class Qwen2MoeConfig(PretrainedConfig):
         layers = self.mlp_only_layers
         if not isinstance(layers, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in layers):
             raise ConfigError(f"mlp_only_layers={layers!r} must be a list of layer indices; fix config.json")
-
-    # A copy of LlamaConfig._validate_heads (microformers-llama), kept in sync by tests/integration/test_model_copies_in_sync.py
-    def _validate_heads(self, head_dim: int | None) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
-            _positive_int(self, name)
-        _positive_int(self, "num_key_value_heads")
-        if head_dim is None and self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={self.num_attention_heads}; "
-                "fix one of them in config.json (or set head_dim explicitly)"
-            )
-        if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0):
-            raise ConfigError(f"head_dim={head_dim!r} must be a positive integer; fix config.json")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}; grouped-query attention needs every key/value head "
-                "to serve the same number of query heads. Fix config.json"
-            )
 
     @property
     def attention_head_dim(self) -> int:
