@@ -62,6 +62,17 @@ SIGNATURES: list[tuple[Side, Side, tuple[str, ...]]] = [
         ("microformers_gpt2", "modeling_gpt2:GPT2LMHeadModel.forward"),
         ("token_type_ids",),
     ),
+    # the encoder-decoders: T5's forwards take BART's parameters, plus the cache position T5 accepts
+    (
+        ("microformers_bart", "modeling_bart:BartModel.forward"),
+        ("microformers_t5", "modeling_t5:T5Model.forward"),
+        ("cache_position",),
+    ),
+    (
+        ("microformers_bart", "modeling_bart:BartForConditionalGeneration.forward"),
+        ("microformers_t5", "modeling_t5:T5ForConditionalGeneration.forward"),
+        ("cache_position",),
+    ),
 ]
 
 

@@ -725,6 +725,8 @@ def _seq2seq_fields(encoded: Any, decoded: BaseModelOutputWithPastAndCrossAttent
 
 
 # -- base model ----------------------------------------------------------------------------------------
+# T5Model.forward and T5ForConditionalGeneration.forward take the parameters of the BART classes'
+# (microformers-bart), kept in sync by tests/integration/test_model_copies_in_sync.py.
 class T5Model(_EncoderDecoder):
     """Encoder and decoder without a head; ``last_hidden_state`` is the decoder's final (normed) state.
 
