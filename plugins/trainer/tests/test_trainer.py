@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from pathlib import Path
@@ -425,3 +426,17 @@ def test_progress_bars_show_the_loss(args_factory: Any, capsys: Any) -> None:
     out = capsys.readouterr()
     assert "2/2" in out.err and "loss=" in out.err  # the training bar, with the latest loss
     assert "{'loss':" in out.out and "'eval_loss':" in out.out  # logs written above the bar
+
+
+def test_printed_logs_keep_small_values_and_the_summary_counts_samples(args_factory: Any, capsys: Any) -> None:
+    args = args_factory(learning_rate=3e-5, num_train_epochs=2, per_device_train_batch_size=4)
+    trainer = Trainer(model=tiny_bert_classifier(), args=args, train_dataset=cls_rows(12))
+    output = trainer.train()
+    lines = [ast.literal_eval(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    rates = [float(line["learning_rate"]) for line in lines if "learning_rate" in line]
+    # 4 significant digits as the reference prints them: a learning rate of 3e-05 is not rounded away to 0.0
+    assert rates and all(0 < rate <= 3e-5 for rate in rates[:-1])
+    assert lines[0]["learning_rate"] == "3e-05"
+    samples_per_second = output.metrics["train_samples_per_second"]
+    # 12 rows, 2 epochs: 24 samples over the run's time
+    assert samples_per_second == pytest.approx(24 / output.metrics["train_runtime"], rel=0.05)

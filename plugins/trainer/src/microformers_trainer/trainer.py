@@ -572,6 +572,12 @@ class Trainer:
         self.state.train_batch_size = args.train_batch_size
         self.state.compute_steps(args, max_steps)
         self.state.max_steps, self.state.num_train_epochs = max_steps, num_epochs
+        # samples the whole schedule covers, as the reference counts them for train_samples_per_second
+        total_batch = args.train_batch_size * ga * args.world_size
+        if sized and args.max_steps <= 0:
+            self._num_train_samples = len(loader.dataset) * args.num_train_epochs
+        else:
+            self._num_train_samples = max_steps * total_batch
         first_epoch, skip_batches = 0, 0
         if resume is not None:
             saved = TrainerState.load_from_json(resume / ckpt.STATE_NAME)
@@ -772,8 +778,10 @@ class Trainer:
         steps = self.state.global_step - self._initial_step
         train_loss = self._total_loss / max(steps, 0.001)
         runtime = time.time() - start
+        samples = self._num_train_samples * steps / max(self.state.max_steps, 1)  # the share this call ran
         metrics = {
             "train_runtime": round(runtime, 4),
+            "train_samples_per_second": round(samples / runtime, 3) if runtime > 0 else 0.0,
             "train_steps_per_second": round(steps / runtime, 3) if runtime > 0 else 0.0,
             "total_flos": float(self.state.total_flos),
             "train_loss": train_loss,

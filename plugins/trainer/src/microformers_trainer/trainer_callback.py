@@ -284,7 +284,7 @@ class ProgressCallback(TrainerCallback):
 
     def on_log(self, args: Any, state: TrainerState, control: TrainerControl, logs: Any = None, **kw: Any) -> None:
         if self.training_bar is not None and logs:
-            shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items() if k != "total_flos"}
+            shown = _readable(logs)
             if "loss" in shown:
                 self.training_bar.set_postfix(loss=shown["loss"], refresh=False)
             self.training_bar.write(str(shown))
@@ -295,12 +295,17 @@ class ProgressCallback(TrainerCallback):
             self.training_bar = None
 
 
+def _readable(logs: dict[str, Any]) -> dict[str, Any]:
+    """Logs as printed: floats to 4 significant digits (a learning rate of 3e-05 stays 3e-05), no FLOP count."""
+    return {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in logs.items() if k != "total_flos"}
+
+
 class PrinterCallback(TrainerCallback):
     """Prints the logs (used instead of the progress bars when ``disable_tqdm=True``)."""
 
     def on_log(self, args: Any, state: TrainerState, control: TrainerControl, logs: Any = None, **kw: Any) -> None:
         if state.is_local_process_zero and logs:
-            print({k: v for k, v in logs.items() if k != "total_flos"})
+            print(_readable(logs))
 
 
 class EarlyStoppingCallback(TrainerCallback):
