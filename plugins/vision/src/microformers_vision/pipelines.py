@@ -43,7 +43,7 @@ def _resolve_image_processor(image_processor: Any, model: Any, task: str) -> Any
 
 
 def _is_single_image(inputs: Any) -> bool:
-    if isinstance(inputs, (list, tuple)):
+    if isinstance(inputs, (list, tuple, torch.utils.data.Dataset)) or hasattr(inputs, "__next__"):
         return False
     if isinstance(inputs, (np.ndarray, torch.Tensor)):
         return inputs.ndim <= 3

@@ -1,0 +1,200 @@
+"""ViT against the reference on tiny random checkpoints: outputs within 1e-4 at several image sizes (interpolated
+positions included), hidden states and attentions, the three losses, checkpoints both ways, pipelines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL.Image
+import pytest
+import torch
+
+from parity.harness import assert_close, load_ours, load_reference, make_reference_checkpoint
+
+TINY: dict[str, Any] = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 37,
+    "image_size": 16,
+    "patch_size": 4,
+    "num_labels": 3,
+}
+
+
+def _pixels(batch: int, height: int, width: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
+    folder, reference = make_reference_checkpoint(
+        "ViTConfig", "ViTForImageClassification", tmp_path_factory.mktemp("vit"), **TINY
+    )
+    return folder, reference, load_ours(folder, "AutoModelForImageClassification")
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "interpolate"),
+    [(16, 16, False), (16, 16, True), (24, 24, True), (32, 20, True), (12, 28, True)],
+)
+def test_logits_match_at_image_sizes(
+    classifier: tuple[Path, Any, Any], height: int, width: int, interpolate: bool
+) -> None:
+    _, reference, ours = classifier
+    pixels = _pixels(2, height, width)
+    with torch.no_grad():
+        got = ours(pixels, interpolate_pos_encoding=interpolate).logits
+        want = reference(pixels, interpolate_pos_encoding=interpolate).logits
+    assert_close(got, want, atol=1e-4)
+
+
+def test_hidden_states_and_attentions_match(classifier: tuple[Path, Any, Any]) -> None:
+    folder, _, ours = classifier
+    reference = load_reference(folder, "ViTForImageClassification", attn_implementation="eager")
+    pixels = _pixels(2, 16, 16, seed=1)
+    with torch.no_grad():
+        got = ours(pixels, output_hidden_states=True, output_attentions=True)
+        want = reference(pixels, output_hidden_states=True, output_attentions=True)
+    assert len(got.hidden_states) == len(want.hidden_states) == TINY["num_hidden_layers"] + 1
+    for index, (a, b) in enumerate(zip(got.hidden_states, want.hidden_states)):
+        assert_close(a, b, atol=1e-4, what=f"hidden_states[{index}]")
+    assert len(got.attentions) == len(want.attentions) == TINY["num_hidden_layers"]
+    for index, (a, b) in enumerate(zip(got.attentions, want.attentions)):
+        assert_close(a, b, atol=1e-5, what=f"attentions[{index}]")
+
+
+@pytest.mark.parametrize(
+    ("problem_type", "labels"),
+    [
+        (None, torch.tensor([0, 2])),
+        ("multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])),
+        ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]])),
+    ],
+)
+def test_losses_match(tmp_path: Path, problem_type: str | None, labels: torch.Tensor) -> None:
+    folder, reference = make_reference_checkpoint(
+        "ViTConfig", "ViTForImageClassification", tmp_path, problem_type=problem_type, **TINY
+    )
+    ours = load_ours(folder, "AutoModelForImageClassification")
+    pixels = _pixels(2, 16, 16, seed=2)
+    with torch.no_grad():
+        got, want = ours(pixels, labels=labels), reference(pixels, labels=labels)
+    assert_close(got.loss, want.loss, atol=1e-5, what="loss")
+
+
+def test_single_label_regression_loss_matches(tmp_path: Path) -> None:
+    folder, reference = make_reference_checkpoint(
+        "ViTConfig", "ViTForImageClassification", tmp_path, **{**TINY, "num_labels": 1}
+    )
+    ours = load_ours(folder, "AutoModelForImageClassification")
+    pixels, labels = _pixels(2, 16, 16, seed=3), torch.tensor([0.3, -1.2])
+    with torch.no_grad():
+        assert_close(ours(pixels, labels=labels).loss, reference(pixels, labels=labels).loss, atol=1e-5, what="loss")
+
+
+def test_base_model_with_pooler_both_ways(tmp_path: Path) -> None:
+    folder, reference = make_reference_checkpoint("ViTConfig", "ViTModel", tmp_path, **{**TINY, "pooler_act": "tanh"})
+    ours = load_ours(folder, "AutoModel")
+    assert type(ours).__name__ == "ViTModel"
+    pixels = _pixels(3, 20, 24, seed=4)
+    with torch.no_grad():
+        got = ours(pixels, interpolate_pos_encoding=True)
+        want = reference(pixels, interpolate_pos_encoding=True)
+    assert_close(got.last_hidden_state, want.last_hidden_state, atol=1e-4, what="last_hidden_state")
+    assert_close(got.pooler_output, want.pooler_output, atol=1e-4, what="pooler_output")
+    ours.save_pretrained(tmp_path / "ours")
+    back = load_reference(tmp_path / "ours", "ViTModel")
+    with torch.no_grad():
+        assert_close(back(pixels, interpolate_pos_encoding=True).pooler_output, want.pooler_output, atol=1e-5)
+
+
+def test_our_checkpoint_loads_in_reference(classifier: tuple[Path, Any, Any], tmp_path: Path) -> None:
+    _, reference, ours = classifier
+    ours.save_pretrained(tmp_path / "ours")
+    back = load_reference(tmp_path / "ours", "ViTForImageClassification")
+    pixels = _pixels(2, 16, 16, seed=5)
+    with torch.no_grad():
+        assert_close(back(pixels).logits, reference(pixels).logits, atol=1e-5)
+
+
+def _processor_folder(folder: Path) -> None:
+    from microformers_vision import ViTImageProcessor
+
+    ViTImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
+
+
+def test_image_classification_pipeline_matches_reference(classifier: tuple[Path, Any, Any], tmp_path: Path) -> None:
+    import transformers
+    from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+
+    from microformers import pipeline
+
+    folder, reference, _ = classifier
+    _processor_folder(folder)
+    rng = np.random.default_rng(0)
+    image = PIL.Image.fromarray(rng.integers(0, 256, (30, 22, 3), dtype=np.uint8))
+    path = tmp_path / "image.png"
+    image.save(path)
+    ours = pipeline("image-classification", model=str(folder))
+    theirs = transformers.pipeline(
+        "image-classification", model=reference, image_processor=ViTImageProcessorPil(size={"height": 16, "width": 16})
+    )
+    for options in ({}, {"top_k": 2}, {"function_to_apply": "sigmoid"}, {"function_to_apply": "none", "top_k": 1}):
+        for inputs in (image, str(path)):
+            got, want = ours(inputs, **options), theirs(inputs, **options)
+            assert [g["label"] for g in got] == [w["label"] for w in want]
+            np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-4)
+    array = np.asarray(image)
+    assert [g["label"] for g in ours(array)] == [w["label"] for w in theirs(image)]
+    batch = ours([image, str(path)], top_k=1)
+    assert len(batch) == 2 and batch[0] == batch[1]
+
+
+def test_image_feature_extraction_pipeline_matches_reference(tmp_path: Path) -> None:
+    import transformers
+    from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+
+    from microformers import pipeline
+
+    folder, reference = make_reference_checkpoint("ViTConfig", "ViTModel", tmp_path, **TINY)
+    _processor_folder(folder)
+    image = PIL.Image.fromarray(np.random.default_rng(1).integers(0, 256, (18, 25, 3), dtype=np.uint8))
+    ours = pipeline("image-feature-extraction", model=str(folder))
+    theirs = transformers.pipeline(
+        "image-feature-extraction",
+        model=reference,
+        image_processor=ViTImageProcessorPil(size={"height": 16, "width": 16}),
+    )
+    for options in ({}, {"pool": True}):
+        got = torch.tensor(ours(image, **options))
+        want = torch.tensor(theirs(image, **options))
+        assert_close(got, want, atol=1e-4, what=f"features {options}")
+
+
+def test_microformers_run_image_classification(classifier: tuple[Path, Any, Any], tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    folder, _, _ = classifier
+    _processor_folder(folder)
+    path = tmp_path / "image.png"
+    PIL.Image.fromarray(np.random.default_rng(2).integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(path)
+    cli = [
+        sys.executable,
+        "-c",
+        "import sys; from microformers.cli import main; sys.exit(main())",
+        "run",
+        "image-classification",
+    ]
+    done = subprocess.run([*cli, str(path), "--model", str(folder), "-o", "top_k=2"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(result) == 2 and {"label", "score"} <= set(result[0])
+    refused = subprocess.run(
+        [*cli, "https://example.com/a.png", "--model", str(folder)], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "URL" in refused.stderr
