@@ -103,3 +103,16 @@ def test_embedding_errors(client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="minilm-tiny", messages=[{"role": "user", "content": "hi"}])
     assert info.value.body["code"] == "wrong_endpoint"
+
+
+def test_the_packaged_model_by_its_alias_is_normalised_as_by_its_folder() -> None:
+    from microformers_serve.commands import load_server
+
+    by = {}
+    for model in ("all-minilm-l6-v2", str(minilm_folder())):
+        args = argparse.Namespace(
+            model=model, gguf_file=None, quantize=None, dtype=None, model_name=None, max_batch_size=4,
+            max_queue=8, max_body_bytes=1 << 20, pack_weights=False,
+        )  # fmt: skip
+        by[model] = load_server(args).embedder.normalize
+    assert by == {"all-minilm-l6-v2": True, str(minilm_folder()): True}

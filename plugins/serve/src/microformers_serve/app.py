@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import struct
 import threading
 import time
@@ -381,7 +382,9 @@ def _usage(event: Event) -> dict[str, int]:
 class Embedder:
     """Mean-pooled sentence embeddings from an encoder, one batch at a time on a worker thread."""
 
-    def __init__(self, model: Any, tokenizer: Any, folder: str | None = None, max_pending: int = 64) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, folder: str | os.PathLike[str] | None = None, max_pending: int = 64
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.normalize = _wants_normalize(folder)
@@ -408,11 +411,13 @@ class Embedder:
             return pooled.tolist()
 
 
-def _wants_normalize(folder: str | None) -> bool:
-    """sentence-transformers folders list a ``Normalize`` module in ``modules.json`` (all-MiniLM does)."""
-    if folder is None:
+def _wants_normalize(modules: str | os.PathLike[str] | None) -> bool:
+    """sentence-transformers models list a ``Normalize`` module in ``modules.json`` (all-MiniLM does);
+    ``modules`` is that file, or a folder holding it."""
+    if modules is None:
         return False
-    path = Path(folder) / "modules.json"
+    path = Path(modules)
+    path = path / "modules.json" if path.is_dir() else path
     try:
         modules = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

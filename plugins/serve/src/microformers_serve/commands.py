@@ -102,9 +102,21 @@ def load_server(args: argparse.Namespace) -> Any:
             "--pack-weights speeds up batched decoding; MODEL is an encoder served for embeddings: drop --pack-weights"
         )
     model = microformers.AutoModel.from_pretrained(args.model, **model_kwargs)
-    folder = args.model if Path(args.model).is_dir() else None
-    embedder = Embedder(model, tokenizer, folder, max_pending=args.max_queue)
+    embedder = Embedder(model, tokenizer, _modules_file(args.model, load), max_pending=args.max_queue)
     return Server(name, tokenizer, model, embedder=embedder, aliases=aliases, max_body_bytes=args.max_body_bytes)
+
+
+def _modules_file(model: str, load: dict[str, Any]) -> Path | None:
+    """The sentence-transformers ``modules.json`` of a folder, a model alias or a Hub id (None without one)."""
+    from microformers.errors import MicroformersError
+    from microformers.hub import resolve_file
+    from microformers.weights import resolve_source
+
+    source, source_kwargs = resolve_source(model, dict(load))
+    try:
+        return resolve_file(source, "modules.json", required=False, **source_kwargs)
+    except MicroformersError:  # offline and not cached: mean pooling without normalisation, as for any encoder
+        return None
 
 
 def _is_generative(config: Any) -> bool:
