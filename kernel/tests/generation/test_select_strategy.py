@@ -204,3 +204,41 @@ def test_strategies_are_tried_by_priority_and_ones_without_applies_are_skipped(
     other.add("generation_strategies", "never", _Never())
     with pytest.raises(GenerationError, match=r"\(installed: never, plain\)\."):
         mixin_module.select_strategy(GenerationConfig())
+
+
+class ClassStrategy:
+    """A strategy registered as its class (the ``"module:Name"`` convention used for everything else)."""
+
+    def applies(self, config: GenerationConfig) -> bool:
+        return bool(getattr(config, "kernel_select_class", False))
+
+    def __call__(self, model, inputs, **kwargs):
+        return "from-class"
+
+
+class NeedsArguments(ClassStrategy):
+    def __init__(self, required: int) -> None:
+        self.required = required
+
+
+@pytest.fixture
+def own_registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
+    """A registry of this test's own (nothing registered here reaches other tests)."""
+    fresh = Registry()
+    fresh._discovered = True
+    monkeypatch.setattr(mixin_module, "registry", fresh)
+    return fresh
+
+
+def test_a_strategy_registered_as_a_class_is_made_once_and_used(own_registry: Registry):
+    own_registry.add("generation_strategies", "kernel-select-class", ClassStrategy, priority=60)
+    chosen = select_strategy(GenerationConfig(kernel_select_class=True))
+    assert isinstance(chosen, ClassStrategy)
+    assert select_strategy(GenerationConfig(), custom_generate="kernel-select-class") is chosen
+    assert chosen(None, None) == "from-class"
+
+
+def test_a_strategy_class_that_needs_arguments_is_refused_by_name(own_registry: Registry):
+    own_registry.add("generation_strategies", "kernel-select-needs-args", NeedsArguments, priority=0)
+    with pytest.raises(GenerationError, match="kernel-select-needs-args.*NeedsArguments.*register an instance"):
+        select_strategy(GenerationConfig(), custom_generate="kernel-select-needs-args")

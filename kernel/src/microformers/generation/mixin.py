@@ -147,13 +147,13 @@ def select_strategy(config: GenerationConfig, custom_generate: Any = None) -> Ge
     """The strategy ``generate`` runs for ``config`` (see the module docstring for the order)."""
     if custom_generate is not None:
         if isinstance(custom_generate, str) and registry.get("generation_strategies", custom_generate) is not None:
-            return registry.require("generation_strategies", custom_generate, what="generation strategy")
-        return registry.require("generation_strategies", "custom_generate", what="generation strategy")
+            return _require_strategy(custom_generate)
+        return _require_strategy("custom_generate")
     if config.strategy:
-        return registry.require("generation_strategies", config.strategy, what="generation strategy")
+        return _require_strategy(config.strategy)
     registrations = sorted(registry.all("generation_strategies"), key=lambda r: -int(r.meta.get("priority", 0)))
     for registration in registrations:
-        strategy = registration.load()
+        strategy = as_strategy(registration.load(), registration.name)
         applies = getattr(strategy, "applies", None)
         if applies is not None and applies(config):
             return strategy
@@ -162,3 +162,25 @@ def select_strategy(config: GenerationConfig, custom_generate: Any = None) -> Ge
         f"no installed generation strategy applies to these settings (installed: {installed}). The standard "
         "ones (greedy, sampling, beam search) come with: pip install microformers-generation"
     )
+
+
+_INSTANCES: dict[type, Any] = {}
+
+
+def as_strategy(registered: Any, name: str) -> GenerationStrategy:
+    """A registered strategy object, or one instance (made once, without arguments) of a registered class."""
+    if not isinstance(registered, type):
+        return registered
+    if registered not in _INSTANCES:
+        try:
+            _INSTANCES[registered] = registered()
+        except TypeError as exc:
+            raise GenerationError(
+                f"generation strategy {name!r} is registered as the class {registered.__name__}, which cannot be "
+                f"made without arguments ({exc}); register an instance instead"
+            ) from exc
+    return _INSTANCES[registered]
+
+
+def _require_strategy(name: str) -> GenerationStrategy:
+    return as_strategy(registry.require("generation_strategies", name, what="generation strategy"), name)
