@@ -177,3 +177,29 @@ def rope_settings_from_config(config: Any, head_dim: int | None = None) -> RopeS
         partial_rotary_factor=getattr(config, "partial_rotary_factor", None),
         original_max_position_embeddings=getattr(config, "original_max_position_embeddings", None),
     )
+
+
+def merged_rope_parameters(
+    rope_theta: float | None,
+    rope_scaling: dict[str, Any] | None,
+    rope_parameters: dict[str, Any] | None,
+    default_theta: float,
+) -> dict[str, Any]:
+    """A config's ``rope_parameters`` from either spelling: ``rope_theta`` (or ``default_theta``) and
+    ``rope_scaling`` first, then anything ``rope_parameters`` sets."""
+    return {
+        "rope_type": "default",
+        "rope_theta": default_theta if rope_theta is None else rope_theta,
+        **(rope_scaling or {}),
+        **(rope_parameters or {}),
+    }
+
+
+def check_config_rope_parameters(config: Any, max_position_embeddings: int) -> RopeSettings:
+    """Check ``config.rope_parameters`` against the config's ``attention_head_dim``; errors name the config."""
+    return normalize_rope_settings(
+        head_dim=config.attention_head_dim,
+        max_position_embeddings=max_position_embeddings,
+        rope_parameters=config.rope_parameters,
+        setting=f"{type(config).__name__}.rope_parameters",
+    )

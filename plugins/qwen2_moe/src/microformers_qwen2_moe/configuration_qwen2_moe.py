@@ -21,7 +21,7 @@ from microformers import PretrainedConfig
 from microformers.errors import ConfigError
 from microformers_sdk.config_checks import check_attention_heads
 from microformers_sdk.moe import check_expert_counts
-from microformers_sdk.rope_settings import normalize_rope_settings
+from microformers_sdk.rope_settings import check_config_rope_parameters, merged_rope_parameters
 
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 
@@ -114,12 +114,7 @@ class Qwen2MoeConfig(PretrainedConfig):
                 f"{list(_LAYER_TYPES)}; got {layer_types!r}. Fix config.json"
             )
         self.layer_types = list(layer_types)
-        self.rope_parameters = {
-            "rope_type": "default",
-            "rope_theta": 10000.0 if rope_theta is None else rope_theta,
-            **(rope_scaling or {}),
-            **(rope_parameters or {}),
-        }
+        self.rope_parameters = merged_rope_parameters(rope_theta, rope_scaling, rope_parameters, default_theta=10000.0)
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
@@ -127,12 +122,7 @@ class Qwen2MoeConfig(PretrainedConfig):
             tie_word_embeddings=tie_word_embeddings,
             **kwargs,
         )
-        normalize_rope_settings(
-            head_dim=self.attention_head_dim,
-            max_position_embeddings=max_position_embeddings,
-            rope_parameters=self.rope_parameters,
-            setting=f"{type(self).__name__}.rope_parameters",
-        )
+        check_config_rope_parameters(self, max_position_embeddings)
 
     def _validate(self, head_dim: Any) -> None:
         check_attention_heads(self, head_dim)
