@@ -36,10 +36,12 @@ from .configuration_vit import ViTConfig, as_pair
 
 __all__ = [
     "ImageClassifierOutput",
+    "ViTAttention",
     "ViTConfig",
     "ViTForImageClassification",
     "ViTInputError",
     "ViTModel",
+    "ViTPatchEmbeddings",
     "ViTPreTrainedModel",
 ]
 
