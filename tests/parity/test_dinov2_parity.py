@@ -85,3 +85,25 @@ def test_base_model_and_checkpoints_both_ways(tmp_path: Path, swiglu: bool) -> N
     back = load_reference(tmp_path / "ours", "Dinov2Model")
     with torch.no_grad():
         assert_close(back(pixels).last_hidden_state, want.last_hidden_state, atol=1e-5)
+
+
+def test_image_classification_pipeline_matches_reference(tmp_path: Path) -> None:
+    import numpy as np
+    import PIL.Image
+    import transformers
+    from transformers.models.bit.image_processing_pil_bit import BitImageProcessorPil
+
+    from microformers import pipeline
+    from microformers_vision import BitImageProcessor
+
+    folder, reference = make_reference_checkpoint("Dinov2Config", "Dinov2ForImageClassification", tmp_path, **TINY)
+    settings = {"size": {"shortest_edge": 20}, "crop_size": {"height": 16, "width": 16}}
+    BitImageProcessor(**settings).save_pretrained(folder)
+    image = PIL.Image.fromarray(np.random.default_rng(3).integers(0, 256, (27, 35, 4), dtype=np.uint8))
+    ours = pipeline("image-classification", model=str(folder))
+    theirs = transformers.pipeline(
+        "image-classification", model=reference, image_processor=BitImageProcessorPil(**settings)
+    )
+    got, want = ours(image, top_k=3), theirs(image, top_k=3)
+    assert [g["label"] for g in got] == [w["label"] for w in want]
+    np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-4)

@@ -7,6 +7,7 @@ class TestVisionPluginConformance(PluginConformanceTests):
     plugin_name = "vision"
     registers = (
         ("processors", "ViTImageProcessor"),
+        ("processors", "BitImageProcessor"),
         ("pipelines", "image-classification"),
         ("pipelines", "image-feature-extraction"),
     )

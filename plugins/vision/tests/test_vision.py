@@ -110,3 +110,14 @@ def test_processor_files_and_auto(tmp_path: Path) -> None:
     assert AutoImageProcessor.from_pretrained(fallback).size == {"height": 8, "width": 8}
     with pytest.raises(Exception, match="size"):
         ViTImageProcessor(size={"height": 8})
+
+
+def test_bit_processor_crops_and_is_dinov2_fallback(tmp_path: Path) -> None:
+    from microformers_vision import BitImageProcessor
+
+    proc = BitImageProcessor(size={"shortest_edge": 20}, crop_size={"height": 16, "width": 18})
+    assert proc(RGB, return_tensors="np")["pixel_values"].shape == (1, 3, 16, 18)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "dinov2"}))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"crop_size": {"height": 8, "width": 8}}))
+    loaded = AutoImageProcessor.from_pretrained(tmp_path)
+    assert isinstance(loaded, BitImageProcessor) and loaded.crop_size == {"height": 8, "width": 8}

@@ -12,12 +12,14 @@ import os
 from typing import Any
 
 import numpy as np
+import PIL.Image
+import PIL.ImageOps
 import torch
 
 from microformers import Pipeline
 from microformers.errors import ConfigError
 
-from .image_utils import load_image
+from .image_utils import ImageInputError, describe, load_image
 
 __all__ = ["ImageClassificationPipeline", "ImageFeatureExtractionPipeline"]
 
@@ -50,6 +52,18 @@ def _is_single_image(inputs: Any) -> bool:
     return True
 
 
+def _pipeline_image(image: Any) -> PIL.Image.Image:
+    """As the reference pipelines read a file or PIL image: EXIF rotation applied, then ``convert("RGB")``
+    (alpha dropped, not composited); 16/32-bit images are refused rather than clipped."""
+    if not isinstance(image, PIL.Image.Image):
+        raise ImageInputError(f"cannot read {describe(image)} as an image; pass a path, bytes, a PIL image or an array")
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+        raise ImageInputError(
+            f"{describe(image)} has 16/32-bit or float pixels; scale it to 0..255 and convert it to 'RGB' first"
+        )
+    return PIL.ImageOps.exif_transpose(image).convert("RGB")
+
+
 class _ImagePipeline(Pipeline):
     needs_tokenizer = False
     task_name = "image"
@@ -64,7 +78,7 @@ class _ImagePipeline(Pipeline):
 
     def preprocess(self, image: Any, **image_processor_kwargs: Any) -> dict[str, Any]:
         if not isinstance(image, (np.ndarray, torch.Tensor)):
-            image = load_image(image)
+            image = _pipeline_image(load_image(image))
         inputs = dict(self.image_processor(image, return_tensors="pt", **image_processor_kwargs))
         dtype = getattr(self.model, "dtype", None)
         if isinstance(dtype, torch.dtype) and dtype.is_floating_point:

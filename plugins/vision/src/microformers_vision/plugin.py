@@ -15,13 +15,16 @@ _P = "microformers_vision"
 
 # name -> (module:class, role, model types it is the default for)
 PROCESSORS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "ViTImageProcessor": (f"{_P}.image_processing_vit:ViTImageProcessor", "image_processor", ("vit", "dinov2")),
-    # Saved by the reference's torchvision-backed processor; same settings, same numbers.
+    "ViTImageProcessor": (f"{_P}.image_processing_vit:ViTImageProcessor", "image_processor", ("vit",)),
+    "BitImageProcessor": (f"{_P}.image_processing_bit:BitImageProcessor", "image_processor", ("bit", "dinov2")),
+    # Saved by the reference's torchvision-backed processors; same settings, same numbers.
     "ViTImageProcessorFast": (f"{_P}.image_processing_vit:ViTImageProcessor", "image_processor", ()),
+    "BitImageProcessorFast": (f"{_P}.image_processing_bit:BitImageProcessor", "image_processor", ()),
 }
 
 EXPORTS: dict[str, str] = {
     "ViTImageProcessor": f"{_P}.image_processing_vit:ViTImageProcessor",
+    "BitImageProcessor": f"{_P}.image_processing_bit:BitImageProcessor",
     "BaseImageProcessor": f"{_P}.image_processing_utils:BaseImageProcessor",
     "ImageProcessingMixin": f"{_P}.image_processing_utils:ImageProcessingMixin",
     "ImageClassificationPipeline": f"{_P}.pipelines:ImageClassificationPipeline",
