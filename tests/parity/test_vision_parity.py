@@ -137,3 +137,18 @@ def test_bit_processor_files_both_ways(tmp_path: Path) -> None:
     BitImageProcessor(crop_size={"height": 20, "width": 20}).save_pretrained(tmp_path / "ours")
     theirs = ReferenceAuto.from_pretrained(tmp_path / "ours", backend="pil")
     assert dict(theirs.crop_size) == {"height": 20, "width": 20}
+
+
+def test_shortest_and_longest_edge_resize_matches_reference() -> None:
+    from transformers.models.bit.image_processing_pil_bit import BitImageProcessorPil
+
+    from microformers_vision import BitImageProcessor
+
+    settings = {"size": {"shortest_edge": 20, "longest_edge": 30}, "do_center_crop": False}
+    ours, theirs = BitImageProcessor(**settings), BitImageProcessorPil(**settings)
+    for shape in ((37, 53, 3), (53, 37, 3), (20, 25, 3), (10, 60, 3)):
+        image = RNG.integers(0, 256, shape, dtype=np.uint8)
+        got = ours(image, return_tensors="np")["pixel_values"]
+        want = theirs(image, return_tensors="np")["pixel_values"]
+        assert got.shape == want.shape, shape
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)

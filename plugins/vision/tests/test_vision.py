@@ -121,3 +121,11 @@ def test_bit_processor_crops_and_is_dinov2_fallback(tmp_path: Path) -> None:
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({"crop_size": {"height": 8, "width": 8}}))
     loaded = AutoImageProcessor.from_pretrained(tmp_path)
     assert isinstance(loaded, BitImageProcessor) and loaded.crop_size == {"height": 8, "width": 8}
+
+
+def test_decompression_bomb_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "big.png"
+    PIL.Image.fromarray(RGB).save(path)
+    monkeypatch.setattr(PIL.Image, "MAX_IMAGE_PIXELS", 100)
+    with pytest.raises(ImageInputError, match="big.png.*too large"):
+        load_image(path)

@@ -22,6 +22,7 @@ from .image_transforms import (
     center_crop,
     convert_to_rgb,
     get_resize_output_image_size,
+    get_size_with_aspect_ratio,
     normalize,
     rescale,
     resize,
@@ -32,6 +33,7 @@ from .image_utils import (
     ImageInputError,
     PILImageResampling,
     describe,
+    get_image_size,
     infer_channel_dimension_format,
     make_flat_list_of_images,
 )
@@ -159,12 +161,15 @@ class BaseImageProcessor(ImageProcessingMixin):
     ) -> np.ndarray:
         if "height" in size and "width" in size:
             target = (size["height"], size["width"])
+        elif "shortest_edge" in size and "longest_edge" in size:
+            target = get_size_with_aspect_ratio(
+                get_image_size(image, kwargs.get("input_data_format")), size["shortest_edge"], size["longest_edge"]
+            )
         elif "shortest_edge" in size:
             target = get_resize_output_image_size(
                 image,
                 size["shortest_edge"],
                 default_to_square=False,
-                max_size=size.get("longest_edge"),
                 input_data_format=kwargs.get("input_data_format"),
             )
         else:

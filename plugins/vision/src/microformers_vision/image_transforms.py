@@ -28,6 +28,7 @@ __all__ = [
     "center_crop",
     "convert_to_rgb",
     "get_resize_output_image_size",
+    "get_size_with_aspect_ratio",
     "normalize",
     "pad",
     "rescale",
@@ -137,6 +138,24 @@ def get_resize_output_image_size(
         if new_long > max_size:
             new_short, new_long = int(max_size * new_short / new_long), max_size
     return (new_long, new_short) if width <= height else (new_short, new_long)
+
+
+def get_size_with_aspect_ratio(image_size: tuple[int, int], size: int, max_size: int | None = None) -> tuple[int, int]:
+    """``(height, width)`` with the shorter edge ``size`` (aspect kept), shrunk so the longer edge stays within
+    ``max_size`` (the ``{"shortest_edge", "longest_edge"}`` size dicts)."""
+    height, width = image_size
+    raw_size = None
+    if max_size is not None:
+        short, long = float(min(height, width)), float(max(height, width))
+        if long / short * size > max_size:
+            raw_size = max_size * short / long
+            size = round(raw_size)
+    if (height <= width and height == size) or (width <= height and width == size):
+        return height, width
+    scale = raw_size if raw_size is not None else size
+    if width < height:
+        return int(scale * height / width), size
+    return size, int(scale * width / height)
 
 
 def resize(

@@ -147,6 +147,11 @@ def load_image(image: Any) -> Any:
         with PIL.Image.open(source) as opened:
             opened.load()
             loaded = opened.copy()
+    except PIL.Image.DecompressionBombError as exc:
+        raise ImageInputError(
+            f"{name} is too large to decode safely ({exc}); downscale it first, or raise PIL.Image.MAX_IMAGE_PIXELS "
+            "if you trust the file"
+        ) from exc
     except (PIL.UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageInputError(
             f"{name} is not a readable image ({exc}); pass a PNG, JPEG or other Pillow format"
