@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "AutoModelForPreTraining": "auto",
     "AutoModelForCTC": "auto",
     "AutoModelForSeq2SeqLM": "auto",
+    "AutoModelForSpeechSeq2Seq": "auto",
     "AutoModelForTextEncoding": "auto",
     "AutoModelForAudioClassification": "auto",
     "AutoModelForImageClassification": "auto",

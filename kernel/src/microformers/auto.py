@@ -200,6 +200,7 @@ AutoModelForNextSentencePrediction = auto_class("AutoModelForNextSentencePredict
 AutoModelForPreTraining = auto_class("AutoModelForPreTraining")
 AutoModelForCTC = auto_class("AutoModelForCTC")
 AutoModelForSeq2SeqLM = auto_class("AutoModelForSeq2SeqLM")
+AutoModelForSpeechSeq2Seq = auto_class("AutoModelForSpeechSeq2Seq")
 AutoModelForTextEncoding = auto_class("AutoModelForTextEncoding")
 AutoModelForAudioClassification = auto_class("AutoModelForAudioClassification")
 AutoModelForImageClassification = auto_class("AutoModelForImageClassification")

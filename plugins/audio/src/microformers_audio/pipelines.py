@@ -4,10 +4,13 @@ Inputs (see :mod:`microformers_audio.audio_io`): a file path or bytes, a 1-D arr
 rate, or ``{"array"/"raw": samples, "sampling_rate": rate}`` (resampled with soxr when it differs).
 
 Speech recognition runs CTC models (``AutoModelForCTC``): logits -> argmax ids -> the tokenizer's
-CTC decoding. ``chunk_length_s`` cuts long audio into overlapping windows (``stride_length_s`` of
+CTC decoding; and encoder-decoder speech models (``AutoModelForSpeechSeq2Seq``, Whisper): features ->
+``model.generate(**generate_kwargs)`` -> ``tokenizer.decode(skip_special_tokens=True)``, with
+``return_timestamps=True`` giving segment ``chunks`` from the tokenizer's timestamp offsets. ``chunk_length_s`` cuts long audio into overlapping windows (``stride_length_s`` of
 context on each side, default ``chunk_length_s / 6``) whose predictions for the context frames are
 dropped before the pieces are joined, so the text equals one pass wherever the model would have
-seen enough context. ``return_timestamps="char"`` or ``"word"`` adds ``chunks`` with
+seen enough context (encoder-decoder windows are joined where their token sequences overlap best, as the
+reference does). For CTC models ``return_timestamps="char"`` or ``"word"`` adds ``chunks`` with
 ``(start, end)`` times in seconds. Results equal the reference pipeline's.
 """
 
@@ -91,8 +94,16 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         self.feature_extractor = _resolve_feature_extractor(feature_extractor, model)
         if kwargs.pop("decoder", None) is not None:
             raise ConfigError("decoder=... (language-model CTC decoding with pyctcdecode) is not supported")
+        self.is_seq2seq = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
         super().__init__(model, tokenizer, **kwargs)
-        if not hasattr(self.tokenizer, "decode") or not hasattr(self.tokenizer, "_get_word_offsets"):
+        self.is_seq2seq = bool(getattr(self.model.config, "is_encoder_decoder", False))
+        if self.is_seq2seq:
+            if not hasattr(self.model, "generate") or not hasattr(self.tokenizer, "decode"):
+                raise ConfigError(
+                    f"{type(self.model).__name__} is an encoder-decoder model; speech recognition with it needs "
+                    "model.generate and a tokenizer with decode"
+                )
+        elif not hasattr(self.tokenizer, "decode") or not hasattr(self.tokenizer, "_get_word_offsets"):
             raise ConfigError(
                 f"the automatic-speech-recognition pipeline decodes CTC output and needs a CTC tokenizer "
                 f"(Wav2Vec2CTCTokenizer); got {type(self.tokenizer).__name__}"
@@ -110,31 +121,60 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         self,
         chunk_length_s: float | None = None,
         stride_length_s: float | tuple[float, float] | list[float] | None = None,
-        return_timestamps: str | None = None,
+        return_timestamps: str | bool | None = None,
+        generate_kwargs: dict[str, Any] | None = None,
+        max_new_tokens: int | None = None,
         **kwargs: Any,
     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         if kwargs:
             raise ConfigError(
                 f"the automatic-speech-recognition pipeline does not take {', '.join(sorted(kwargs))} "
-                "(it takes chunk_length_s, stride_length_s, return_timestamps, batch_size)"
+                "(it takes chunk_length_s, stride_length_s, return_timestamps, generate_kwargs, max_new_tokens, "
+                "batch_size)"
             )
         pre: dict[str, Any] = {}
         post: dict[str, Any] = {}
+        forward: dict[str, Any] = {}
+        seq2seq = getattr(self, "is_seq2seq", False)
+        if not seq2seq and (generate_kwargs is not None or max_new_tokens is not None):
+            given = "max_new_tokens" if max_new_tokens is not None else "generate_kwargs"
+            raise ConfigError(
+                f"the automatic-speech-recognition pipeline does not take {given} for a CTC model (it applies to "
+                "encoder-decoder models such as Whisper)"
+            )
+        if generate_kwargs is not None:
+            if not isinstance(generate_kwargs, dict):
+                raise ConfigError(f"generate_kwargs must be a dict of generate() arguments, got {generate_kwargs!r}")
+            forward["generate_kwargs"] = dict(generate_kwargs)
+        if max_new_tokens is not None:
+            forward.setdefault("generate_kwargs", {})["max_new_tokens"] = max_new_tokens
         if chunk_length_s is not None:
             if isinstance(chunk_length_s, bool) or not isinstance(chunk_length_s, (int, float)) or chunk_length_s < 0:
                 raise ConfigError(f"chunk_length_s={chunk_length_s!r}: pass a positive number of seconds")
             pre["chunk_length_s"] = chunk_length_s
         if stride_length_s is not None:
             pre["stride_length_s"] = stride_length_s
-        if return_timestamps is not None:
+        if return_timestamps is not None and seq2seq:
+            if return_timestamps == "word":
+                raise ConfigError(
+                    "return_timestamps='word' (cross-attention alignment of each word) is not implemented for "
+                    "encoder-decoder speech models; pass return_timestamps=True for segment timestamps"
+                )
+            if return_timestamps not in (True, False):
+                raise ConfigError(f"return_timestamps={return_timestamps!r}: pass True for segment timestamps")
+            forward["return_timestamps"] = bool(return_timestamps)
+            post["return_timestamps"] = bool(return_timestamps)
+        elif return_timestamps is not None:
             if return_timestamps not in ("char", "word"):
                 raise ConfigError(
                     f"return_timestamps={return_timestamps!r}: CTC models give 'char' or 'word' timestamps"
                 )
             post["return_timestamps"] = return_timestamps
-        return pre, {}, post
+        return pre, forward, post
 
     def _check_memory(self, num_samples: int, chunked: bool = False) -> None:
+        if self.is_seq2seq:  # the feature extractor cuts or pads every window to its fixed length
+            return
         config = self.model.config
         frames = num_samples // max(self._align_to, 1)
         heads = int(getattr(config, "num_attention_heads", 1))
@@ -208,7 +248,35 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             if is_last:
                 break
 
-    def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
+    def _generate(
+        self, model_inputs: dict[str, Any], return_timestamps: bool = False, generate_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Encoder-decoder models: ``generate`` on the window's features; the stride stays in audio samples."""
+        model_inputs = dict(model_inputs)
+        attention_mask = model_inputs.pop("attention_mask", None)
+        stride = model_inputs.pop("stride", None)
+        is_last = model_inputs.pop("is_last")
+        name = getattr(self.model, "main_input_name", "input_features")
+        values = model_inputs.pop(name)
+        dtype = _float_dtype(self.model)
+        if dtype is not None and values.dtype != dtype:
+            values = values.to(dtype)
+        settings = dict(generate_kwargs or {})
+        if return_timestamps:
+            settings["return_timestamps"] = True
+        tokens = self.model.generate(**{name: values, "attention_mask": attention_mask}, **settings)
+        if not isinstance(tokens, torch.Tensor):
+            tokens = tokens["sequences"]
+        out: dict[str, Any] = {"is_last": is_last, "tokens": tokens}
+        if stride is not None:
+            out["stride"] = stride
+        return {**out, **model_inputs}
+
+    def _forward(
+        self, model_inputs: dict[str, Any], return_timestamps: bool = False, generate_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        if self.is_seq2seq:
+            return self._generate(model_inputs, return_timestamps, generate_kwargs)
         model_inputs = dict(model_inputs)
         attention_mask = model_inputs.pop("attention_mask", None)
         stride = model_inputs.pop("stride", None)
@@ -235,7 +303,38 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             )
         return {**out, **model_inputs}
 
-    def postprocess(self, model_outputs: list[dict[str, Any]], return_timestamps: str | None = None) -> dict[str, Any]:
+    def _postprocess_seq2seq(self, model_outputs: list[dict[str, Any]], return_timestamps: bool) -> dict[str, Any]:
+        tokenizer = self.tokenizer
+        rows = [output["tokens"].reshape(-1).tolist() for output in model_outputs]
+        if len(rows) > 1 and return_timestamps:
+            raise ConfigError(
+                "return_timestamps=True with chunk_length_s is not implemented for encoder-decoder models; drop one "
+                "of them"
+            )
+        if len(rows) == 1:
+            ids = rows[0]
+        else:
+            special = set(getattr(tokenizer, "all_special_ids", []) or [])
+            begin = getattr(tokenizer, "timestamp_begin", None)
+            text_only = [[t for t in row if t not in special and (begin is None or t < begin)] for row in rows]
+            ids = merge_overlapping_sequences(text_only)
+        result: dict[str, Any] = {"text": tokenizer.decode(ids, skip_special_tokens=True)}
+        if return_timestamps:
+            offsets = tokenizer.decode(ids, skip_special_tokens=True, output_offsets=True)["offsets"]
+            result["chunks"] = [{"text": item["text"], "timestamp": tuple(item["timestamp"])} for item in offsets]
+        return result
+
+    def postprocess(
+        self, model_outputs: list[dict[str, Any]], return_timestamps: str | bool | None = None
+    ) -> dict[str, Any]:
+        if self.is_seq2seq:
+            result = self._postprocess_seq2seq(model_outputs, bool(return_timestamps))
+            extra_seq2seq: dict[str, list[Any]] = defaultdict(list)
+            for output in model_outputs:
+                for key, value in output.items():
+                    if key not in ("tokens", "is_last", "stride"):
+                        extra_seq2seq[key].append(value)
+            return {**result, **extra_seq2seq}
         pieces = []
         for output in model_outputs:
             tokens = output["tokens"].numpy()
@@ -264,6 +363,26 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
                 if key not in ("tokens", "is_last", "stride"):
                     extra[key].append(value)
         return {**result, **extra}
+
+
+def merge_overlapping_sequences(sequences: list[list[int]]) -> list[int]:
+    """Join the token sequences of overlapping windows: each next one is aligned to the end of what came before
+    at the offset with the largest share of equal tokens (more than one match; ties go to longer overlaps), and the
+    two are cut in the middle of that overlap (the reference's rule for chunked encoder-decoder transcription)."""
+    merged: list[int] = []
+    left = list(sequences[0]) if sequences else []
+    for right in sequences[1:]:
+        best, cut = 0.0, (len(left), len(left), 0, 0)
+        for shift in range(1, len(left) + len(right)):
+            left_start, left_stop = max(0, len(left) - shift), min(len(left), len(left) + len(right) - shift)
+            right_start, right_stop = max(0, shift - len(left)), min(len(right), shift)
+            matches = sum(a == b for a, b in zip(left[left_start:left_stop], right[right_start:right_stop]))
+            score = matches / shift + shift / 10000.0
+            if matches > 1 and score > best:
+                best, cut = score, (left_start, left_stop, right_start, right_stop)
+        merged.extend(left[: (cut[0] + cut[1]) // 2])
+        left = list(right[(cut[2] + cut[3]) // 2 :])
+    return merged + left
 
 
 def _rescale_stride(strides: list[tuple[int, int, int]], ratio: float) -> list[tuple[int, int, int]]:

@@ -58,7 +58,7 @@ def register_pipelines(register: Any) -> None:
     register(
         "automatic-speech-recognition",
         f"{_P}.pipelines:AutomaticSpeechRecognitionPipeline",
-        model_class=("AutoModelForCTC",),
+        model_class=("AutoModelForCTC", "AutoModelForSpeechSeq2Seq"),
     )
     register(
         "audio-classification",

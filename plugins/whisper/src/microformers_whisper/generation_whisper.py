@@ -1,0 +1,364 @@
+"""Whisper's ``generate``: the decoder prompt and logits processors, then the standard encoder-decoder generate.
+
+The prompt a Whisper decoder starts from is ``[<|startofprev|> prompt text] <|startoftranscript|> <|lang|> <|task|>
+[<|notimestamps|>]``, built from ``language=`` / ``task=`` / ``return_timestamps=`` and ``generation_config.json``'s
+``lang_to_id``, ``task_to_id`` and ``no_timestamps_token_id``. Without ``language`` a multilingual model detects it
+from the first token's logits over the language tokens. ``suppress_tokens`` / ``begin_suppress_tokens`` become
+processors counted from the end of that prompt, and ``return_timestamps`` adds :class:`WhisperTimeStampLogitsProcessor`.
+Decoding itself (greedy, sampling, beam search) is ``microformers-generation``'s encoder-decoder path.
+
+As the reference, the result holds the generated tokens only (prompt, final eos and padding dropped, rows padded
+with ``pad_token_id``); ``force_unique_generate_call=True`` or ``return_dict_in_generate=True`` returns what the
+standard generate returned. Audio longer than one 30 s window is refused: use the pipeline's ``chunk_length_s``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from microformers import GenerationConfig, GenerationError, LogitsProcessor
+
+from .languages import TASKS, language_code
+
+if TYPE_CHECKING:
+    from .modeling_whisper import WhisperForConditionalGeneration
+
+__all__ = [
+    "SuppressTokensAtBeginLogitsProcessor",
+    "SuppressTokensLogitsProcessor",
+    "WhisperTimeStampLogitsProcessor",
+    "detect_language",
+    "whisper_generate",
+]
+
+
+class SuppressTokensLogitsProcessor(LogitsProcessor):
+    """``generation_config.suppress_tokens``: never generated."""
+
+    def __init__(self, suppress_tokens: Sequence[int]) -> None:
+        self.tokens = [int(t) for t in suppress_tokens]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        tokens = [t for t in self.tokens if 0 <= t < scores.shape[-1]]
+        scores = scores.clone()
+        scores[:, tokens] = -float("inf")
+        return scores
+
+
+class SuppressTokensAtBeginLogitsProcessor(SuppressTokensLogitsProcessor):
+    """``generation_config.begin_suppress_tokens``: not generated as the first token after the decoder prompt."""
+
+    def __init__(self, begin_suppress_tokens: Sequence[int], begin_index: int) -> None:
+        super().__init__(begin_suppress_tokens)
+        self.begin_index = begin_index
+
+    def set_begin_index(self, begin_index: int) -> None:
+        self.begin_index = begin_index
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] != self.begin_index:
+            return scores
+        return super().__call__(input_ids, scores)
+
+
+class WhisperTimeStampLogitsProcessor(LogitsProcessor):
+    """Timestamp rules: ``<|notimestamps|>`` never; timestamps come in pairs (except right before eos) and never
+    decrease; the first generated token is a timestamp no later than ``max_initial_timestamp_index``; and when the
+    timestamps together are likelier than any text token, a timestamp is forced."""
+
+    def __init__(self, generation_config: GenerationConfig, begin_index: int) -> None:
+        self.no_timestamps_token_id = int(generation_config.no_timestamps_token_id)
+        self.timestamp_begin = self.no_timestamps_token_id + 1
+        eos = generation_config.eos_token_id if generation_config.eos_token_id is not None else None
+        eos = eos if eos is not None else generation_config.bos_token_id
+        self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
+        self.begin_index = begin_index
+        self.max_initial_timestamp_index = getattr(generation_config, "max_initial_timestamp_index", None)
+        self.detect_from_logprob = bool(getattr(generation_config, "_detect_timestamp_from_logprob", True))
+
+    def set_begin_index(self, begin_index: int) -> None:
+        self.begin_index = begin_index
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = scores.clone()
+        scores[:, self.no_timestamps_token_id] = -float("inf")
+        begin = self.timestamp_begin
+        lowest_allowed = []
+        for row, sequence in enumerate(input_ids.tolist()):
+            generated = sequence[self.begin_index :]
+            last_is_time = len(generated) >= 1 and generated[-1] >= begin
+            before_last_is_time = len(generated) < 2 or generated[-2] >= begin
+            if last_is_time:
+                if before_last_is_time:  # a closed pair: text (or eos) next
+                    scores[row, begin:] = -float("inf")
+                else:  # an open pair: its closing timestamp (or eos) next
+                    scores[row, : self.eos_token_id] = -float("inf")
+            times = [token for token in generated if token >= begin]
+            if not times:
+                lowest_allowed.append(begin)
+            elif last_is_time and not before_last_is_time:
+                lowest_allowed.append(times[-1])
+            else:
+                lowest_allowed.append(times[-1] + 1)
+        vocab = torch.arange(scores.shape[-1], device=scores.device)
+        lowest = torch.tensor(lowest_allowed, device=scores.device).unsqueeze(-1)
+        scores.masked_fill_((vocab >= begin) & (vocab < lowest), -float("inf"))
+        if input_ids.shape[1] == self.begin_index:
+            scores[:, :begin] = -float("inf")
+            if self.max_initial_timestamp_index is not None:
+                scores[:, begin + self.max_initial_timestamp_index + 1 :] = -float("inf")
+        if self.detect_from_logprob:
+            logprobs = torch.log_softmax(scores.float(), dim=-1)
+            time_logprob = logprobs[:, begin:].logsumexp(dim=-1)
+            best_text = logprobs[:, :begin].max(dim=-1).values
+            scores[:, :begin].masked_fill_((time_logprob > best_text).unsqueeze(-1), -float("inf"))
+        return scores
+
+
+def detect_language(
+    model: WhisperForConditionalGeneration,
+    input_features: torch.Tensor | None = None,
+    encoder_outputs: Any = None,
+    generation_config: GenerationConfig | None = None,
+) -> torch.Tensor:
+    """The most likely language token per row: the first decoder step's logits over ``lang_to_id``'s tokens."""
+    config = generation_config or model.generation_config
+    lang_to_id = getattr(config, "lang_to_id", None)
+    if not lang_to_id:
+        raise GenerationError(
+            "language detection needs generation_config.lang_to_id (the language tokens); pass language=... or "
+            "use a generation_config.json that lists them"
+        )
+    if (input_features is None) == (encoder_outputs is None):
+        raise GenerationError("detect_language needs exactly one of input_features or encoder_outputs")
+    inputs = {"input_features": input_features} if input_features is not None else {"encoder_outputs": encoder_outputs}
+    batch = input_features.shape[0] if input_features is not None else _encoder_batch(encoder_outputs)
+    start = torch.full((batch, 1), int(config.decoder_start_token_id), dtype=torch.long, device=model.device)
+    with torch.no_grad():
+        logits = model(**inputs, decoder_input_ids=start, use_cache=False).logits[:, -1]
+    keep = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    keep[list(lang_to_id.values())] = True
+    return logits.masked_fill(~keep, -float("inf")).argmax(-1)
+
+
+def _encoder_batch(encoder_outputs: Any) -> int:
+    hidden = getattr(encoder_outputs, "last_hidden_state", None)
+    return int((hidden if hidden is not None else encoder_outputs[0]).shape[0])
+
+
+def _language_id(language: str, config: GenerationConfig) -> int:
+    lang_to_id: dict[str, int] = config.lang_to_id
+    token = language if language in lang_to_id else None
+    if token is None:
+        code = language_code(language)
+        token = f"<|{code}|>" if code is not None else None
+    if token is None or token not in lang_to_id:
+        listed = ", ".join(t.strip("<|>") for t in lang_to_id)
+        raise GenerationError(
+            f"language={language!r} is not one this model's generation_config.lang_to_id lists ({listed}); pass "
+            "one of those codes (or its English name)"
+        )
+    return int(lang_to_id[token])
+
+
+def _check_settings(config: GenerationConfig, language: Any, task: str | None, return_timestamps: bool) -> None:
+    if getattr(config, "is_multilingual", None) is False and (language is not None or task is not None):
+        raise GenerationError(
+            "this is an English-only Whisper model (generation_config.is_multilingual=False): drop language= and "
+            "task=, or pass is_multilingual=True if the model is in fact multilingual"
+        )
+    if language is not None and not getattr(config, "lang_to_id", None):
+        raise GenerationError(
+            "language= needs generation_config.lang_to_id (the model's language tokens), which this model's "
+            "generation_config.json lacks; add it or drop language="
+        )
+    if task is not None:
+        if task not in TASKS:
+            raise GenerationError(f"task={task!r} is not a Whisper task; use one of {list(TASKS)}")
+        if not getattr(config, "task_to_id", None):
+            raise GenerationError(
+                "task= needs generation_config.task_to_id (the <|transcribe|> / <|translate|> tokens), which this "
+                "model's generation_config.json lacks; add it or drop task="
+            )
+    if return_timestamps and getattr(config, "no_timestamps_token_id", None) is None:
+        raise GenerationError(
+            "return_timestamps=True needs timestamp tokens, but this model's generation_config has no "
+            "no_timestamps_token_id (timestamps follow it in the vocabulary); drop return_timestamps or fix "
+            "generation_config.json"
+        )
+
+
+def _init_tokens(
+    model: WhisperForConditionalGeneration,
+    input_features: torch.Tensor | None,
+    encoder_outputs: Any,
+    batch: int,
+    config: GenerationConfig,
+    language: Any,
+    task: str | None,
+    return_timestamps: bool,
+) -> torch.Tensor:
+    """``(batch, n)`` start tokens: start, language (given or detected), task, ``<|notimestamps|>``."""
+    start = [int(config.decoder_start_token_id)]
+    forced = getattr(config, "forced_decoder_ids", None)
+    if task is None and language is None and forced:
+        for position, (index, token) in enumerate(forced, start=1):
+            if index != position:
+                raise GenerationError(
+                    f"generation_config.forced_decoder_ids {forced} do not follow Whisper's prompt (positions 1, 2, "
+                    "...); pass language= and task= instead"
+                )
+            start.append(token)
+    has_language = len(start) > 1 and start[1] is not None
+    if isinstance(language, (list, tuple)):
+        if len(language) != batch or any(item is None for item in language):
+            raise GenerationError(
+                f"language= as a list needs one language per row ({batch}), none of them None; got {language}"
+            )
+        language_ids: list[int] | None = [_language_id(item, config) for item in language]
+    elif language is not None:
+        language_ids = [_language_id(language, config)] * batch
+    elif getattr(config, "lang_to_id", None) and not has_language:
+        language_ids = detect_language(model, input_features, encoder_outputs, config).tolist()
+    else:
+        language_ids = None
+    rows = []
+    for row in range(batch):
+        tokens = list(start)
+        if language_ids is not None:
+            if len(tokens) > 1:
+                tokens[1] = language_ids[row]
+            else:
+                tokens.append(language_ids[row])
+        task_ids = list(getattr(config, "task_to_id", None) or {})
+        task_values = [config.task_to_id[name] for name in task_ids]
+        if task is not None:
+            tokens = [t for t in tokens if t not in task_values] + [config.task_to_id[task]]
+        elif language is not None and task_values and not any(t in tokens for t in task_values):
+            tokens.append(config.task_to_id["transcribe"])
+        no_timestamps = getattr(config, "no_timestamps_token_id", None)
+        if not return_timestamps and no_timestamps is not None and tokens[-1] != no_timestamps:
+            tokens.append(no_timestamps)
+        elif return_timestamps and tokens[-1] == no_timestamps:
+            tokens = tokens[:-1]
+        rows.append([t for t in tokens if t is not None])
+    return torch.tensor(rows, dtype=torch.long, device=model.device)
+
+
+def _generated_only(sequences: torch.Tensor, prompt_length: int, config: GenerationConfig) -> torch.Tensor:
+    """Each row's new tokens without trailing padding and eos, right-padded with ``pad_token_id``."""
+    pad, eos = config.pad_token_id, config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    rows = []
+    for row in sequences[:, prompt_length:]:
+        if len(row) and pad is not None and row[-1] == pad:
+            pads = int((row == pad).sum()) - (1 if pad == eos else 0)
+            row = row[: len(row) - pads] if pads else row
+        if len(row) and eos is not None and row[-1] == eos:
+            row = row[:-1]
+        rows.append(row)
+    width = max(len(row) for row in rows)
+    filler = pad if pad is not None else 0
+    return torch.stack([torch.nn.functional.pad(row, (0, width - len(row)), value=filler) for row in rows])
+
+
+def whisper_generate(
+    model: WhisperForConditionalGeneration,
+    input_features: torch.Tensor | None = None,
+    generation_config: GenerationConfig | None = None,
+    logits_processor: Sequence[Any] | None = None,
+    stopping_criteria: Sequence[Any] | None = None,
+    language: str | Sequence[str] | None = None,
+    task: str | None = None,
+    return_timestamps: bool | None = None,
+    prompt_ids: torch.Tensor | None = None,
+    is_multilingual: bool | None = None,
+    temperature: float | None = None,
+    force_unique_generate_call: bool | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Transcribe or translate one 30 s window per row of ``input_features`` (see the module docstring)."""
+    if input_features is None:
+        input_features = kwargs.pop("inputs", None)
+    encoder_outputs = kwargs.get("encoder_outputs")
+    if input_features is None and encoder_outputs is None:
+        raise GenerationError("generate() needs input_features (from WhisperFeatureExtractor) or encoder_outputs")
+    if isinstance(temperature, (list, tuple)):
+        raise GenerationError(
+            "temperature fallback (a list of temperatures) belongs to long-form decoding, which microformers does "
+            "not implement; pass one temperature"
+        )
+    if kwargs.get("decoder_input_ids") is not None:
+        raise GenerationError("Whisper's generate builds decoder_input_ids itself; pass prompt_ids= instead")
+    if input_features is not None:
+        frames = 2 * model.config.max_source_positions
+        if input_features.shape[-1] > frames:
+            raise GenerationError(
+                f"input_features has {input_features.shape[-1]} frames, more than one {frames}-frame (30 s) window: "
+                "long-form (sequential) decoding is not implemented. Use pipeline('automatic-speech-recognition', "
+                "model=..., chunk_length_s=30) for long audio, or cut it into 30 s pieces"
+            )
+    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    if is_multilingual is not None:
+        config.is_multilingual = is_multilingual
+    if return_timestamps is None:
+        return_timestamps = bool(getattr(config, "return_timestamps", False))
+    _check_settings(config, language, task, return_timestamps)
+    config.return_timestamps = return_timestamps
+    batch = input_features.shape[0] if input_features is not None else _encoder_batch(encoder_outputs)
+    features_for_detection = input_features if encoder_outputs is None else None
+    init = _init_tokens(
+        model, features_for_detection, encoder_outputs, batch, config, language, task, return_timestamps
+    )
+    decoder_input_ids = init
+    if prompt_ids is not None:
+        prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=init.device).view(1, -1)
+        decoder_input_ids = torch.cat([prompt.expand(batch, -1), init], dim=-1)
+    begin = decoder_input_ids.shape[-1]
+
+    for name in ("max_new_tokens", "max_length", "num_beams", "do_sample"):
+        if name in kwargs:
+            setattr(config, name, kwargs.pop(name))
+    max_positions = model.config.max_target_positions
+    if (config.max_new_tokens or 0) + begin > max_positions:
+        raise GenerationError(
+            f"the decoder prompt ({begin} tokens with prompt_ids) plus max_new_tokens={config.max_new_tokens} "
+            f"exceeds max_target_positions={max_positions}; shorten the prompt or lower max_new_tokens"
+        )
+    if config.max_new_tokens is None:
+        max_length = config.max_length if config.max_length is not None else 20
+        config.max_length = min(max_length + min(max_positions // 2 - 1, begin), max_positions)
+    config.do_sample = temperature is not None and temperature > 0.0
+    config.temperature = temperature if config.do_sample else 1.0
+    if config.do_sample:
+        config.num_beams = 1
+
+    processors: list[Any] = []
+    if config.begin_suppress_tokens:
+        processors.append(SuppressTokensAtBeginLogitsProcessor(config.begin_suppress_tokens, begin))
+    if config.suppress_tokens:
+        processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens))
+    if return_timestamps:
+        processors.append(WhisperTimeStampLogitsProcessor(config, begin))
+    config.suppress_tokens = []  # empty, not None: None would be filled back from the model's generation config
+    config.begin_suppress_tokens = []
+    processors += list(logits_processor or [])
+
+    from .modeling_whisper import WhisperForConditionalGeneration
+
+    standard_generate = super(WhisperForConditionalGeneration, model).generate
+    outputs = standard_generate(
+        input_features,
+        generation_config=config,
+        logits_processor=processors,
+        stopping_criteria=stopping_criteria,
+        decoder_input_ids=decoder_input_ids,
+        **kwargs,
+    )
+    if force_unique_generate_call or config.return_dict_in_generate or not isinstance(outputs, torch.Tensor):
+        return outputs
+    return _generated_only(outputs, begin, config)

@@ -1,0 +1,96 @@
+"""microformers-whisper through the SDK's plugin checks, plus the model's own behaviour on a tiny config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from microformers_sdk.testing import PluginConformanceTests
+from microformers_whisper.configuration_whisper import WhisperConfig
+from microformers_whisper.modeling_whisper import (
+    WhisperForAudioClassification,
+    WhisperForConditionalGeneration,
+    WhisperInputError,
+    WhisperModel,
+)
+
+TINY: dict[str, Any] = {
+    "vocab_size": 50,
+    "num_mel_bins": 8,
+    "d_model": 16,
+    "encoder_layers": 1,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 20,
+    "decoder_ffn_dim": 24,
+    "max_source_positions": 10,
+    "max_target_positions": 12,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 3,
+    "begin_suppress_tokens": None,
+}
+
+
+class TestWhisperPluginConformance(PluginConformanceTests):
+    plugin_name = "whisper"
+    registers = (("configs", "whisper"), ("processors", "WhisperFeatureExtractor"), ("tokenizers", "whisper"))
+
+
+def tiny_features(batch: int = 2, frames: int = 20) -> torch.Tensor:
+    return torch.randn(batch, 8, frames, generator=torch.Generator().manual_seed(0))
+
+
+def test_encoder_positions_are_sinusoids_and_heads_are_tied() -> None:
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(WhisperConfig(**TINY)).eval()
+    table = model.model.encoder.embed_positions.weight
+    assert table.shape == (10, 16) and not table.requires_grad
+    assert torch.allclose(table[0, :8], torch.zeros(8)) and torch.allclose(table[0, 8:], torch.ones(8))
+    assert model.proj_out.weight is model.model.decoder.embed_tokens.weight
+
+
+def test_save_load_and_cached_decoding(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(WhisperConfig(**TINY)).eval()
+    model.save_pretrained(tmp_path)
+    loaded = WhisperForConditionalGeneration.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([[3, 5, 6, 7], [3, 8, 9, 10]])
+    with torch.no_grad():
+        full = model(tiny_features(), decoder_input_ids=ids).logits
+        first = loaded(tiny_features(), decoder_input_ids=ids[:, :2], use_cache=True)
+        rest = loaded(
+            encoder_outputs=(first.encoder_last_hidden_state,), decoder_input_ids=ids[:, 2:],
+            past_key_values=first.past_key_values, use_cache=True,
+        )  # fmt: skip
+    assert torch.allclose(torch.cat([first.logits, rest.logits], 1), full, atol=1e-5)
+
+
+def test_labels_give_a_loss_and_gradients() -> None:
+    torch.manual_seed(0)
+    model = WhisperForConditionalGeneration(WhisperConfig(**TINY))
+    labels = torch.tensor([[5, 6, 2, -100], [7, 8, 9, 2]])
+    out = model(tiny_features(), labels=labels)
+    out.loss.backward()
+    assert out.logits.shape == (2, 4, 50)
+    assert model.model.encoder.conv1.weight.grad is not None
+
+
+def test_bad_inputs_name_the_setting() -> None:
+    model = WhisperModel(WhisperConfig(**TINY)).eval()
+    with pytest.raises(WhisperInputError, match="max_source_positions"):
+        model(tiny_features(frames=18), decoder_input_ids=torch.tensor([[3]]))
+    with pytest.raises(WhisperInputError, match="max_target_positions"):
+        model(tiny_features(batch=1), decoder_input_ids=torch.zeros(1, 13, dtype=torch.long))
+    with pytest.raises(WhisperInputError, match="input_features"):
+        model(decoder_input_ids=torch.tensor([[3]]))
+
+
+def test_audio_classification_shapes() -> None:
+    model = WhisperForAudioClassification(WhisperConfig(**TINY, num_labels=4, use_weighted_layer_sum=True)).eval()
+    out = model(tiny_features(), labels=torch.tensor([1, 3]))
+    assert out.logits.shape == (2, 4) and out.loss is not None
