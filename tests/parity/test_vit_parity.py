@@ -198,3 +198,15 @@ def test_microformers_run_image_classification(classifier: tuple[Path, Any, Any]
         [*cli, "https://example.com/a.png", "--model", str(folder)], capture_output=True, text=True
     )
     assert refused.returncode != 0 and "URL" in refused.stderr
+
+
+def test_pipeline_takes_images_keyword_and_batches(classifier: tuple[Path, Any, Any]) -> None:
+    from microformers import pipeline
+
+    folder, _, _ = classifier
+    _processor_folder(folder)
+    image = PIL.Image.fromarray(np.random.default_rng(5).integers(0, 256, (21, 17, 3), dtype=np.uint8))
+    pipe = pipeline("image-classification", model=str(folder))
+    one = pipe(images=image, top_k=2)
+    batched = pipe([image, image, image], batch_size=2, top_k=2)
+    assert batched == [one] * 3 or all([g["label"] for g in row] == [g["label"] for g in one] for row in batched)

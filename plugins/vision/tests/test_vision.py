@@ -129,3 +129,16 @@ def test_decompression_bomb_is_a_clear_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(PIL.Image, "MAX_IMAGE_PIXELS", 100)
     with pytest.raises(ImageInputError, match="big.png.*too large"):
         load_image(path)
+
+
+def test_data_urls_load_and_bad_ones_are_clear() -> None:
+    import base64
+
+    buffer = io.BytesIO()
+    PIL.Image.fromarray(RGB).save(buffer, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    assert load_image(url).size == (50, 40)
+    with pytest.raises(ImageInputError, match="base64"):
+        load_image("data:image/png;base64,@@@")
+    with pytest.raises(ImageInputError, match="data URL"):
+        load_image("data:image/png;base64," + base64.b64encode(b"not a png").decode())

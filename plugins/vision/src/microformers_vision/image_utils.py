@@ -12,6 +12,7 @@ Unreadable files, 0-pixel images and unsupported modes raise :class:`ImageInputE
 
 from __future__ import annotations
 
+import base64
 import enum
 import io
 import os
@@ -125,10 +126,17 @@ def get_image_size(image: np.ndarray, channel_dim: ChannelDimension | str | None
 
 
 def load_image(image: Any) -> Any:
-    """A path, ``file://`` address or bytes -> PIL image (decoded now, so a truncated file fails here)."""
+    """A path, ``file://`` address, ``data:image/...;base64,`` URL or bytes -> PIL image (decoded now, so a truncated
+    file fails here)."""
     if isinstance(image, (bytes, bytearray)):
         source: Any = io.BytesIO(bytes(image))
         name = f"{len(image)} bytes of image data"
+    elif isinstance(image, str) and image.startswith("data:image/"):
+        try:
+            source = io.BytesIO(base64.b64decode(image.partition(",")[2], validate=True))
+        except ValueError as exc:
+            raise ImageInputError(f"the data URL {image[:40]!r}... does not hold valid base64 ({exc})") from exc
+        name = "the data URL's image"
     elif isinstance(image, (str, os.PathLike)):
         path = os.fspath(image)
         if path.startswith(("http://", "https://")):

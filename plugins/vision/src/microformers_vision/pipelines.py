@@ -73,6 +73,16 @@ class _ImagePipeline(Pipeline):
         self.image_processor = _resolve_image_processor(image_processor, model, self.task_name)
         super().__init__(model, tokenizer, **kwargs)
 
+    def __call__(self, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """``pipe(image_or_images, **options)``; ``images=`` is accepted as the reference accepts it."""
+        if "images" in kwargs:
+            if inputs is not None:
+                raise ConfigError(f"the {self.task_name} pipeline got images twice (as an argument and as images=)")
+            inputs = kwargs.pop("images")
+        if inputs is None:
+            raise ConfigError(f"the {self.task_name} pipeline needs images: pipe(image) or pipe([image, ...])")
+        return super().__call__(inputs, *args, **kwargs)
+
     def is_single_input(self, inputs: Any, preprocess_params: dict[str, Any]) -> bool:
         return _is_single_image(inputs)
 
