@@ -152,3 +152,18 @@ def test_shortest_and_longest_edge_resize_matches_reference() -> None:
         want = theirs(image, return_tensors="np")["pixel_values"]
         assert got.shape == want.shape, shape
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "settings", [{}, {"size": {"height": 30, "width": 26}, "crop_size": {"height": 20, "width": 24}}]
+)
+def test_deit_processor_matches_reference(settings: dict) -> None:
+    from transformers.models.deit.image_processing_pil_deit import DeiTImageProcessorPil
+
+    from microformers_vision import DeiTImageProcessor
+
+    ours, theirs = DeiTImageProcessor(**settings), DeiTImageProcessorPil(**settings)
+    for name, image in _images().items():
+        got = ours(image, return_tensors="np")["pixel_values"]
+        want = theirs(image, return_tensors="np")["pixel_values"]
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0, err_msg=name)

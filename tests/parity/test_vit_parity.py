@@ -210,3 +210,56 @@ def test_pipeline_takes_images_keyword_and_batches(classifier: tuple[Path, Any, 
     one = pipe(images=image, top_k=2)
     batched = pipe([image, image, image], batch_size=2, top_k=2)
     assert batched == [one] * 3 or all([g["label"] for g in row] == [g["label"] for g in one] for row in batched)
+
+
+@pytest.mark.parametrize("head", ["DeiTForImageClassification", "DeiTForImageClassificationWithTeacher", "DeiTModel"])
+def test_deit_matches_reference(tmp_path: Path, head: str) -> None:
+    from microformers_vit import modeling_deit
+
+    folder, _ = make_reference_checkpoint("DeiTConfig", head, tmp_path, **TINY)
+    reference = load_reference(folder, head, attn_implementation="eager")
+    ours = getattr(modeling_deit, head).from_pretrained(folder).eval()
+    for height, width, interpolate in ((16, 16, False), (24, 20, True), (12, 12, True)):
+        pixels = _pixels(2, height, width, seed=6)
+        with torch.no_grad():
+            got = ours(pixels, interpolate_pos_encoding=interpolate, output_hidden_states=True, output_attentions=True)
+            want = reference(
+                pixels, interpolate_pos_encoding=interpolate, output_hidden_states=True, output_attentions=True
+            )
+        names = ("last_hidden_state", "pooler_output") if head == "DeiTModel" else ("logits",)
+        if head.endswith("WithTeacher"):
+            names = ("logits", "cls_logits", "distillation_logits")
+        for name in names:
+            assert_close(got[name], want[name], atol=1e-4, what=f"{name} {height}x{width}")
+        for index, (a, b) in enumerate(zip(got.hidden_states, want.hidden_states)):
+            assert_close(a, b, atol=1e-4, what=f"hidden_states[{index}]")
+        for index, (a, b) in enumerate(zip(got.attentions, want.attentions)):
+            assert_close(a, b, atol=1e-5, what=f"attentions[{index}]")
+    ours.save_pretrained(tmp_path / "ours")
+    back = load_reference(tmp_path / "ours", head)
+    pixels = _pixels(2, 16, 16, seed=7)
+    with torch.no_grad():
+        assert_close(back(pixels)[0], reference(pixels)[0], atol=1e-5)
+
+
+def test_deit_auto_classes_and_loss(tmp_path: Path) -> None:
+    folder, reference = make_reference_checkpoint(
+        "DeiTConfig", "DeiTForImageClassificationWithTeacher", tmp_path, **TINY
+    )
+    ours = load_ours(folder, "AutoModelForImageClassification")
+    assert type(ours).__name__ == "DeiTForImageClassificationWithTeacher"
+    assert type(load_ours(folder, "AutoModel")).__name__ == "DeiTModel"
+    folder, reference = make_reference_checkpoint(
+        "DeiTConfig",
+        "DeiTForImageClassification",
+        tmp_path / "plain",
+        problem_type="multi_label_classification",
+        **TINY,
+    )
+    from microformers_vit import DeiTForImageClassification
+
+    ours = DeiTForImageClassification.from_pretrained(folder).eval()
+    labels = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    pixels = _pixels(2, 16, 16, seed=8)
+    with torch.no_grad():
+        assert_close(ours(pixels, labels=labels).loss, reference(pixels, labels=labels).loss, atol=1e-5, what="loss")

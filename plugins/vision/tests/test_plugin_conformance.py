@@ -8,6 +8,7 @@ class TestVisionPluginConformance(PluginConformanceTests):
     registers = (
         ("processors", "ViTImageProcessor"),
         ("processors", "BitImageProcessor"),
+        ("processors", "DeiTImageProcessor"),
         ("pipelines", "image-classification"),
         ("pipelines", "image-feature-extraction"),
     )

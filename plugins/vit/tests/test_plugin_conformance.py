@@ -7,4 +7,9 @@ from microformers_sdk.testing import PluginConformanceTests
 
 class TestViTPluginConformance(PluginConformanceTests):
     plugin_name = "vit"
-    registers = (("configs", "vit"), ("models", ("vit", "AutoModelForImageClassification")))
+    registers = (
+        ("configs", "vit"),
+        ("models", ("vit", "AutoModelForImageClassification")),
+        ("configs", "deit"),
+        ("models", ("deit", "AutoModelForImageClassification")),
+    )

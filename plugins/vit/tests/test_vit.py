@@ -84,3 +84,13 @@ def test_mask_token_and_tuple_outputs() -> None:
         tuple_out = model(pixels, return_dict=False)
     torch.testing.assert_close(plain, same)
     assert isinstance(tuple_out, tuple) and torch.equal(tuple_out[0], plain)
+
+
+class TestDeiTConformance(TestViTConformance):
+    from microformers_vit import DeiTConfig, DeiTForImageClassification, DeiTModel
+
+    config_class = DeiTConfig
+    model_classes = (DeiTModel, DeiTForImageClassification)
+
+    def make_labels(self, model: Any, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"labels": torch.tensor([0, 2, 1])} if "ForImageClassification" in type(model).__name__ else {}

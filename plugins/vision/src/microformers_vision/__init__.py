@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "ViTImageProcessor": "image_processing_vit",
     "BitImageProcessor": "image_processing_bit",
+    "DeiTImageProcessor": "image_processing_deit",
     "BaseImageProcessor": "image_processing_utils",
     "ImageProcessingMixin": "image_processing_utils",
     "get_size_dict": "image_processing_utils",

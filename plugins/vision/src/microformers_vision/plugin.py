@@ -17,14 +17,17 @@ _P = "microformers_vision"
 PROCESSORS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "ViTImageProcessor": (f"{_P}.image_processing_vit:ViTImageProcessor", "image_processor", ("vit",)),
     "BitImageProcessor": (f"{_P}.image_processing_bit:BitImageProcessor", "image_processor", ("bit", "dinov2")),
+    "DeiTImageProcessor": (f"{_P}.image_processing_deit:DeiTImageProcessor", "image_processor", ("deit",)),
     # Saved by the reference's torchvision-backed processors; same settings, same numbers.
     "ViTImageProcessorFast": (f"{_P}.image_processing_vit:ViTImageProcessor", "image_processor", ()),
     "BitImageProcessorFast": (f"{_P}.image_processing_bit:BitImageProcessor", "image_processor", ()),
+    "DeiTImageProcessorFast": (f"{_P}.image_processing_deit:DeiTImageProcessor", "image_processor", ()),
 }
 
 EXPORTS: dict[str, str] = {
     "ViTImageProcessor": f"{_P}.image_processing_vit:ViTImageProcessor",
     "BitImageProcessor": f"{_P}.image_processing_bit:BitImageProcessor",
+    "DeiTImageProcessor": f"{_P}.image_processing_deit:DeiTImageProcessor",
     "BaseImageProcessor": f"{_P}.image_processing_utils:BaseImageProcessor",
     "ImageProcessingMixin": f"{_P}.image_processing_utils:ImageProcessingMixin",
     "ImageClassificationPipeline": f"{_P}.pipelines:ImageClassificationPipeline",

@@ -12,6 +12,10 @@ _LAZY: dict[str, str] = {
     "ViTForImageClassification": "modeling_vit",
     "ViTPreTrainedModel": "modeling_vit",
     "ViTInputError": "modeling_vit",
+    "DeiTConfig": "configuration_deit",
+    "DeiTModel": "modeling_deit",
+    "DeiTForImageClassification": "modeling_deit",
+    "DeiTForImageClassificationWithTeacher": "modeling_deit",
     # Building blocks that architectures sharing ViT's attention and patch embedding (DINOv2) subclass.
     "ViTAttention": "modeling_vit",
     "ViTPatchEmbeddings": "modeling_vit",

@@ -95,8 +95,11 @@ class ViTPatchEmbeddings(nn.Module):
 class ViTEmbeddings(nn.Module):
     """[CLS] token + patch embeddings, plus learned positions (interpolated for other image sizes), dropped out.
 
-    ``mask_token`` (``use_mask_token=True``) replaces the patches ``bool_masked_pos`` marks.
+    ``mask_token`` (``use_mask_token=True``) replaces the patches ``bool_masked_pos`` marks. Subclasses with more
+    tokens before the patches (DeiT's distillation token) set ``num_prefix_tokens`` and ``prefix_tokens``.
     """
+
+    num_prefix_tokens: ClassVar[int] = 1
 
     def __init__(self, config: ViTConfig, use_mask_token: bool = False) -> None:
         super().__init__()
@@ -104,7 +107,7 @@ class ViTEmbeddings(nn.Module):
         self.mask_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size)) if use_mask_token else None
         self.patch_embeddings = ViTPatchEmbeddings(config)
         self.position_embeddings = nn.Parameter(
-            torch.zeros(1, self.patch_embeddings.num_patches + 1, config.hidden_size)
+            torch.zeros(1, self.patch_embeddings.num_patches + self.num_prefix_tokens, config.hidden_size)
         )
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.patch_size = self.patch_embeddings.patch_size
@@ -115,12 +118,13 @@ class ViTEmbeddings(nn.Module):
 
         The learned grid is taken to be square (as in every released checkpoint); the [CLS] position is kept.
         """
-        num_patches = embeddings.shape[1] - 1
-        num_positions = self.position_embeddings.shape[1] - 1
+        prefix = self.num_prefix_tokens
+        num_patches = embeddings.shape[1] - prefix
+        num_positions = self.position_embeddings.shape[1] - prefix
         if not torch.jit.is_tracing() and num_patches == num_positions and height == width:
             return self.position_embeddings
-        class_pos = self.position_embeddings[:, :1]
-        patch_pos = self.position_embeddings[:, 1:]
+        class_pos = self.position_embeddings[:, :prefix]
+        patch_pos = self.position_embeddings[:, prefix:]
         dim = embeddings.shape[-1]
         side = int(math.sqrt(num_positions))
         if side * side != num_positions:
@@ -136,6 +140,10 @@ class ViTEmbeddings(nn.Module):
         )
         return torch.cat((class_pos, grid.permute(0, 2, 3, 1).reshape(1, -1, dim)), dim=1)
 
+    def prefix_tokens(self, batch: int) -> torch.Tensor:
+        """The tokens put before the patches: ``(batch, num_prefix_tokens, hidden)``."""
+        return self.cls_token.expand(batch, -1, -1)
+
     def forward(
         self,
         pixel_values: torch.Tensor,
@@ -149,7 +157,7 @@ class ViTEmbeddings(nn.Module):
                 raise ViTInputError("bool_masked_pos needs a model built with use_mask_token=True")
             mask = bool_masked_pos.unsqueeze(-1).type_as(embeddings)
             embeddings = embeddings * (1.0 - mask) + self.mask_token.expand(batch, embeddings.shape[1], -1) * mask
-        embeddings = torch.cat((self.cls_token.expand(batch, -1, -1), embeddings), dim=1)
+        embeddings = torch.cat((self.prefix_tokens(batch), embeddings), dim=1)
         if interpolate_pos_encoding:
             embeddings = embeddings + self.interpolate_pos_encoding(embeddings, height, width)
         else:
@@ -359,9 +367,11 @@ class ViTModel(ViTPreTrainedModel):
     (``num_hidden_layers + 1`` tensors, the last before the final LayerNorm).
     """
 
+    embeddings_class: ClassVar[type[ViTEmbeddings]] = ViTEmbeddings
+
     def __init__(self, config: ViTConfig, add_pooling_layer: bool = True, use_mask_token: bool = False) -> None:
         super().__init__(config)
-        self.embeddings = ViTEmbeddings(config, use_mask_token=use_mask_token)
+        self.embeddings = self.embeddings_class(config, use_mask_token=use_mask_token)
         self.encoder = ViTEncoder(config)
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.pooler = ViTPooler(config) if add_pooling_layer else None

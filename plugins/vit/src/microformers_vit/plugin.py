@@ -1,4 +1,4 @@
-"""Entry point ``vit``: registers the ViT config and its model heads.
+"""Entry point ``vit``: registers the ViT and DeiT configs and their model heads.
 
 Everything is registered as ``"module:Name"`` strings, so discovery imports neither torch nor the models.
 """
@@ -19,10 +19,22 @@ HEADS: dict[str, str] = {
 }
 
 
+# The released distilled DeiT checkpoints are ...WithTeacher models; DeiTForImageClassification is importable.
+DEIT_HEADS: dict[str, str] = {
+    "AutoModel": "DeiTModel",
+    "AutoModelForImageClassification": "DeiTForImageClassificationWithTeacher",
+}
+
+
 @hookimpl
 def register_models(register: Any) -> None:
     register(
         "vit",
         "microformers_vit.configuration_vit:ViTConfig",
         {auto: f"{_MODELING}:{name}" for auto, name in HEADS.items()},
+    )
+    register(
+        "deit",
+        "microformers_vit.configuration_deit:DeiTConfig",
+        {auto: f"microformers_vit.modeling_deit:{name}" for auto, name in DEIT_HEADS.items()},
     )
