@@ -335,6 +335,34 @@ def test_generate_with_timestamps_matches_reference(tmp_path: Path, settings: di
     assert bool((got[:, 3:] >= ids["<|0.00|>"]).any())
 
 
+@pytest.mark.parametrize("settings", [{"return_timestamps": True}, {"language": "de", "return_timestamps": True}])
+def test_generate_windows_with_timestamps_match_reference(tmp_path: Path, settings: dict[str, Any]) -> None:
+    """Without force_unique_generate_call the reference decodes window after window, resuming at the last
+    complete segment, even within 30 s."""
+    from microformers_sdk.testing import assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, 1908)
+    got, want = ours.generate(mel_batch(), **settings), reference.generate(mel_batch(), **settings)
+    assert_similar_generation(got, want)
+
+
+def test_long_form_matches_reference(tmp_path: Path) -> None:
+    """Over 30 s: sequential windows with timestamps; a padded batch says where each row ends."""
+    from microformers_sdk.testing import assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, 1908)
+    audio = features(batch=2, mel=80, frames=7000, seed=5)
+    mask = torch.ones(2, 7000, dtype=torch.long)
+    mask[1, 5200:] = 0
+    audio[1, :, 5200:] = 0
+    settings = {"attention_mask": mask, "language": "en"}
+    got, want = ours.generate(audio, **settings), reference.generate(audio, **settings)
+    assert_similar_generation(got, want)
+    assert got.shape[1] > 40  # several windows' worth of tokens
+    single = features(batch=1, mel=80, frames=4500, seed=6)
+    assert_similar_generation(ours.generate(single), reference.generate(single))
+
+
 def test_generate_bad_settings_are_clear_errors(tmp_path: Path) -> None:
     from microformers import GenerationError
 
@@ -343,22 +371,23 @@ def test_generate_bad_settings_are_clear_errors(tmp_path: Path) -> None:
         ours.generate(mel_batch(), language="ja")
     with pytest.raises(GenerationError, match="task="):
         ours.generate(mel_batch(), task="summarize")
-    with pytest.raises(GenerationError, match="chunk_length_s"):
-        ours.generate(features(batch=1, mel=80, frames=3100))
+    with pytest.raises(GenerationError, match="return_timestamps=False"):
+        ours.generate(features(batch=1, mel=80, frames=3100), return_timestamps=False)
+    with pytest.raises(GenerationError, match="attention_mask"):
+        ours.generate(features(batch=2, mel=80, frames=3100))
     del ours.generation_config.extra["no_timestamps_token_id"]
     with pytest.raises(GenerationError, match="return_timestamps"):
         ours.generate(mel_batch(), return_timestamps=True)
 
 
 # -- automatic-speech-recognition pipeline -----------------------------------------------------------------
-@pytest.fixture
-def whisper_folder(tmp_path: Path) -> Path:
+def make_whisper_folder(tmp_path: Path, vocab_size: int = 408) -> Path:
     """A complete tiny Whisper folder: model, generation config, tokenizer, feature extractor."""
     import shutil
 
     import transformers
 
-    ours, _, _ = generation_pair(tmp_path, 408)
+    ours, _, _ = generation_pair(tmp_path, vocab_size)
     folder = Path(ours.name_or_path)
     for file in (tmp_path / "tokenizer").iterdir():
         shutil.copy(file, folder / file.name)
@@ -366,9 +395,20 @@ def whisper_folder(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture
+def whisper_folder(tmp_path: Path) -> Path:
+    return make_whisper_folder(tmp_path)
+
+
 @pytest.mark.parametrize(
     "settings",
-    [{}, {"generate_kwargs": {"language": "de"}}, {"chunk_length_s": 10, "batch_size": 2}],
+    [
+        {},
+        {"generate_kwargs": {"language": "de"}},
+        {"generate_kwargs": {"num_beams": 1}, "max_new_tokens": 12},
+        {"chunk_length_s": 10, "batch_size": 2},
+        {"chunk_length_s": 30},
+    ],
 )
 def test_pipeline_matches_reference(whisper_folder: Path, settings: dict[str, Any]) -> None:
     import numpy as np
@@ -397,3 +437,25 @@ def test_pipeline_bad_input_is_a_clear_error(whisper_folder: Path) -> None:
         asr(np.array([0.1, np.nan] * 100, np.float32))
     with pytest.raises(ConfigError, match="word"):
         asr(np.zeros(1600, np.float32), return_timestamps="word")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "settings"), [(50, {}), (5, {"return_timestamps": True}), (50, {"return_timestamps": True})]
+)
+def test_pipeline_long_audio_and_timestamps_text_matches_reference(
+    tmp_path: Path, seconds: int, settings: dict[str, Any]
+) -> None:
+    """Over 30 s without chunk_length_s the model decodes window by window; the text is the reference's. Segment
+    chunks come from the tokenizer's offsets (the reference's own chunk builder differs in its corner cases)."""
+    import numpy as np
+    import transformers
+
+    from microformers import pipeline
+
+    folder = make_whisper_folder(tmp_path, 1908)
+    audio = (np.random.default_rng(1).standard_normal(16000 * seconds) * 0.1).astype(np.float32)
+    ours = pipeline("automatic-speech-recognition", model=str(folder))(audio.copy(), **settings)
+    want = transformers.pipeline("automatic-speech-recognition", model=str(folder))(audio.copy(), **settings)
+    assert ours["text"] == want["text"]
+    if settings:
+        assert ours["chunks"] and all(len(chunk["timestamp"]) == 2 for chunk in ours["chunks"])

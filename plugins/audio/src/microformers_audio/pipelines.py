@@ -228,7 +228,15 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             yield from (dict(item, **extra) for item in self._chunks(audio, chunk_len, left, right))
             return
         self._check_memory(audio.shape[0])
-        processed = fe(audio, sampling_rate=fe.sampling_rate, return_tensors="pt", return_attention_mask=True)
+        window = getattr(fe, "n_samples", None)
+        if self.is_seq2seq and window is not None and audio.shape[0] > window:
+            # the whole recording, for the model's own window-by-window (long-form) decoding
+            processed = fe(
+                audio, sampling_rate=fe.sampling_rate, truncation=False, padding="longest", return_tensors="pt",
+                return_attention_mask=True,
+            )  # fmt: skip
+        else:
+            processed = fe(audio, sampling_rate=fe.sampling_rate, return_tensors="pt", return_attention_mask=True)
         item = {"is_last": True, **processed, **extra}
         if stride is not None:
             item["stride"] = stride
@@ -248,6 +256,22 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             if is_last:
                 break
 
+    def _generation_defaults(self, generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The reference pipeline's defaults for what neither the call nor the model's generation config sets:
+        ``num_beams=5`` (as openai's whisper) and ``max_new_tokens=256`` (unless a ``max_length`` is set)."""
+        config = getattr(self.model, "generation_config", None)
+        given = {k for k, v in generate_kwargs.items() if v is not None}
+        if "generation_config" in generate_kwargs:
+            config = generate_kwargs["generation_config"]
+        defaults: dict[str, Any] = {}
+        if "num_beams" not in given and getattr(config, "num_beams", None) is None:
+            defaults["num_beams"] = 5
+        set_lengths = {"max_new_tokens", "max_length"} & given
+        set_lengths |= {n for n in ("max_new_tokens", "max_length") if getattr(config, n, None) is not None}
+        if not set_lengths:
+            defaults["max_new_tokens"] = 256
+        return defaults
+
     def _generate(
         self, model_inputs: dict[str, Any], return_timestamps: bool = False, generate_kwargs: dict[str, Any] | None = None
     ) -> dict[str, Any]:
@@ -261,7 +285,7 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         dtype = _float_dtype(self.model)
         if dtype is not None and values.dtype != dtype:
             values = values.to(dtype)
-        settings = dict(generate_kwargs or {})
+        settings = {**self._generation_defaults(generate_kwargs or {}), **(generate_kwargs or {})}
         if return_timestamps:
             settings["return_timestamps"] = True
         tokens = self.model.generate(**{name: values, "attention_mask": attention_mask}, **settings)
@@ -321,7 +345,10 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         result: dict[str, Any] = {"text": tokenizer.decode(ids, skip_special_tokens=True)}
         if return_timestamps:
             offsets = tokenizer.decode(ids, skip_special_tokens=True, output_offsets=True)["offsets"]
-            result["chunks"] = [{"text": item["text"], "timestamp": tuple(item["timestamp"])} for item in offsets]
+            result["chunks"] = [
+                {"text": item["text"], "timestamp": tuple(round(float(t), 2) for t in item["timestamp"])}
+                for item in offsets
+            ]
         return result
 
     def postprocess(

@@ -7,9 +7,13 @@ from the first token's logits over the language tokens. ``suppress_tokens`` / ``
 processors counted from the end of that prompt, and ``return_timestamps`` adds :class:`WhisperTimeStampLogitsProcessor`.
 Decoding itself (greedy, sampling, beam search) is ``microformers-generation``'s encoder-decoder path.
 
-As the reference, the result holds the generated tokens only (prompt, final eos and padding dropped, rows padded
-with ``pad_token_id``); ``force_unique_generate_call=True`` or ``return_dict_in_generate=True`` returns what the
-standard generate returned. Audio longer than one 30 s window is refused: use the pipeline's ``chunk_length_s``.
+As the reference, audio is decoded window by window (``2 * max_source_positions`` frames, 30 s): each window's
+tokens are cut into segments at paired timestamps and the next window starts at the last complete segment, so
+audio longer than 30 s (long-form, always with timestamps) and short audio whose model emits timestamps give the
+reference's tokens. The result holds the generated tokens only (prompts, final eos and padding dropped, rows padded
+with ``pad_token_id``); ``force_unique_generate_call=True`` or ``return_dict_in_generate=True`` run one window and
+return what the standard generate returned. Temperature fallback (a list of temperatures with
+``compression_ratio_threshold`` / ``logprob_threshold``) and ``condition_on_prev_tokens`` are refused.
 """
 
 from __future__ import annotations
@@ -266,6 +270,44 @@ def _generated_only(sequences: torch.Tensor, prompt_length: int, config: Generat
     return torch.stack([torch.nn.functional.pad(row, (0, width - len(row)), value=filler) for row in rows])
 
 
+def _windows_of(
+    sequence: list[int], timestamp_begin: int, window_frames: int, input_stride: int
+) -> tuple[list[list[int]], int]:
+    """Split one window's tokens into segments at paired timestamps; return them and how many frames to advance.
+
+    A window that ends with a lone timestamp (or holds no timestamp pair) is consumed whole; otherwise decoding
+    resumes at the last closing timestamp, as the reference does.
+    """
+    is_time = [token >= timestamp_begin for token in sequence]
+    single_ending = is_time[-2:] == [False, True]
+    cuts = [i + 1 for i in range(len(sequence) - 1) if is_time[i] and is_time[i + 1]]
+    if not cuts:
+        return [sequence], window_frames
+    if single_ending:
+        cuts.append(len(sequence))
+    else:
+        cuts[-1] += 1
+    segments, last = [], 0
+    for cut in cuts:
+        segments.append(sequence[last:cut])
+        last = cut
+    if single_ending:
+        return segments, window_frames
+    return segments, (sequence[last - 2] - timestamp_begin) * input_stride
+
+
+def _strip_row(row: list[int], config: GenerationConfig) -> list[int]:
+    """One generated row without trailing padding and its final eos (the reference's accounting)."""
+    pad, eos = config.pad_token_id, config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    if row and pad is not None and row[-1] == pad:
+        pads = row.count(pad) - (1 if pad == eos else 0)
+        row = row[: len(row) - pads] if pads else row
+    if row and eos is not None and row[-1] == eos:
+        row = row[:-1]
+    return row
+
+
 def whisper_generate(
     model: WhisperForConditionalGeneration,
     input_features: torch.Tensor | None = None,
@@ -279,9 +321,15 @@ def whisper_generate(
     is_multilingual: bool | None = None,
     temperature: float | None = None,
     force_unique_generate_call: bool | None = None,
+    attention_mask: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> Any:
-    """Transcribe or translate one 30 s window per row of ``input_features`` (see the module docstring)."""
+    """Transcribe or translate ``input_features`` window by window (see the module docstring).
+
+    Audio longer than one window (``> 2 * max_source_positions`` frames) is decoded sequentially with timestamps:
+    each window resumes where the last complete segment ended; a padded batch of long audio needs the feature
+    extractor's ``attention_mask`` (its per-row length).
+    """
     if input_features is None:
         input_features = kwargs.pop("inputs", None)
     encoder_outputs = kwargs.get("encoder_outputs")
@@ -289,28 +337,38 @@ def whisper_generate(
         raise GenerationError("generate() needs input_features (from WhisperFeatureExtractor) or encoder_outputs")
     if isinstance(temperature, (list, tuple)):
         raise GenerationError(
-            "temperature fallback (a list of temperatures) belongs to long-form decoding, which microformers does "
-            "not implement; pass one temperature"
+            "temperature fallback (a list of temperatures, with compression_ratio_threshold / logprob_threshold) is "
+            "not implemented; pass one temperature"
         )
+    for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_prev_tokens"):
+        if kwargs.pop(name, None) not in (None, False):
+            raise GenerationError(
+                f"{name} (temperature fallback / conditioning on previous windows) is not implemented; drop it"
+            )
     if kwargs.get("decoder_input_ids") is not None:
         raise GenerationError("Whisper's generate builds decoder_input_ids itself; pass prompt_ids= instead")
-    if input_features is not None:
-        frames = 2 * model.config.max_source_positions
-        if input_features.shape[-1] > frames:
-            raise GenerationError(
-                f"input_features has {input_features.shape[-1]} frames, more than one {frames}-frame (30 s) window: "
-                "long-form (sequential) decoding is not implemented. Use pipeline('automatic-speech-recognition', "
-                "model=..., chunk_length_s=30) for long audio, or cut it into 30 s pieces"
-            )
+    window = 2 * model.config.max_source_positions
+    input_stride = 2  # conv2's stride: encoder positions per log-mel frame pair
+    long_form = input_features is not None and input_features.shape[-1] > window
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     if is_multilingual is not None:
         config.is_multilingual = is_multilingual
+    if long_form and return_timestamps is False:
+        raise GenerationError(
+            f"input_features has {input_features.shape[-1]} frames (over 30 s), which is decoded window by window "
+            "with timestamps; drop return_timestamps=False (or cut the audio to 30 s)"
+        )
     if return_timestamps is None:
-        return_timestamps = bool(getattr(config, "return_timestamps", False))
+        return_timestamps = long_form or bool(getattr(config, "return_timestamps", False))
     _check_settings(config, language, task, return_timestamps)
     config.return_timestamps = return_timestamps
     batch = input_features.shape[0] if input_features is not None else _encoder_batch(encoder_outputs)
-    features_for_detection = input_features if encoder_outputs is None else None
+    if long_form and batch > 1 and attention_mask is None:
+        raise GenerationError(
+            "a batch of audio over 30 s needs attention_mask (feature_extractor(..., return_attention_mask=True, "
+            "padding='longest', truncation=False)) to know where each row ends"
+        )
+    features_for_detection = None if encoder_outputs is not None else input_features[:, :, :window]
     init = _init_tokens(
         model, features_for_detection, encoder_outputs, batch, config, language, task, return_timestamps
     )
@@ -329,9 +387,8 @@ def whisper_generate(
             f"the decoder prompt ({begin} tokens with prompt_ids) plus max_new_tokens={config.max_new_tokens} "
             f"exceeds max_target_positions={max_positions}; shorten the prompt or lower max_new_tokens"
         )
-    if config.max_new_tokens is None:
-        max_length = config.max_length if config.max_length is not None else 20
-        config.max_length = min(max_length + min(max_positions // 2 - 1, begin), max_positions)
+    if config.max_length is None:
+        config.max_length = 20
     config.do_sample = temperature is not None and temperature > 0.0
     config.temperature = temperature if config.do_sample else 1.0
     if config.do_sample:
@@ -351,14 +408,56 @@ def whisper_generate(
     from .modeling_whisper import WhisperForConditionalGeneration
 
     standard_generate = super(WhisperForConditionalGeneration, model).generate
-    outputs = standard_generate(
-        input_features,
-        generation_config=config,
-        logits_processor=processors,
-        stopping_criteria=stopping_criteria,
-        decoder_input_ids=decoder_input_ids,
-        **kwargs,
+
+    def decode_window(features: torch.Tensor | None, prompt: torch.Tensor) -> Any:
+        if config.max_new_tokens is None:  # the reference lets max_length grow by the prompt for every window
+            config.max_length = min(config.max_length + min(max_positions // 2 - 1, begin), max_positions)
+        elif config.max_new_tokens + begin > max_positions:
+            config.max_new_tokens = max_positions - begin
+        return standard_generate(
+            features,
+            generation_config=config,
+            logits_processor=processors,
+            stopping_criteria=stopping_criteria,
+            decoder_input_ids=prompt,
+            **kwargs,
+        )
+
+    if force_unique_generate_call or config.return_dict_in_generate or input_features is None:
+        if long_form:
+            raise GenerationError(
+                "audio over 30 s is decoded window by window; force_unique_generate_call / return_dict_in_generate "
+                "/ encoder_outputs take one 30 s window"
+            )
+        outputs = decode_window(input_features, decoder_input_ids)
+        if force_unique_generate_call or not isinstance(outputs, torch.Tensor):
+            return outputs
+        return _generated_only(outputs, begin, config)
+
+    timestamp_begin = int(getattr(config, "no_timestamps_token_id", model.config.vocab_size)) + 1
+    total = input_features.shape[-1]
+    if long_form and batch > 1:
+        max_frames = [int(n) for n in attention_mask.sum(-1).tolist()]
+    else:
+        max_frames = [total] * batch
+    seek = [0] * batch
+    segments: list[list[list[int]]] = [[] for _ in range(batch)]
+    while any(seek[i] < max_frames[i] for i in range(batch)):
+        active = [i for i in range(batch) if seek[i] < max_frames[i]]
+        lengths = [min(max_frames[i] - seek[i], window) for i in active]
+        pieces = [input_features[i : i + 1, :, seek[i] : seek[i] + n] for i, n in zip(active, lengths)]
+        features = torch.cat([torch.nn.functional.pad(p, (0, window - p.shape[-1])) for p in pieces])
+        for processor in processors:
+            if hasattr(processor, "set_begin_index"):
+                processor.set_begin_index(begin)
+        outputs = decode_window(features, decoder_input_ids[active])
+        for row, i, n in zip(outputs[:, begin:].tolist(), active, lengths):
+            found, advance = _windows_of(_strip_row(row, config), timestamp_begin, n, input_stride)
+            segments[i] += found
+            seek[i] += advance
+    rows = [torch.tensor([t for segment in found for t in segment], dtype=torch.long) for found in segments]
+    width = max(len(row) for row in rows)
+    pad = config.pad_token_id if config.pad_token_id is not None else 0
+    return torch.stack([torch.nn.functional.pad(row, (0, width - len(row)), value=pad) for row in rows]).to(
+        model.device
     )
-    if force_unique_generate_call or config.return_dict_in_generate or not isinstance(outputs, torch.Tensor):
-        return outputs
-    return _generated_only(outputs, begin, config)
