@@ -27,12 +27,27 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     return parser, runners
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command's options may stand anywhere after its name, between its positional arguments too
+    (``run TASK --model M INPUT``): the command's own parser reads its arguments intermixed."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if not argv or argv[0].startswith("-") or commands is None or argv[0] not in commands.choices:
+        return parser.parse_args(argv)
+    try:
+        args = commands.choices[argv[0]].parse_intermixed_args(argv[1:])
+    except TypeError:  # a command whose parser intermixed parsing cannot handle (its own subcommands)
+        return parser.parse_args(argv)
+    args.command = argv[0]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Errors print one line (no traceback; MICROFORMERS_TRACEBACK=1 shows it)."""
     command = ""
     try:
         parser, runners = build_parser()
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         if not args.command:
             parser.print_help()
             return 0

@@ -25,6 +25,14 @@ def test_run_on_arguments(fill_mask_model, capsys):
     assert len(first) == 2 and set(first[0]) == {"score", "token", "token_str", "sequence"}
 
 
+def test_run_options_may_stand_between_the_task_and_the_inputs(fill_mask_model, capsys):
+    assert main(["run", "-m", fill_mask_model, "-o", "top_k=2", "fill-mask", "Paris is the [MASK]."]) == 0
+    before = capsys.readouterr().out
+    assert main(["run", "fill-mask", "-m", fill_mask_model, "Paris is the [MASK].", "-o", "top_k=2"]) == 0
+    # exact: the same model, input and options through the same code
+    assert capsys.readouterr().out == before
+
+
 def test_run_on_stdin_lines(fill_mask_model, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("one [MASK]\n\ntwo [MASK] three\n"))
     assert main(["run", "fill-mask", "--model", fill_mask_model, "--batch-size", "2", "-o", "top_k=1"]) == 0

@@ -12,7 +12,7 @@ from microformers import ConfigError
 
 
 def run_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    parser.usage = "microformers run [OPTIONS] TASK [INPUT ...]   (options before TASK or after the inputs)"
+    parser.usage = "microformers run TASK [INPUT ...] [OPTIONS]   (options anywhere after run)"
     parser.add_argument("task", help="task name, e.g. fill-mask, text-generation, question-answering")
     parser.add_argument(
         "inputs",
