@@ -4,7 +4,7 @@
 
 Runs, in order: import time, model loading and peak memory (fresh processes per implementation),
 prefill at 512 tokens, greedy decode at batch 1 and 8 (eager and compiled), then the GGUF and
-tokenizer scripts when they are present. Set ``MICROFORMERS_BENCH_JSON=<folder>`` to also get the
+tokenizer scripts when they are present, training, speech recognition and beam-search translation. Set ``MICROFORMERS_BENCH_JSON=<folder>`` to also get the
 raw numbers as JSON, ``MICROFORMERS_BENCH_THREADS`` to change the thread count (default 2).
 
 ``--quick`` is a smoke run of every script that finishes in a few minutes: one repeat each, 32 new
@@ -53,6 +53,7 @@ def main() -> None:
         run("tokenizer_overhead.py", *(["--texts", "2000", "--repeats", "1"] if args.quick else [])),
         run("train.py", "--model", args.model, *(["--quick"] if args.quick else [])),
         run("asr.py", *repeats, *(["--seconds", "10"] if args.quick else [])),
+        run("seq2seq.py", *(["--sentences", "16", "--new-tokens", "16"] if args.quick else [])),
     ]
     print(f"\nall benchmarks took {time.perf_counter() - started:.0f}s", flush=True)
     sys.exit(max(codes))
