@@ -375,6 +375,8 @@ def test_generate_bad_settings_are_clear_errors(tmp_path: Path) -> None:
         ours.generate(features(batch=1, mel=80, frames=3100), return_timestamps=False)
     with pytest.raises(GenerationError, match="attention_mask"):
         ours.generate(features(batch=2, mel=80, frames=3100))
+    with pytest.raises(GenerationError, match="return_timestamps"):
+        ours.generate(mel_batch(), return_timestamps=True)  # 408 tokens: none after <|notimestamps|>
     del ours.generation_config.extra["no_timestamps_token_id"]
     with pytest.raises(GenerationError, match="return_timestamps"):
         ours.generate(mel_batch(), return_timestamps=True)

@@ -94,3 +94,40 @@ def test_audio_classification_shapes() -> None:
     model = WhisperForAudioClassification(WhisperConfig(**TINY, num_labels=4, use_weighted_layer_sum=True)).eval()
     out = model(tiny_features(), labels=torch.tensor([1, 3]))
     assert out.logits.shape == (2, 4) and out.loss is not None
+
+
+def test_window_segmentation_rules() -> None:
+    from microformers_whisper.generation_whisper import _windows_of
+
+    begin = 100  # <|0.00|>
+    # two closed pairs then a lone closing timestamp: the window is consumed whole
+    segments, advance = _windows_of([100, 5, 6, 110, 110, 7, 120], begin, 3000, 2)
+    assert segments == [[100, 5, 6, 110], [110, 7, 120]] and advance == 3000
+    # ends inside a segment: resume at the last complete one's end (timestamp 10 -> 20 frames)
+    segments, advance = _windows_of([100, 5, 110, 110, 7, 8], begin, 3000, 2)
+    assert segments == [[100, 5, 110, 110]] and advance == 20
+    # no timestamp pairs: the whole window is one segment
+    assert _windows_of([5, 6, 7], begin, 1234, 2) == ([[5, 6, 7]], 1234)
+
+
+def test_generate_builds_whisper_prompt_without_reference() -> None:
+    from microformers import GenerationError
+
+    torch.manual_seed(0)
+    config = WhisperConfig(**{**TINY, "vocab_size": 60, "max_source_positions": 10})
+    model = WhisperForConditionalGeneration(config).eval()
+    model.generation_config.lang_to_id = {"<|en|>": 40, "<|de|>": 41}
+    model.generation_config.task_to_id = {"transcribe": 45, "translate": 44}
+    model.generation_config.no_timestamps_token_id = 47
+    model.generation_config.max_length = 8
+    seen: list[list[int]] = []
+
+    def spy(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        seen.append(input_ids[0].tolist())
+        return scores
+
+    out = model.generate(tiny_features(batch=1), language="de", task="translate", logits_processor=[spy])
+    assert seen[0] == [3, 41, 44, 47]  # start, <|de|>, <|translate|>, <|notimestamps|>
+    assert out.shape[0] == 1 and 3 not in out[0, :1].tolist()
+    with pytest.raises(GenerationError, match="language='fr'"):
+        model.generate(tiny_features(batch=1), language="fr")

@@ -350,6 +350,12 @@ def whisper_generate(
     window = 2 * model.config.max_source_positions
     input_stride = 2  # conv2's stride: encoder positions per log-mel frame pair
     long_form = input_features is not None and input_features.shape[-1] > window
+    batch = input_features.shape[0] if input_features is not None else _encoder_batch(encoder_outputs)
+    if long_form and batch > 1 and attention_mask is None:
+        raise GenerationError(
+            "a batch of audio over 30 s needs attention_mask (feature_extractor(..., return_attention_mask=True, "
+            "padding='longest', truncation=False)) to know where each row ends"
+        )
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     if is_multilingual is not None:
         config.is_multilingual = is_multilingual
@@ -361,13 +367,14 @@ def whisper_generate(
     if return_timestamps is None:
         return_timestamps = long_form or bool(getattr(config, "return_timestamps", False))
     _check_settings(config, language, task, return_timestamps)
-    config.return_timestamps = return_timestamps
-    batch = input_features.shape[0] if input_features is not None else _encoder_batch(encoder_outputs)
-    if long_form and batch > 1 and attention_mask is None:
+    no_timestamps = getattr(config, "no_timestamps_token_id", None)
+    if return_timestamps and no_timestamps is not None and int(no_timestamps) + 1 >= model.config.vocab_size:
         raise GenerationError(
-            "a batch of audio over 30 s needs attention_mask (feature_extractor(..., return_attention_mask=True, "
-            "padding='longest', truncation=False)) to know where each row ends"
+            f"return_timestamps=True needs timestamp tokens after <|notimestamps|> (id {no_timestamps}), but the "
+            f"vocabulary ends at {model.config.vocab_size - 1}; this model has none: drop return_timestamps"
+            + (" (audio over 30 s is only decoded with timestamps: cut it into 30 s pieces)" if long_form else "")
         )
+    config.return_timestamps = return_timestamps
     features_for_detection = None if encoder_outputs is not None else input_features[:, :, :window]
     init = _init_tokens(
         model, features_for_detection, encoder_outputs, batch, config, language, task, return_timestamps
