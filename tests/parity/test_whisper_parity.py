@@ -363,6 +363,33 @@ def test_long_form_matches_reference(tmp_path: Path) -> None:
     assert_similar_generation(ours.generate(single), reference.generate(single))
 
 
+@pytest.mark.parametrize("vocab_size", [408, 1908])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"temperature": (0.0, 0.2, 0.4), "compression_ratio_threshold": 1.35},
+        {"temperature": (0.0, 0.2, 0.4), "logprob_threshold": -1.0},
+        {"temperature": (0.0, 0.5), "logprob_threshold": -20.0, "compression_ratio_threshold": 100.0},
+    ],
+)
+def test_temperature_fallback_matches_reference(tmp_path: Path, vocab_size: int, settings: dict[str, Any]) -> None:
+    """Windows too repetitive or too unlikely are decoded again by sampling at the next temperature (same seed,
+    same draws as the reference)."""
+    from microformers_sdk.testing import assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, vocab_size)
+    if vocab_size > 408:
+        settings = {**settings, "return_timestamps": True}
+    torch.manual_seed(0)
+    want = reference.generate(mel_batch(), **settings)
+    torch.manual_seed(0)
+    got = ours.generate(mel_batch(), **settings)
+    assert_similar_generation(got, want)
+    if "compression_ratio_threshold" in settings and settings["compression_ratio_threshold"] < 2:
+        greedy = ours.generate(mel_batch(), return_timestamps=settings.get("return_timestamps"))
+        assert got.shape != greedy.shape or not torch.equal(got, greedy)  # the fallback did run
+
+
 def test_generate_bad_settings_are_clear_errors(tmp_path: Path) -> None:
     from microformers import GenerationError
 

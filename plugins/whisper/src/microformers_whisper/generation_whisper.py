@@ -12,13 +12,16 @@ tokens are cut into segments at paired timestamps and the next window starts at 
 audio longer than 30 s (long-form, always with timestamps) and short audio whose model emits timestamps give the
 reference's tokens. The result holds the generated tokens only (prompts, final eos and padding dropped, rows padded
 with ``pad_token_id``); ``force_unique_generate_call=True`` or ``return_dict_in_generate=True`` run one window and
-return what the standard generate returned. Temperature fallback (a list of temperatures with
-``compression_ratio_threshold`` / ``logprob_threshold``) and ``condition_on_prev_tokens`` are refused.
+return what the standard generate returned. ``temperature=[0.0, 0.2, ...]`` with ``compression_ratio_threshold`` /
+``logprob_threshold`` decodes a window again at the next temperature when its result is too repetitive or too
+unlikely; ``no_speech_threshold`` and ``condition_on_prev_tokens`` are refused.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -296,16 +299,39 @@ def _windows_of(
     return segments, (sequence[last - 2] - timestamp_begin) * input_stride
 
 
-def _strip_row(row: list[int], config: GenerationConfig) -> list[int]:
-    """One generated row without trailing padding and its final eos (the reference's accounting)."""
+def _strip_row(row: list[int], config: GenerationConfig, keep_eos: bool = False) -> list[int]:
+    """One generated row without trailing padding and (unless ``keep_eos``) its final eos, as the reference counts."""
     pad, eos = config.pad_token_id, config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) else eos
     if row and pad is not None and row[-1] == pad:
         pads = row.count(pad) - (1 if pad == eos else 0)
         row = row[: len(row) - pads] if pads else row
-    if row and eos is not None and row[-1] == eos:
+    if not keep_eos and row and eos is not None and row[-1] == eos:
         row = row[:-1]
     return row
+
+
+def _compression_ratio(tokens: list[int], vocab_size: int) -> float:
+    """Raw bytes of the tokens over their zlib-compressed size: high for repetitive output."""
+    width = int(math.log2(vocab_size) / 8) + 1
+    raw = b"".join(token.to_bytes(width, "little") for token in tokens)
+    return len(raw) / len(zlib.compress(raw))
+
+
+def _average_logprob(outputs: Any, row: int, tokens: list[int], temperature: float | None) -> float:
+    """Mean log-probability of a row's tokens (eos included), from the scores before temperature scaling."""
+    if outputs.get("sequences_scores") is not None:
+        return float(outputs["sequences_scores"][row])
+    scores = torch.stack([step[row] for step in outputs["scores"]])
+    ids = torch.tensor(tokens, dtype=torch.long)
+    if scores.shape[0] > ids.shape[0]:
+        scores = scores[: ids.shape[0]]
+    else:
+        ids = ids[-scores.shape[0] :]
+    scale = temperature if temperature is not None and temperature > 0.0 else 1
+    logprobs = torch.log_softmax((scores * scale).float(), dim=-1).cpu()
+    picked = logprobs.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    return float(picked.sum() / len(ids)) if len(ids) else 0.0
 
 
 def whisper_generate(
@@ -335,16 +361,15 @@ def whisper_generate(
     encoder_outputs = kwargs.get("encoder_outputs")
     if input_features is None and encoder_outputs is None:
         raise GenerationError("generate() needs input_features (from WhisperFeatureExtractor) or encoder_outputs")
-    if isinstance(temperature, (list, tuple)):
-        raise GenerationError(
-            "temperature fallback (a list of temperatures, with compression_ratio_threshold / logprob_threshold) is "
-            "not implemented; pass one temperature"
-        )
-    for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "condition_on_prev_tokens"):
+    temperatures = list(temperature) if isinstance(temperature, (list, tuple)) else [temperature]
+    if not temperatures:
+        raise GenerationError("temperature=[] : pass a temperature or a list of fallback temperatures")
+    temperature = temperatures[0]
+    compression_ratio_threshold = kwargs.pop("compression_ratio_threshold", None)
+    logprob_threshold = kwargs.pop("logprob_threshold", None)
+    for name in ("no_speech_threshold", "condition_on_prev_tokens"):
         if kwargs.pop(name, None) not in (None, False):
-            raise GenerationError(
-                f"{name} (temperature fallback / conditioning on previous windows) is not implemented; drop it"
-            )
+            raise GenerationError(f"{name} is not implemented in microformers' Whisper generate; drop it")
     if kwargs.get("decoder_input_ids") is not None:
         raise GenerationError("Whisper's generate builds decoder_input_ids itself; pass prompt_ids= instead")
     window = 2 * model.config.max_source_positions
@@ -416,11 +441,13 @@ def whisper_generate(
 
     standard_generate = super(WhisperForConditionalGeneration, model).generate
 
-    def decode_window(features: torch.Tensor | None, prompt: torch.Tensor) -> Any:
+    def next_window_lengths() -> None:
         if config.max_new_tokens is None:  # the reference lets max_length grow by the prompt for every window
             config.max_length = min(config.max_length + min(max_positions // 2 - 1, begin), max_positions)
         elif config.max_new_tokens + begin > max_positions:
             config.max_new_tokens = max_positions - begin
+
+    def decode_window(features: torch.Tensor | None, prompt: torch.Tensor) -> Any:
         return standard_generate(
             features,
             generation_config=config,
@@ -436,10 +463,44 @@ def whisper_generate(
                 "audio over 30 s is decoded window by window; force_unique_generate_call / return_dict_in_generate "
                 "/ encoder_outputs take one 30 s window"
             )
+        next_window_lengths()
         outputs = decode_window(input_features, decoder_input_ids)
         if force_unique_generate_call or not isinstance(outputs, torch.Tensor):
             return outputs
         return _generated_only(outputs, begin, config)
+
+    if logprob_threshold is not None:
+        config.return_dict_in_generate = True
+        config.output_scores = True
+
+    def decode_with_fallback(features: torch.Tensor, prompts: torch.Tensor) -> list[list[int]]:
+        """One window for every row; rows whose result is too repetitive (``compression_ratio_threshold``) or too
+        unlikely (``logprob_threshold``) are decoded again at the next temperature (the last try is kept)."""
+        results: list[list[int]] = [[] for _ in range(features.shape[0])]
+        pending = list(range(features.shape[0]))
+        for attempt, temp in enumerate(temperatures):
+            config.do_sample = temp is not None and temp > 0.0
+            config.temperature = temp if config.do_sample else 1.0
+            if config.do_sample:
+                config.num_beams = 1
+            outputs = decode_window(features[pending], prompts[pending])
+            sequences = outputs if isinstance(outputs, torch.Tensor) else outputs["sequences"]
+            retry = []
+            for k, position in enumerate(pending):
+                row = _strip_row(sequences[k, begin:].tolist(), config, keep_eos=True)
+                too_repetitive = compression_ratio_threshold is not None and (
+                    _compression_ratio(row, model.config.vocab_size) > compression_ratio_threshold
+                )
+                too_unlikely = logprob_threshold is not None and (
+                    _average_logprob(outputs, k, row, temp) < logprob_threshold
+                )
+                results[position] = _strip_row(row, config)
+                if too_repetitive or too_unlikely:
+                    retry.append(position)
+            if not retry or attempt == len(temperatures) - 1:
+                break
+            pending = retry
+        return results
 
     timestamp_begin = int(getattr(config, "no_timestamps_token_id", model.config.vocab_size)) + 1
     total = input_features.shape[-1]
@@ -457,9 +518,10 @@ def whisper_generate(
         for processor in processors:
             if hasattr(processor, "set_begin_index"):
                 processor.set_begin_index(begin)
-        outputs = decode_window(features, decoder_input_ids[active])
-        for row, i, n in zip(outputs[:, begin:].tolist(), active, lengths):
-            found, advance = _windows_of(_strip_row(row, config), timestamp_begin, n, input_stride)
+        next_window_lengths()
+        rows = decode_with_fallback(features, decoder_input_ids[active])
+        for row, i, n in zip(rows, active, lengths):
+            found, advance = _windows_of(row, timestamp_begin, n, input_stride)
             segments[i] += found
             seek[i] += advance
     rows = [torch.tensor([t for segment in found for t in segment], dtype=torch.long) for found in segments]
