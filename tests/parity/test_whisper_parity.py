@@ -390,6 +390,34 @@ def test_temperature_fallback_matches_reference(tmp_path: Path, vocab_size: int,
         assert got.shape != greedy.shape or not torch.equal(got, greedy)  # the fallback did run
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"condition_on_prev_tokens": True},
+        {"condition_on_prev_tokens": True, "prompt_ids": [405, 100, 101]},
+        {"prompt_ids": [405, 100, 101]},
+        {"condition_on_prev_tokens": True, "temperature": (0.0, 0.6), "compression_ratio_threshold": 1.35},
+    ],
+)
+def test_long_form_conditioning_and_prompts_match_reference(tmp_path: Path, settings: dict[str, Any]) -> None:
+    """Each window after the first starts from the previous windows' text (rows of a batch left-padded, positions
+    counted from each row's first real token)."""
+    from microformers_sdk.testing import assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, 1908)
+    audio = features(batch=2, mel=80, frames=9000, seed=5)
+    mask = torch.ones(2, 9000, dtype=torch.long)
+    mask[1, 6200:] = 0
+    audio[1, :, 6200:] = 0
+    if "prompt_ids" in settings:
+        settings = {**settings, "prompt_ids": torch.tensor(settings["prompt_ids"])}
+    torch.manual_seed(0)
+    want = reference.generate(audio, attention_mask=mask, **settings)
+    torch.manual_seed(0)
+    got = ours.generate(audio, attention_mask=mask, **settings)
+    assert_similar_generation(got, want)
+
+
 def test_generate_bad_settings_are_clear_errors(tmp_path: Path) -> None:
     from microformers import GenerationError
 

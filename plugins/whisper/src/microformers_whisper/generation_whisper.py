@@ -14,7 +14,8 @@ reference's tokens. The result holds the generated tokens only (prompts, final e
 with ``pad_token_id``); ``force_unique_generate_call=True`` or ``return_dict_in_generate=True`` run one window and
 return what the standard generate returned. ``temperature=[0.0, 0.2, ...]`` with ``compression_ratio_threshold`` /
 ``logprob_threshold`` decodes a window again at the next temperature when its result is too repetitive or too
-unlikely; ``no_speech_threshold`` and ``condition_on_prev_tokens`` are refused.
+unlikely; ``condition_on_prev_tokens`` puts the previous windows' text (``<|startofprev|>``, left-padded) before each
+window's prompt; ``no_speech_threshold`` is refused.
 """
 
 from __future__ import annotations
@@ -367,9 +368,13 @@ def whisper_generate(
     temperature = temperatures[0]
     compression_ratio_threshold = kwargs.pop("compression_ratio_threshold", None)
     logprob_threshold = kwargs.pop("logprob_threshold", None)
-    for name in ("no_speech_threshold", "condition_on_prev_tokens"):
-        if kwargs.pop(name, None) not in (None, False):
-            raise GenerationError(f"{name} is not implemented in microformers' Whisper generate; drop it")
+    condition_on_prev_tokens = bool(kwargs.pop("condition_on_prev_tokens", False))
+    if kwargs.pop("no_speech_threshold", None) is not None:
+        raise GenerationError("no_speech_threshold is not implemented in microformers' Whisper generate; drop it")
+    if kwargs.pop("prompt_condition_type", None) not in (None, "first-segment"):
+        raise GenerationError(
+            "prompt_condition_type='all-segments' is not implemented; the prompt conditions the first window only"
+        )
     if kwargs.get("decoder_input_ids") is not None:
         raise GenerationError("Whisper's generate builds decoder_input_ids itself; pass prompt_ids= instead")
     window = 2 * model.config.max_source_positions
@@ -426,6 +431,7 @@ def whisper_generate(
     if config.do_sample:
         config.num_beams = 1
 
+    suppress_tokens_given = config.suppress_tokens
     processors: list[Any] = []
     if config.begin_suppress_tokens:
         processors.append(SuppressTokensAtBeginLogitsProcessor(config.begin_suppress_tokens, begin))
@@ -441,21 +447,27 @@ def whisper_generate(
 
     standard_generate = super(WhisperForConditionalGeneration, model).generate
 
-    def next_window_lengths() -> None:
+    def next_window_lengths(prompt_length: int) -> None:
         if config.max_new_tokens is None:  # the reference lets max_length grow by the prompt for every window
-            config.max_length = min(config.max_length + min(max_positions // 2 - 1, begin), max_positions)
-        elif config.max_new_tokens + begin > max_positions:
-            config.max_new_tokens = max_positions - begin
+            config.max_length = min(config.max_length + min(max_positions // 2 - 1, prompt_length), max_positions)
+        elif config.max_new_tokens + prompt_length > max_positions:
+            config.max_new_tokens = max_positions - prompt_length
 
-    def decode_window(features: torch.Tensor | None, prompt: torch.Tensor) -> Any:
-        return standard_generate(
-            features,
-            generation_config=config,
-            logits_processor=processors,
-            stopping_criteria=stopping_criteria,
-            decoder_input_ids=prompt,
-            **kwargs,
-        )
+    def decode_window(features: torch.Tensor | None, prompt: torch.Tensor, mask: torch.Tensor | None = None) -> Any:
+        extra = {"decoder_attention_mask": mask} if mask is not None else {}
+        model.__dict__["_positions_from_decoder_mask"] = mask is not None
+        try:
+            return standard_generate(
+                features,
+                generation_config=config,
+                logits_processor=processors,
+                stopping_criteria=stopping_criteria,
+                decoder_input_ids=prompt,
+                **extra,
+                **kwargs,
+            )
+        finally:
+            model.__dict__.pop("_positions_from_decoder_mask", None)
 
     if force_unique_generate_call or config.return_dict_in_generate or input_features is None:
         if long_form:
@@ -463,7 +475,7 @@ def whisper_generate(
                 "audio over 30 s is decoded window by window; force_unique_generate_call / return_dict_in_generate "
                 "/ encoder_outputs take one 30 s window"
             )
-        next_window_lengths()
+        next_window_lengths(begin)
         outputs = decode_window(input_features, decoder_input_ids)
         if force_unique_generate_call or not isinstance(outputs, torch.Tensor):
             return outputs
@@ -473,9 +485,12 @@ def whisper_generate(
         config.return_dict_in_generate = True
         config.output_scores = True
 
-    def decode_with_fallback(features: torch.Tensor, prompts: torch.Tensor) -> list[list[int]]:
+    def decode_with_fallback(
+        features: torch.Tensor, prompts: torch.Tensor, mask: torch.Tensor | None, conditioned: list[bool]
+    ) -> list[list[int]]:
         """One window for every row; rows whose result is too repetitive (``compression_ratio_threshold``) or too
         unlikely (``logprob_threshold``) are decoded again at the next temperature (the last try is kept)."""
+        start = prompts.shape[-1]
         results: list[list[int]] = [[] for _ in range(features.shape[0])]
         pending = list(range(features.shape[0]))
         for attempt, temp in enumerate(temperatures):
@@ -483,11 +498,12 @@ def whisper_generate(
             config.temperature = temp if config.do_sample else 1.0
             if config.do_sample:
                 config.num_beams = 1
-            outputs = decode_window(features[pending], prompts[pending])
+            rows_mask = mask[pending] if mask is not None else None
+            outputs = decode_window(features[pending], prompts[pending], rows_mask)
             sequences = outputs if isinstance(outputs, torch.Tensor) else outputs["sequences"]
             retry = []
             for k, position in enumerate(pending):
-                row = _strip_row(sequences[k, begin:].tolist(), config, keep_eos=True)
+                row = _strip_row(sequences[k, start:].tolist(), config, keep_eos=True)
                 too_repetitive = compression_ratio_threshold is not None and (
                     _compression_ratio(row, model.config.vocab_size) > compression_ratio_threshold
                 )
@@ -495,12 +511,34 @@ def whisper_generate(
                     _average_logprob(outputs, k, row, temp) < logprob_threshold
                 )
                 results[position] = _strip_row(row, config)
+                # as the reference, indexed by the row's place in this window's batch
+                conditioned[position] = condition_on_prev_tokens and (temp is None or temp < 0.5)
                 if too_repetitive or too_unlikely:
                     retry.append(position)
             if not retry or attempt == len(temperatures) - 1:
                 break
             pending = retry
         return results
+
+    original_suppress = list(suppress_tokens_given or [])
+    prev_sot = getattr(config, "prev_sot_token_id", None)
+    if prev_sot is None and len(original_suppress) >= 2:
+        prev_sot = original_suppress[-2]
+
+    def previous_text(rows: list[list[list[int]] | None]) -> torch.Tensor:
+        """``<|startofprev|>`` and each row's latest text (half the decoder's positions at most), left-padded."""
+        cut = max_positions // 2 - 1
+        built = []
+        for found in rows:
+            tokens: list[int] = []
+            for segment in found or []:
+                ends_double = len(segment) > 2 and segment[-2] >= timestamp_begin
+                tokens += segment[:-1] if ends_double else segment
+            tokens = tokens[-cut:] if found else []
+            built.append(([prev_sot] if prev_sot is not None else []) + tokens)
+        width = max(len(row) for row in built)
+        pad_id = config.pad_token_id if config.pad_token_id is not None else 0
+        return torch.tensor([[pad_id] * (width - len(row)) + row for row in built], dtype=torch.long)
 
     timestamp_begin = int(getattr(config, "no_timestamps_token_id", model.config.vocab_size)) + 1
     total = input_features.shape[-1]
@@ -509,21 +547,33 @@ def whisper_generate(
     else:
         max_frames = [total] * batch
     seek = [0] * batch
-    segments: list[list[list[int]]] = [[] for _ in range(batch)]
+    # a prompt counts as the text before the first window (and is dropped from the result)
+    prompt_segment = [] if prompt_ids is None else [int(t) for t in torch.as_tensor(prompt_ids).view(-1).tolist()]
+    if prompt_segment and prompt_segment[0] == prev_sot:
+        prompt_segment = prompt_segment[1:]
+    segments: list[list[list[int]]] = [[prompt_segment] if prompt_ids is not None else [] for _ in range(batch)]
+    conditioned = [condition_on_prev_tokens] * batch
     while any(seek[i] < max_frames[i] for i in range(batch)):
         active = [i for i in range(batch) if seek[i] < max_frames[i]]
         lengths = [min(max_frames[i] - seek[i], window) for i in active]
         pieces = [input_features[i : i + 1, :, seek[i] : seek[i] + n] for i, n in zip(active, lengths)]
         features = torch.cat([torch.nn.functional.pad(p, (0, window - p.shape[-1])) for p in pieces])
+        prompts, mask = decoder_input_ids[active], None
+        if any(conditioned) and segments[0]:
+            history = previous_text([segments[i] if conditioned[i] else None for i in active]).to(init.device)
+            prompts = torch.cat([history, init[active]], dim=-1)
+            mask = (prompts != config.pad_token_id).long()
         for processor in processors:
             if hasattr(processor, "set_begin_index"):
-                processor.set_begin_index(begin)
-        next_window_lengths()
-        rows = decode_with_fallback(features, decoder_input_ids[active])
+                processor.set_begin_index(prompts.shape[-1])
+        next_window_lengths(prompts.shape[-1])
+        rows = decode_with_fallback(features, prompts, mask, conditioned)
         for row, i, n in zip(rows, active, lengths):
             found, advance = _windows_of(row, timestamp_begin, n, input_stride)
             segments[i] += found
             seek[i] += advance
+    if prompt_ids is not None:
+        segments = [found[1:] for found in segments]
     rows = [torch.tensor([t for segment in found for t in segment], dtype=torch.long) for found in segments]
     width = max(len(row) for row in rows)
     pad = config.pad_token_id if config.pad_token_id is not None else 0

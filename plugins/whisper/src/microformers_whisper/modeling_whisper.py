@@ -577,6 +577,17 @@ class WhisperForConditionalGeneration(Seq2SeqLMMixin, WhisperPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> Seq2SeqLMOutput | tuple[Any, ...]:
+        if (
+            self.__dict__.get("_positions_from_decoder_mask")
+            and decoder_position_ids is None
+            and decoder_attention_mask is not None
+            and decoder_input_ids is not None
+        ):
+            # generate() with left-padded decoder prompts (condition_on_prev_tokens): each row counts positions
+            # from its first real token, as the reference's prepare_inputs_for_generation does
+            positions = decoder_attention_mask.long().cumsum(-1) - 1
+            positions = positions.masked_fill(decoder_attention_mask == 0, 0)
+            decoder_position_ids = positions[..., -decoder_input_ids.shape[1] :]
         if labels is not None:
             if labels.shape[1] > self.max_target_positions:
                 raise WhisperInputError(
