@@ -42,6 +42,17 @@ COPIES: list[tuple[Side, Side, dict[str, str]]] = [
         ("microformers_gemma", "modeling_gemma2:Gemma2Model.forward"),
         {"    layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])\n": ""},
     ),
+    # Whisper's attention is BART's but for k_proj's bias (set in __init__, not in the copied methods).
+    (
+        ("microformers_bart", "modeling_bart:BartAttention.forward"),
+        ("microformers_whisper", "modeling_whisper:WhisperAttention.forward"),
+        {},
+    ),
+    (
+        ("microformers_bart", "modeling_bart:BartAttention._heads"),
+        ("microformers_whisper", "modeling_whisper:WhisperAttention._heads"),
+        {},
+    ),
 ]
 
 # Forwards that follow the Transformers calling convention with bodies of their own: the same parameters

@@ -162,7 +162,6 @@ class BartAttention(nn.Module):
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
         dropout = self.dropout if self.training else 0.0
-
         weights = None
         if output_attentions:  # only the eager kernel hands back the probabilities
             context, weights = eager_attention(

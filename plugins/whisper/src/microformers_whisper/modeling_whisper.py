@@ -116,6 +116,8 @@ class WhisperAttention(nn.Module):
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
 
+    # _heads and forward are copies of BartAttention's (microformers-bart), kept in sync by
+    # tests/integration/test_model_copies_in_sync.py; only k_proj's missing bias differs.
     def _heads(self, states: torch.Tensor) -> torch.Tensor:
         """``(batch, length, dim)`` -> ``(batch, heads, length, head_dim)``."""
         return states.view(*states.shape[:2], self.num_heads, self.head_dim).transpose(1, 2)
