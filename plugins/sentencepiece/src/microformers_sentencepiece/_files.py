@@ -16,20 +16,6 @@ TOKENIZER_FILE = "tokenizer.json"
 SPM_FILES = ("spiece.model", "sentencepiece.bpe.model", "source.spm")
 JSON_FILES = (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, "vocab.json", "target_vocab.json")
 
-HUB_ARGUMENTS = (
-    "cache_dir",
-    "force_download",
-    "local_files_only",
-    "token",
-    "revision",
-    "trust_remote_code",
-    "subfolder",
-    "proxies",
-    "_from_auto",
-    "_from_pipeline",
-    "use_fast",
-    "gguf_file",
-)
 
 
 def can_load(folder: str | Path) -> bool:

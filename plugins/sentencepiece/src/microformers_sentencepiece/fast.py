@@ -19,7 +19,7 @@ from tokenizers.models import Unigram
 
 from microformers.configuration import refuse_push_to_hub
 from microformers.errors import ConfigError, FileMissingError
-from microformers_tokenizers import BatchEncoding, PreTrainedTokenizerFast
+from microformers_tokenizers import HUB_ARGUMENTS, BatchEncoding, PreTrainedTokenizerFast
 
 from . import _files
 from .spm_model import SpmModel, read_spm_bytes
@@ -66,7 +66,7 @@ class SentencePieceTokenizerFast(PreTrainedTokenizerFast):
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *init_inputs: Any, **kwargs: Any) -> Any:
         """Load the tokenizer in a local folder (``AutoTokenizer`` resolves Hub ids to folders)."""
-        for ignored in _files.HUB_ARGUMENTS:
+        for ignored in HUB_ARGUMENTS:
             kwargs.pop(ignored, None)
         folder = Path(path)
         files = _files.read_folder(folder, [cls.spm_file])

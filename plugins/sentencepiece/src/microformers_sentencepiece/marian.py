@@ -16,7 +16,7 @@ from typing import Any
 
 from microformers.configuration import refuse_push_to_hub
 from microformers.errors import ConfigError, FileMissingError
-from microformers_tokenizers import BatchEncoding
+from microformers_tokenizers import HUB_ARGUMENTS, BatchEncoding
 
 from . import _files
 from .spm_model import load_processor
@@ -112,7 +112,7 @@ class MarianTokenizer:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *init_inputs: Any, **kwargs: Any) -> MarianTokenizer:
         """Load ``source.spm``, ``target.spm``, ``vocab.json`` (and ``target_vocab.json``) from a local folder."""
-        for ignored in _files.HUB_ARGUMENTS:
+        for ignored in HUB_ARGUMENTS:
             kwargs.pop(ignored, None)
         files = _files.read_folder(path, [SOURCE_SPM, TARGET_SPM])
         kwargs.setdefault("name_or_path", str(path))

@@ -21,27 +21,13 @@ from tokenizers.models import BPE
 
 from microformers.configuration import read_json
 from microformers.errors import ConfigError, FileMissingError
-from microformers_tokenizers import PreTrainedTokenizerFast
+from microformers_tokenizers import HUB_ARGUMENTS, PreTrainedTokenizerFast
 
 TIKTOKEN_FILE = "tokenizer.model"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 # The split pattern the reference applies to tiktoken files (cl100k / Llama 3 style).
 DEFAULT_PATTERN = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-_HUB_ARGUMENTS = (
-    "cache_dir",
-    "force_download",
-    "local_files_only",
-    "token",
-    "revision",
-    "trust_remote_code",
-    "subfolder",
-    "proxies",
-    "_from_auto",
-    "_from_pipeline",
-    "use_fast",
-    "gguf_file",
-)
 
 
 def _byte_alphabet() -> dict[int, str]:
@@ -156,7 +142,7 @@ class TiktokenTokenizer:
 
     @staticmethod
     def from_pretrained(path: str | os.PathLike[str], *inputs: Any, **kwargs: Any) -> PreTrainedTokenizerFast:
-        for ignored in _HUB_ARGUMENTS:
+        for ignored in HUB_ARGUMENTS:
             kwargs.pop(ignored, None)
         folder = Path(path)
         model = folder / TIKTOKEN_FILE

@@ -17,6 +17,7 @@ _LAZY: dict[str, str] = {
     "ChatTemplateError": "chat_template",
     "render_chat_template": "chat_template",
     "VERY_LARGE_INTEGER": "tokenizer",
+    "HUB_ARGUMENTS": "_files",
 }
 
 __all__ = ["__version__", *_LAZY]

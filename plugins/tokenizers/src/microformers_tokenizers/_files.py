@@ -20,6 +20,24 @@ MODEL_CONFIG_FILE = "config.json"
 _JSON_DICT_FILES = (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, ADDED_TOKENS_FILE, MODEL_CONFIG_FILE)
 
 
+# Loading arguments the kernel's AutoTokenizer has already used to find the folder (Hub, cache, revision):
+# a backend's from_pretrained drops them.
+HUB_ARGUMENTS = (
+    "cache_dir",
+    "force_download",
+    "local_files_only",
+    "token",
+    "revision",
+    "trust_remote_code",
+    "subfolder",
+    "proxies",
+    "_from_auto",
+    "_from_pipeline",
+    "use_fast",
+    "gguf_file",
+)
+
+
 def can_load(folder: str | Path) -> bool:
     """True when ``folder`` holds a ``tokenizer.json`` or a WordPiece ``vocab.txt``."""
     path = Path(folder)

@@ -289,20 +289,7 @@ class PreTrainedTokenizerFast:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *init_inputs: Any, **kwargs: Any) -> PreTrainedTokenizerFast:
         """Load the tokenizer in a local folder (the kernel's ``AutoTokenizer`` resolves Hub ids to folders)."""
-        for ignored in (
-            "cache_dir",
-            "force_download",
-            "local_files_only",
-            "token",
-            "revision",
-            "trust_remote_code",
-            "subfolder",
-            "proxies",
-            "_from_auto",
-            "_from_pipeline",
-            "use_fast",
-            "gguf_file",
-        ):
+        for ignored in _files.HUB_ARGUMENTS:
             kwargs.pop(ignored, None)
         folder = Path(path)
         if folder.is_file() and folder.name == _files.TOKENIZER_FILE:
