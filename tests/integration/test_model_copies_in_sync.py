@@ -42,6 +42,22 @@ COPIES: list[tuple[Side, Side, dict[str, str]]] = [
         ("microformers_gemma", "modeling_gemma2:Gemma2Model.forward"),
         {"    layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])\n": ""},
     ),
+    # ViT's self-attention is BERT's without head masks.
+    (
+        ("microformers_bert", "modeling_bert:BertSelfAttention.forward"),
+        ("microformers_vit", "modeling_vit:ViTSelfAttention.forward"),
+        {
+            "    head_mask: torch.Tensor | None = None,\n": "",
+            "dropout = self.attention_dropout if self.training else 0.0\n\n": (
+                "dropout = self.attention_dropout if self.training else 0.0\n"
+            ),
+            "    if head_mask is not None:\n"
+            "        # Scaling a head's probabilities scales its context by the same factor.\n"
+            "        scale = head_mask[self.kept_heads].to(context.dtype).view(1, -1, 1, 1)\n"
+            "        context = context * scale\n"
+            "        weights = weights * scale if weights is not None else None\n": "",
+        },
+    ),
     # Whisper's attention is BART's but for k_proj's bias (set in __init__, not in the copied methods).
     (
         ("microformers_bart", "modeling_bart:BartAttention.forward"),

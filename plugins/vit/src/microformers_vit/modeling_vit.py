@@ -171,6 +171,8 @@ class ViTEmbeddings(nn.Module):
 
 
 # -- attention -----------------------------------------------------------------------------------------
+# ViTSelfAttention.forward is BertSelfAttention.forward (microformers-bert) without head masks, kept in sync by
+# tests/integration/test_model_copies_in_sync.py.
 class ViTSelfAttention(nn.Module):
     """Bidirectional multi-head attention: ``query``, ``key`` and ``value`` projections, then the attention kernel."""
 
