@@ -111,11 +111,18 @@ def config_source(fmt: CheckpointFormat, files: list[Path]) -> Path:
     return files[0] if hasattr(fmt, "load_config") else files[0].parent / "config.json"
 
 
-def check_declared_sizes(config: PretrainedConfig, fmt: CheckpointFormat, files: list[Path], strict: bool = True) -> None:
+def check_declared_sizes(
+    config: PretrainedConfig,
+    fmt: CheckpointFormat,
+    files: list[Path],
+    strict: bool = True,
+    unbuilt: tuple[str, ...] = (),
+) -> None:
     """Refuse, before building anything, sizes in a config that the checkpoint's tensors cannot back.
 
     A dimension larger than every tensor dimension, or more layers than the tensors have layer indices,
-    would build a model the weights cannot fill (or exhaust memory building it).
+    would build a model the weights cannot fill (or exhaust memory building it). ``unbuilt`` names sizes
+    the model class never allocates (an audio classifier's ``vocab_size``); they are only type-checked.
     """
     shapes = fmt.shapes(files) if hasattr(fmt, "shapes") else {}
     source = config_source(fmt, files)
@@ -133,7 +140,7 @@ def check_declared_sizes(config: PretrainedConfig, fmt: CheckpointFormat, files:
             what = f"its tensors have layer indices up to {present - 1}" if limit < MAX_LAYERS else f"at most {limit}"
         else:
             limit, what = largest, f"the largest tensor dimension in the checkpoint is {largest}"
-        if limit is not None and value > limit:
+        if limit is not None and value > limit and field not in unbuilt:
             raise ConfigError(
                 f"{field}={value} in {source} does not match the weights: {what}. The configuration is corrupt "
                 "or belongs to another checkpoint; fix the value or use the matching files."
@@ -152,6 +159,10 @@ def to_torch_dtype(dtype: Any) -> torch.dtype | None:
 
 class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     """Base class for models; see hookspecs and docs/plugin-authoring.md for what subclasses set."""
+
+    # config sizes (e.g. "vocab_size") the class never builds anything from: loading does not hold them
+    # against the checkpoint's tensor shapes
+    _config_sizes_not_built: ClassVar[tuple[str, ...]] = ()
 
     config_class: ClassVar[type[PretrainedConfig] | None] = None
     base_model_prefix: ClassVar[str] = ""
@@ -418,7 +429,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         config.name_or_path = str(pretrained)
 
         target_dtype = cls._pick_dtype(dtype, config)
-        check_declared_sizes(config, fmt, files, strict)
+        check_declared_sizes(config, fmt, files, strict, cls._config_sizes_not_built)
         try:
             model = build_on_meta(cls, config, *model_args)
         except ConfigError as exc:  # the class refused a config value: say which file it came from

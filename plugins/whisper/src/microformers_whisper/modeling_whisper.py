@@ -633,6 +633,8 @@ class WhisperForConditionalGeneration(Seq2SeqLMMixin, WhisperPreTrainedModel):
 class WhisperForAudioClassification(WhisperPreTrainedModel):
     """Encoder, ``projector``, mean over frames, ``classifier`` (optionally over a weighted sum of layer outputs)."""
 
+    _config_sizes_not_built: ClassVar[tuple[str, ...]] = ("vocab_size",)  # no token embeddings here
+
     def __init__(self, config: WhisperConfig) -> None:
         super().__init__(config)
         self.encoder = WhisperEncoder(config)
