@@ -14,10 +14,15 @@ import torch
 from torch import nn
 
 from microformers.outputs import ModelOutput
-from microformers_sdk.losses import sequence_classification_loss
 
 from .configuration_deit import DeiTConfig
-from .modeling_vit import ImageClassifierOutput, ViTConfig, ViTEmbeddings, ViTModel, ViTPreTrainedModel
+from .modeling_vit import (
+    ViTConfig,
+    ViTEmbeddings,
+    ViTForImageClassification,
+    ViTModel,
+    ViTPreTrainedModel,
+)
 
 __all__ = [
     "DeiTConfig",
@@ -58,46 +63,15 @@ class DeiTModel(DeiTPreTrainedModel, ViTModel):
     embeddings_class: ClassVar[type[ViTEmbeddings]] = DeiTEmbeddings
 
 
-class DeiTForImageClassification(DeiTPreTrainedModel):
-    """A linear classifier on the final [CLS] state; the loss follows ``config.problem_type``."""
+class DeiTForImageClassification(DeiTPreTrainedModel, ViTForImageClassification):
+    """ViT's classifier on the final [CLS] state, over ``DeiTModel`` (held as ``deit``)."""
 
     def __init__(self, config: DeiTConfig) -> None:
-        super().__init__(config)
+        DeiTPreTrainedModel.__init__(self, config)
         self.num_labels = config.num_labels
         self.deit = DeiTModel(config, add_pooling_layer=False)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels) if config.num_labels > 0 else nn.Identity()
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.deit.get_input_embeddings()
-
-    def forward(
-        self,
-        pixel_values: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        interpolate_pos_encoding: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> ImageClassifierOutput | tuple[Any, ...]:
-        outputs = self.deit(
-            pixel_values,
-            interpolate_pos_encoding=interpolate_pos_encoding,
-            attention_mask=attention_mask,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        logits = self.classifier(outputs.last_hidden_state[:, 0, :])
-        output = ImageClassifierOutput(
-            loss=sequence_classification_loss(logits, labels, self.config) if labels is not None else None,
-            logits=logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-        return self._returned(output, return_dict)
 
 
 class DeiTForImageClassificationWithTeacherOutput(ModelOutput):

@@ -433,7 +433,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
-        return self.vit.get_input_embeddings()
+        return self.base_model.get_input_embeddings()
 
     def forward(
         self,
@@ -446,7 +446,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs: Any,
     ) -> ImageClassifierOutput | tuple[Any, ...]:
-        outputs = self.vit(
+        outputs = self.base_model(  # self.vit (DeiT's subclass: self.deit)
             pixel_values,
             interpolate_pos_encoding=interpolate_pos_encoding,
             attention_mask=attention_mask,
