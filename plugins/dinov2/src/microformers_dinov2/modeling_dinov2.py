@@ -29,7 +29,7 @@ from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import sequence_classification_loss
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPooling
-from microformers_vit import ImageClassifierOutput, ViTAttention, ViTPatchEmbeddings
+from microformers_vit import ImageClassifierOutput, ViTAttention, ViTEncoder, ViTPatchEmbeddings
 
 from .configuration_dinov2 import Dinov2Config
 
@@ -171,29 +171,10 @@ class Dinov2Layer(nn.Module):
         return hidden_states, weights
 
 
-class Dinov2Encoder(nn.Module):
-    """``num_hidden_layers`` layers run in turn, collecting every hidden state (embeddings first) and attention."""
+class Dinov2Encoder(ViTEncoder):
+    """ViT's encoder loop over DINOv2 layers."""
 
-    def __init__(self, config: Dinov2Config) -> None:
-        super().__init__()
-        self.layer = nn.ModuleList(Dinov2Layer(config) for _ in range(config.num_hidden_layers))
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        attention_fn: AttentionFunction,
-        output_attentions: bool,
-        call_layer: Any,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        all_hidden_states = [hidden_states]
-        all_attentions = []
-        for layer in self.layer:
-            hidden_states, weights = call_layer(layer, hidden_states, attention_mask, attention_fn, output_attentions)
-            all_hidden_states.append(hidden_states)
-            if output_attentions:
-                all_attentions.append(weights)
-        return hidden_states, tuple(all_hidden_states), tuple(all_attentions)
+    layer_class = Dinov2Layer
 
 
 # -- pre-trained base class ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ _LAZY: dict[str, str] = {
     "DeiTForImageClassificationWithTeacher": "modeling_deit",
     # Building blocks that architectures sharing ViT's attention and patch embedding (DINOv2) subclass.
     "ViTAttention": "modeling_vit",
+    "ViTEncoder": "modeling_vit",
     "ViTPatchEmbeddings": "modeling_vit",
     "ImageClassifierOutput": "modeling_vit",
 }

@@ -294,9 +294,11 @@ class ViTLayer(nn.Module):
 class ViTEncoder(nn.Module):
     """``num_hidden_layers`` layers run in turn, collecting every hidden state (embeddings first) and attention."""
 
+    layer_class: ClassVar[type[nn.Module]] = ViTLayer  # DINOv2's encoder runs its own layers
+
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.layer = nn.ModuleList(ViTLayer(config) for _ in range(config.num_hidden_layers))
+        self.layer = nn.ModuleList(self.layer_class(config) for _ in range(config.num_hidden_layers))
 
     def forward(
         self,
