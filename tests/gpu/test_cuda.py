@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from families import CAUSAL, FAMILIES, main_output, tiny_inputs, tiny_model
+from families import CAUSAL, FAMILIES, SEQ2SEQ, encoder_inputs, main_output, tiny_inputs, tiny_model
 
 import microformers
 from microformers_sdk.testing import assert_close, assert_similar_generation
@@ -101,6 +101,23 @@ def test_greedy_generation_with_a_static_cache_and_compiled_step(settings: dict[
     on_device = copy.deepcopy(model).to(device)
     got = _greedy(on_device, ids.to(device), **settings)
     _assert_same_greedy(got, want, ids.shape[1], str(settings))
+
+
+@pytest.mark.parametrize("settings", [{}, {"cache_implementation": "static"}, {"num_beams": 3}], ids=str)
+@pytest.mark.parametrize("family", SEQ2SEQ)
+def test_encoder_decoder_generation_on_cuda_matches_the_cpu(family: str, settings: dict[str, Any], device: str) -> None:
+    model = tiny_model(family)
+    inputs = encoder_inputs(family)
+    common = {"max_new_tokens": 8, "do_sample": False, "output_scores": True, "return_dict_in_generate": True}
+    want = model.generate(**inputs, **common, **settings)
+    got = copy.deepcopy(model).to(device).generate(**_to(inputs, device), **common, **settings)
+    assert got.sequences.device.type == "cuda"
+    if "num_beams" in settings:
+        # widely spread random weights leave no near-tied beams: the same beams, scores within float32 sums
+        assert_similar_generation(got.sequences.cpu(), want.sequences, msg=f"{family} {settings}")
+        assert_close(got.sequences_scores.cpu(), want.sequences_scores, rtol=1e-3, atol=1e-3)
+        return
+    _assert_same_greedy(got, want, 1, f"{family} {settings}")
 
 
 # -- training ------------------------------------------------------------------------------------------

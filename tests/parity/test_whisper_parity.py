@@ -324,6 +324,21 @@ def test_generate_matches_reference(tmp_path: Path, settings: dict[str, Any]) ->
     assert_similar_generation(got, want)
 
 
+@pytest.mark.parametrize("settings", [{"language": "de"}, {"num_beams": 3, "language": "en"}])
+def test_generate_return_dict_in_generate_argument_matches_reference(tmp_path: Path, settings: dict[str, Any]) -> None:
+    from microformers_sdk.testing import assert_close, assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, 408)
+    settings = {**settings, "return_dict_in_generate": True, "output_scores": True, "max_new_tokens": 6}
+    got, want = ours.generate(mel_batch(), **settings), reference.generate(mel_batch(), **settings)
+    assert type(got).__name__ == type(want).__name__
+    assert_similar_generation(got.sequences, want.sequences)
+    assert len(got.scores) == len(want.scores)
+    assert_close(torch.stack(got.scores), torch.stack(want.scores), rtol=1e-4, atol=1e-4)
+    if "num_beams" in settings:
+        assert_close(got.sequences_scores, want.sequences_scores, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("settings", [{"language": "fr"}, {"num_beams": 2}])
 def test_generate_with_timestamps_matches_reference(tmp_path: Path, settings: dict[str, Any]) -> None:
     from microformers_sdk.testing import assert_similar_generation

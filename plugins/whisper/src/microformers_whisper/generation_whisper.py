@@ -257,6 +257,21 @@ def _init_tokens(
     return torch.tensor(rows, dtype=torch.long, device=model.device)
 
 
+def _scores_of_kept_beams(outputs: Any) -> Any:
+    """Beam search's per-step scores, one row per returned sequence (the beam it came from at each step), as the
+    reference returns them from Whisper's generate; other outputs are returned as they are."""
+    beam_indices = getattr(outputs, "beam_indices", None)
+    if beam_indices is None or getattr(outputs, "scores", None) is None:
+        return outputs
+    # -1 marks steps after a sequence ended; as a Python index it takes the last row, as the reference does
+    rows = [beam_indices[row, : len(outputs.scores)].tolist() for row in range(beam_indices.shape[0])]
+    outputs.scores = tuple(
+        torch.stack([step_scores[rows[row][step]] for row in range(len(rows))])
+        for step, step_scores in enumerate(outputs.scores)
+    )
+    return outputs
+
+
 def _generated_only(sequences: torch.Tensor, prompt_length: int, config: GenerationConfig) -> torch.Tensor:
     """Each row's new tokens without trailing padding and eos, right-padded with ``pad_token_id``."""
     pad, eos = config.pad_token_id, config.eos_token_id
@@ -415,7 +430,7 @@ def whisper_generate(
         decoder_input_ids = torch.cat([prompt.expand(batch, -1), init], dim=-1)
     begin = decoder_input_ids.shape[-1]
 
-    for name in ("max_new_tokens", "max_length", "num_beams", "do_sample"):
+    for name in ("max_new_tokens", "max_length", "num_beams", "do_sample", "return_dict_in_generate"):
         if name in kwargs:
             setattr(config, name, kwargs.pop(name))
     max_positions = model.config.max_target_positions
@@ -477,7 +492,9 @@ def whisper_generate(
             )
         next_window_lengths(begin)
         outputs = decode_window(input_features, decoder_input_ids)
-        if force_unique_generate_call or not isinstance(outputs, torch.Tensor):
+        if not isinstance(outputs, torch.Tensor):
+            return _scores_of_kept_beams(outputs)
+        if force_unique_generate_call:
             return outputs
         return _generated_only(outputs, begin, config)
 
