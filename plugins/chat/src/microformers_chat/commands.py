@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -55,10 +60,41 @@ def _native_decode_step(model: Any) -> bool:
     return True
 
 
+#: What ``/set NAME=VALUE`` changes in a chat, with how each value is read and checked.
+SETTINGS: dict[str, tuple[Callable[[str], Any], Callable[[Any], bool], str]] = {
+    "max_new_tokens": (int, lambda v: v > 0, "an integer > 0"),
+    "do_sample": (lambda t: _boolean(t), lambda v: True, "true or false"),
+    "temperature": (float, lambda v: v > 0.0, "a number > 0"),
+    "top_k": (int, lambda v: v >= 0, "an integer >= 0"),
+    "top_p": (float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]"),
+    "repetition_penalty": (float, lambda v: v > 0.0, "a number > 0"),
+}
+
+CHAT_HELP = """Commands:
+  /help                 this list
+  /set NAME=VALUE ...   change a generation setting for the next replies ({names})
+  /settings             the settings given on the command line or with /set
+  /save [FILE]          write the conversation as JSON (default: chat-YYYYmmdd-HHMMSS.json here)
+  /reset                start the conversation over
+  /exit                 quit (also Ctrl-D; Ctrl-C stops a reply)
+Text that starts with '/' is sent to the model when it starts with '//' (one '/' is dropped)."""
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
 class Session:
     """A model, its tokenizer, and a conversation."""
 
     static_steps = False  # decode through a static cache (a quantized model's native step)
+    #: (new tokens, seconds) of the latest reply
+    last_reply_speed: tuple[int, float] | None = None
 
     def __init__(self, args: argparse.Namespace) -> None:
         import microformers
@@ -82,7 +118,7 @@ class Session:
     def generation_kwargs(self) -> dict[str, Any]:
         """Flags given on the command line; everything else comes from the model's generation_config.json."""
         kwargs: dict[str, Any] = {}
-        for name in ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p"):
+        for name in SETTINGS:
             value = getattr(self.args, name, None)
             if value is not None:
                 kwargs[name] = value
@@ -106,8 +142,10 @@ class Session:
                 "tokenizer does not belong to this model. Put the model's own tokenizer files in its folder."
             )
         streamer = TextStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True) if out else None
+        started = time.perf_counter()
         output = self.model.generate(**inputs, streamer=streamer, **self.generation_kwargs())
         new_tokens = output[0, inputs["input_ids"].shape[1] :]
+        self.last_reply_speed = (int(new_tokens.numel()), time.perf_counter() - started)
         return self.tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
 
     def reply(self, user_text: str, out: TextIO | None = None) -> str:
@@ -131,7 +169,7 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
     stdout = stdout or sys.stdout
     interactive = stdin.isatty()
     session = Session(args)
-    print(f"Chatting with {args.model}. /reset starts over, /exit quits.", file=stdout, flush=True)
+    print(f"Chatting with {args.model}. /help lists the commands, /exit quits.", file=stdout, flush=True)
     while True:
         if interactive:
             print("> ", end="", file=stdout, flush=True)
@@ -143,10 +181,11 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
             continue
         if text == "/exit":
             break
-        if text == "/reset":
-            session.reset()
-            print("(conversation reset)", file=stdout, flush=True)
+        if text.startswith("/") and not text.startswith("//"):
+            print(_chat_command(session, args, text), file=stdout, flush=True)
             continue
+        if text.startswith("//"):
+            text = text[1:]
         if not interactive:
             print(f"> {text}", file=stdout, flush=True)
         turn = len(session.messages)
@@ -155,7 +194,72 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
         except KeyboardInterrupt:  # stop this reply; the conversation before it stays
             del session.messages[turn:]
             print("\n(reply stopped; Ctrl-C at the prompt or /exit quits)", file=stdout, flush=True)
+            continue
+        speed = getattr(session, "last_reply_speed", None)
+        if speed is not None and speed[1] > 0:
+            print(f"({speed[0]} tokens, {speed[0] / speed[1]:.1f} tokens/s)", file=stdout, flush=True)
     return 0
+
+
+def _chat_command(session: Any, args: argparse.Namespace, text: str) -> str:
+    """Run one slash command of the chat; the answer to print."""
+    command, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if command == "/help":
+        return CHAT_HELP.format(names=", ".join(SETTINGS))
+    if command == "/reset":
+        session.reset()
+        return "(conversation reset)"
+    if command == "/settings":
+        given = {name: getattr(args, name, None) for name in SETTINGS}
+        shown = ", ".join(f"{name}={value}" for name, value in given.items() if value is not None)
+        return shown or "(no settings given: the model's generation_config.json decides)"
+    if command == "/set":
+        return _set_settings(args, rest)
+    if command == "/save":
+        return _save_conversation(session.messages, rest)
+    return f"unknown command {command}; /help lists the commands (start with '//' to send text beginning with '/')"
+
+
+def _set_settings(args: argparse.Namespace, text: str) -> str:
+    if not text:
+        return f"/set NAME=VALUE ...: name one of {', '.join(SETTINGS)}"
+    changes: dict[str, Any] = {}
+    for item in text.split():
+        name, equals, raw = item.partition("=")
+        if name not in SETTINGS:
+            return f"/set: unknown setting {name!r}; settings: {', '.join(SETTINGS)} (nothing changed)"
+        read, valid, expected = SETTINGS[name]
+        try:
+            value = read(raw) if equals else None
+        except ValueError:
+            value = None
+        if value is None or not valid(value):
+            return f"/set {item}: {name} must be {expected} (nothing changed)"
+        changes[name] = value
+    for name, value in changes.items():
+        setattr(args, name, value)
+    return "(" + ", ".join(f"{name}={value}" for name, value in changes.items()) + ")"
+
+
+def _save_conversation(messages: list[dict[str, str]], target: str) -> str:
+    """Write the conversation as JSON; a kill mid-write leaves the old file or the new one, never half of one."""
+    path = Path(target).expanduser() if target else Path(time.strftime("chat-%Y%m%d-%H%M%S.json"))
+    if path.is_dir():
+        return f"/save {target}: that is a folder; name a file (e.g. {path / 'chat.json'})"
+    if not path.parent.is_dir():
+        return f"/save {target}: the folder {path.parent} does not exist"
+    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(messages, file, ensure_ascii=False, indent=2)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(staging, path)
+    except OSError as exc:
+        Path(staging).unlink(missing_ok=True)
+        return f"/save {target}: could not write {path}: {exc}"
+    return f"(saved {len(messages)} messages to {path})"
 
 
 def _read_line(stdin: TextIO) -> str:
