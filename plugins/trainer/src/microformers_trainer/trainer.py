@@ -522,6 +522,25 @@ class Trainer:
             ckpt.load_model_weights(self.model, resume)
         return self._training_loop(resume)
 
+    def _load_optimizer_and_scheduler(self, folder: Path) -> None:
+        """Both files checked against this optimizer and schedule before either is loaded."""
+        optimizer_file, scheduler_file = folder / ckpt.OPTIMIZER_NAME, folder / ckpt.SCHEDULER_NAME
+        optimizer_state = ckpt.load_torch_file(optimizer_file)
+        ckpt.check_optimizer_state(optimizer_state, self.optimizer, optimizer_file)
+        scheduler_state = ckpt.load_torch_file(scheduler_file)
+        ckpt.check_scheduler_state(scheduler_state, self.lr_scheduler, scheduler_file)
+        for target, state, path in (
+            (self.optimizer, optimizer_state, optimizer_file),
+            (self.lr_scheduler, scheduler_state, scheduler_file),
+        ):
+            try:
+                target.load_state_dict(state)
+            except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+                raise ckpt.CheckpointError(
+                    f"{path} could not be loaded into the {type(target).__name__} ({type(exc).__name__}: {exc}); "
+                    "resume from an earlier checkpoint-<step> folder"
+                ) from exc
+
     def _wrap_model(self) -> nn.Module:
         model: nn.Module = self.model
         if self.is_distributed and not isinstance(self.model_wrapped, nn.parallel.DistributedDataParallel):
@@ -580,7 +599,7 @@ class Trainer:
             self._num_train_samples = max_steps * total_batch
         first_epoch, skip_batches = 0, 0
         if resume is not None:
-            saved = TrainerState.load_from_json(resume / ckpt.STATE_NAME)
+            saved = ckpt.load_trainer_state(resume / ckpt.STATE_NAME)
             self.state.global_step, self.state.epoch = saved.global_step, saved.epoch
             self.state.log_history, self.state.best_metric = saved.log_history, saved.best_metric
             self.state.best_global_step, self.state.best_model_checkpoint = (
@@ -601,11 +620,11 @@ class Trainer:
         restore_rng = None
         if resume is not None:
             if (resume / ckpt.OPTIMIZER_NAME).is_file():
-                self.optimizer.load_state_dict(ckpt.load_torch_file(resume / ckpt.OPTIMIZER_NAME))
-                self.lr_scheduler.load_state_dict(ckpt.load_torch_file(resume / ckpt.SCHEDULER_NAME))
+                self._load_optimizer_and_scheduler(resume)
             rng_file = resume / ckpt.rng_file_name(args.process_index, args.world_size)
             if rng_file.is_file():  # each process its own generators, as saved
                 restore_rng = ckpt.load_torch_file(rng_file)
+                ckpt.check_rng_state(restore_rng, rng_file)
             elif any(resume.glob("rng_state*.pth")):
                 logger.warning(
                     "%s has no %s (saved with another number of processes): the generators are not restored, "
@@ -809,7 +828,9 @@ class Trainer:
             rng_states = [None] * args.world_size
             torch.distributed.all_gather_object(rng_states, ckpt.rng_state())
         if args.should_save:
-            with staged_folder(folder) as staging:
+            ckpt.remove_stale_staging(args.output_dir)
+            # replace="*": the new folder holds only what this save writes, never an earlier run's files
+            with staged_folder(folder, replace=("*",)) as staging:
                 self._save(staging)
                 if not args.save_only_model:
                     torch.save(self.optimizer.state_dict(), staging / ckpt.OPTIMIZER_NAME)
