@@ -213,3 +213,29 @@ def test_the_sweep_puts_back_a_checkpoint_moved_aside_and_keeps_live_saves(tmp_p
         os.close(fd)
     assert (out / "checkpoint-8" / "trainer_state.json").is_file() and not moved.exists()
     assert live.is_dir()
+
+
+def test_the_reference_rng_file_format_resumes_like_ours(saved_checkpoint: Path, tmp_path: Path) -> None:
+    """The reference saves numpy's state as an array and python's as a tuple; read as ours, same run."""
+    import random
+
+    import numpy as np
+
+    ours = _copy(saved_checkpoint, tmp_path / "ours")
+    theirs = _copy(saved_checkpoint, tmp_path / "theirs")
+    state = checkpointing.load_rng_file(ours / "rng_state.pth")
+    random.setstate((state["python"]["version"], tuple(state["python"]["state"].tolist()), state["python"]["gauss"]))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    reference_format = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": state["cpu"]}
+    torch.save(reference_format, theirs / "rng_state.pth")
+    with pytest.raises(Exception):  # noqa: B017 (the plain weights_only load refuses the numpy array)
+        torch.load(theirs / "rng_state.pth", weights_only=True)
+    trainers = []
+    for folder in (ours, theirs):
+        trainer = make_trainer(str(folder.parent))
+        trainer.args.max_steps = 6
+        trainer.train(resume_from_checkpoint=str(folder))
+        trainers.append(trainer)
+    for name, tensor in trainers[0].model.state_dict().items():
+        assert torch.equal(tensor, trainers[1].model.state_dict()[name]), name

@@ -136,6 +136,35 @@ def load_torch_file(path: Path) -> Any:
         ) from exc
 
 
+def load_rng_file(path: Path) -> Any:
+    """A generator-state file: ours, or the reference's (numpy's state as an array, python's as a tuple),
+    read with ``weights_only=True`` allowing numpy's array reconstruction only, and turned into ours."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray
+        allowed = [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+        try:
+            with torch.serialization.safe_globals(allowed):
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise CheckpointError(
+                f"{path} could not be read ({type(exc).__name__}: {exc}); the checkpoint is corrupt — "
+                "resume from an earlier checkpoint-<step> folder"
+            ) from exc
+    if isinstance(state, dict) and isinstance(state.get("python"), tuple) and len(state["python"]) == 3:
+        version, mt, gauss = state["python"]
+        if isinstance(mt, (tuple, list)) and all(isinstance(x, int) for x in mt):
+            mt = torch.tensor(mt, dtype=torch.int64)
+        state["python"] = {"version": version, "state": mt, "gauss": gauss}
+    if isinstance(state, dict) and isinstance(state.get("numpy"), tuple) and len(state["numpy"]) == 5:
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        if isinstance(keys, np.ndarray) and keys.dtype == np.uint32:
+            keys = torch.from_numpy(keys.astype(np.int64))
+        state["numpy"] = {"kind": kind, "keys": keys, "pos": pos, "has_gauss": has_gauss, "cached": cached}
+    return state
+
+
 def load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))

@@ -623,7 +623,7 @@ class Trainer:
                 self._load_optimizer_and_scheduler(resume)
             rng_file = resume / ckpt.rng_file_name(args.process_index, args.world_size)
             if rng_file.is_file():  # each process its own generators, as saved
-                restore_rng = ckpt.load_torch_file(rng_file)
+                restore_rng = ckpt.load_rng_file(rng_file)
                 ckpt.check_rng_state(restore_rng, rng_file)
             elif any(resume.glob("rng_state*.pth")):
                 logger.warning(
