@@ -103,6 +103,21 @@ def test_from_pretrained_refuses_what_it_does_not_use(llama: Path, typo: dict[st
         microformers.AutoModelForCausalLM.from_pretrained(llama, attn_implementation="flash_attn_typo")
 
 
+@pytest.mark.parametrize("framework", ["from_tf", "from_flax"])
+def test_tensorflow_and_flax_weights_are_refused_with_how_to_convert(llama: Path, framework: str) -> None:
+    with pytest.raises(MicroformersError, match=f"{framework}=True: microformers reads PyTorch checkpoints"):
+        microformers.AutoModelForCausalLM.from_pretrained(llama, **{framework: True})
+    assert microformers.AutoModelForCausalLM.from_pretrained(llama, **{framework: False}) is not None  # the default
+
+
+def test_generate_on_a_model_without_a_language_modelling_head_says_which_class_to_load(bert: Path) -> None:
+    ids = torch.tensor([[5, 6, 7]])
+    for auto in (microformers.AutoModel, microformers.AutoModelForSequenceClassification):
+        model = auto.from_pretrained(bert)
+        with pytest.raises(MicroformersError, match=f"{type(model).__name__} cannot generate.*AutoModelForCausalLM"):
+            model.generate(ids, max_new_tokens=2)
+
+
 # -- generate ------------------------------------------------------------------------------------
 class _Force:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -250,3 +265,6 @@ def test_pipeline_keywords_take_effect(bert: Path) -> None:
         microformers.pipeline("fill-mask", model=str(bert), dtype=torch.float16, torch_dtype=torch.bfloat16)
     with pytest.raises(MicroformersError, match="top_kk"):
         microformers.pipeline("fill-mask", model=str(bert), top_kk=3)
+    with pytest.raises(MicroformersError, match="framework='tf': microformers runs PyTorch models only"):
+        microformers.pipeline("fill-mask", model=str(bert), framework="tf")
+    assert microformers.pipeline("fill-mask", model=str(bert), framework="pt").framework == "pt"

@@ -404,6 +404,14 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
         kwargs.pop("low_cpu_mem_usage", None)
+        for framework in ("from_tf", "from_flax"):
+            if kwargs.pop(framework, False):
+                raise ConfigError(
+                    f"{framework}=True: microformers reads PyTorch checkpoints (model.safetensors, pytorch_model.bin) "
+                    "and GGUF files, not TensorFlow or Flax weights (the reference's v5 dropped them too). Convert the "
+                    "checkpoint once with a transformers 4.x release (from_pretrained(..., "
+                    f"{framework}=True).save_pretrained(folder)) and load that folder"
+                )
         offload = [k for k in ("offload_folder", "offload_state_dict", "offload_buffers") if kwargs.pop(k, None)]
         if offload or "disk" in (device_map.values() if isinstance(device_map, dict) else ()):
             raise ConfigError(

@@ -137,6 +137,11 @@ def pipeline(
     Remaining keyword arguments are the task's options (``top_k=...``) or loading arguments
     (``revision``, ``gguf_file``, ...).
     """
+    framework = kwargs.pop("framework", None)
+    if framework not in (None, "pt"):
+        raise ConfigError(
+            f"framework={framework!r}: microformers runs PyTorch models only; drop framework= or pass framework='pt'"
+        )
     if device is not None:  # before any weights are read: a missing device fails fast
         check_device(device, "device")
     check_device_map(device_map)

@@ -151,12 +151,19 @@ class IncrementalDecoder:
             return_dict=True,
             **self.forward_kwargs,
         )
+        logits = getattr(outputs, "logits", None)
+        if logits is None or logits.dim() != 3:  # a base encoder, or a classifier's [batch, labels] logits
+            raise GenerationError(
+                f"{type(self.model).__name__} cannot generate: its forward returns no next-token logits (no "
+                "language-modelling head). Load the checkpoint with AutoModelForCausalLM (decoders) or "
+                "AutoModelForSeq2SeqLM (encoder-decoders); for an encoder such as BERT use pipeline('fill-mask')."
+            )
         if self.use_cache:
             self.cache = outputs.past_key_values
         if "output_attentions" in self.forward_kwargs or "output_hidden_states" in self.forward_kwargs:
             self.last_outputs = outputs
         # A copy: processors and strategies may keep or change it, and it must not pin the prefill logits.
-        return outputs.logits[:, -1, :].to(dtype=torch.float32, copy=True)
+        return logits[:, -1, :].to(dtype=torch.float32, copy=True)
 
 
 def _accepts(model: Any, name: str) -> bool:
