@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,3 +161,24 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+class Collector:
+    """Records a request's events and signals when it is done."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.done = threading.Event()
+
+    def __call__(self, event: Any) -> None:
+        self.events.append(event)
+        if event.kind != "delta":
+            self.done.set()
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events if e.kind == "delta")
+
+    @property
+    def final(self) -> Any:
+        return self.events[-1]

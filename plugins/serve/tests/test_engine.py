@@ -3,38 +3,16 @@
 from __future__ import annotations
 
 import random
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from serve_helpers import assert_similar_tokens, one_thread, scored_greedy
+from serve_helpers import Collector, assert_similar_tokens, one_thread, scored_greedy
 
 import microformers
-from microformers_serve.engine import Engine, Event, GenerationRequest, QueueFullError, RaggedCache
-
-
-class Collector:
-    """Records a request's events and signals when it is done."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self.done = threading.Event()
-
-    def __call__(self, event: Event) -> None:
-        self.events.append(event)
-        if event.kind != "delta":
-            self.done.set()
-
-    @property
-    def text(self) -> str:
-        return "".join(e.text for e in self.events if e.kind == "delta")
-
-    @property
-    def final(self) -> Event:
-        return self.events[-1]
+from microformers_serve.engine import Engine, GenerationRequest, QueueFullError, RaggedCache
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +80,9 @@ def test_cancel_and_stop_strings_leave_batch_mates_untouched(engine_model: Any, 
     if stopped.output_ids == alone[: len(stopped.output_ids)]:
         assert stopped_done.text == full[: full.index(stop)]
     assert len(dropped.output_ids) < 100 and not dropped_done.done.is_set()  # retired without a reply
-    assert engine.stats() == {"running": 0, "waiting": 0, "steps": engine.stats()["steps"]}
+    stats = engine.stats()
+    assert (stats["running"], stats["waiting"], stats["kv_tokens_reserved"]) == (0, 0, 0)
+    assert engine.cache_bytes() == 0  # every row's buffers freed
     engine.drain()
 
 
@@ -150,7 +130,7 @@ def test_queue_limit_and_drain(engine_model: Any) -> None:
     assert running_done.final.completion_tokens == len(running.output_ids) > 1
 
 
-def test_ragged_cache_rows_move_when_one_is_removed() -> None:
+def test_ragged_cache_keeps_each_row_in_its_own_buffers() -> None:
     from microformers_sdk.cache import DynamicCache
 
     cache = RaggedCache()
@@ -159,13 +139,17 @@ def test_ragged_cache_rows_move_when_one_is_removed() -> None:
         prefilled = DynamicCache()
         keys = torch.randn(1, 2, length, 4)
         prefilled.update(keys, keys + 1, 0)
-        cache.add_row(prefilled, max_rows=4)
+        cache.add_row(prefilled, limit=length + 10)
         rows.append(keys)
+    before = cache.nbytes()
     cache.remove_row(0)
-    assert cache.row_lengths == [2, 5]
-    stored_keys, stored_values = cache.layer_storage(0)
-    torch.testing.assert_close(stored_keys[0, :, :2], rows[2][0], rtol=0, atol=0)
-    torch.testing.assert_close(stored_values[1, :, :5], rows[1][0] + 1, rtol=0, atol=0)
+    first_row = 2 * (2 * 13 * 4) * 4  # keys and values of 2 heads x 13 positions (its limit) x 4, float32
+    assert cache.row_lengths == [5, 2] and cache.nbytes() == before - first_row  # its buffers are gone
+    stored_keys, stored_values = cache.row_storage(0, 0)
+    torch.testing.assert_close(stored_keys, rows[1], rtol=0, atol=0)
+    torch.testing.assert_close(stored_values, rows[1] + 1, rtol=0, atol=0)
+    torch.testing.assert_close(cache.row_storage(1, 0)[0], rows[2], rtol=0, atol=0)
+    assert cache.row_capacity(1) == 12  # never more than the row's limit
 
 
 def load_tiny_server(folder: Path, **flags: Any) -> Any:

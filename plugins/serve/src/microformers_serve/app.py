@@ -2,9 +2,11 @@
 
 Bodies are read and validated by hand, so every problem becomes an OpenAI error object
 (``{"error": {"message", "type", "param", "code"}}``) that names the field, with the status the
-official client expects: 400 for bad input, 404 for an unknown model or route, 413 for a body over
-the limit, 429 (with ``Retry-After``) when the queue is full, 503 while shutting down. Nothing here
-blocks the engine thread: requests only reach it once they are valid.
+official client expects: 400 for bad input, 404 for an unknown model or route, 408 for a body not
+read in time, 413 for a body over the limit, 429 (with ``Retry-After``) when the queue or the KV cache
+budget is full, 503 while shutting down. Nothing here blocks the engine thread: requests only reach
+it once they are valid. Every size is checked before the work it costs: body bytes before parsing,
+prompt characters before tokenizing, embedding tokens before the forward.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import base64
 import json
 import os
+import reprlib
 import struct
 import threading
 import time
@@ -27,10 +30,29 @@ from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .engine import Engine, Event, GenerationRequest, QueueFullError, ShuttingDownError, context_length
+from .engine import (
+    CacheBudgetError,
+    Engine,
+    Event,
+    GenerationRequest,
+    QueueFullError,
+    ShuttingDownError,
+    context_length,
+)
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_READ_TIMEOUT_S = 30.0  # a body not read in full by then gets 408
 MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 512
+# A temperature below this is refused (0 asks for greedy): at 1e-3 two scores 0.1 apart already differ by
+# e^-100 in probability, so a smaller one only risks overflowing the scores (1e-36 turns them to inf).
+MIN_TEMPERATURE = 1e-3
+# Text longer than this many characters per token of room is refused before it is tokenized: no tokenizer
+# this project serves makes tokens that long on average, so such a text cannot fit anyway.
+MAX_CHARS_PER_TOKEN = 32
+MAX_EMBEDDING_INPUTS = 2048
+DEFAULT_MAX_EMBEDDING_TOKENS = 16384  # tokens of all inputs of one /v1/embeddings request together
+EMBEDDING_BATCH_TOKENS = 4096  # padded tokens the encoder runs at once
 DISCONNECT_POLL_S = 0.25  # how often a non-streamed request checks that its client is still there
 CHAT_FIELDS = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n",
@@ -73,17 +95,26 @@ def bad(param: str, message: str, code: str = "invalid_value") -> APIError:
     return APIError(400, f"{param}: {message}", param=param, code=code)
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother = 3, 40, 40, 40
+
+
+def _shown(value: Any) -> str:
+    """A short rendering of a client's value for an error message (deep or huge values stay short)."""
+    return _SHOWN.repr(value)
+
+
 # -- validation ------------------------------------------------------------------------------------
 def _integer(body: dict[str, Any], name: str, minimum: int | None = None, below: int | None = None) -> int | None:
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(name, f"must be an integer, got {json.dumps(value)[:40]}", "invalid_type")
+        raise bad(name, f"must be an integer, got {_shown(value)}", "invalid_type")
     if minimum is not None and value < minimum:
-        raise bad(name, f"must be >= {minimum}, got {value}")
+        raise bad(name, f"must be >= {minimum}, got {_shown(value)}")
     if below is not None and value >= below:
-        raise bad(name, f"must be < {below}, got {value}")
+        raise bad(name, f"must be < {below}, got {_shown(value)}")
     return value
 
 
@@ -92,10 +123,10 @@ def _number(body: dict[str, Any], name: str, low: float, high: float, *, low_ope
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise bad(name, f"must be a number, got {json.dumps(value)[:40]}", "invalid_type")
+        raise bad(name, f"must be a number, got {_shown(value)}", "invalid_type")
     if value < low or value > high or (low_open and value == low):
         bracket = "(" if low_open else "["
-        raise bad(name, f"must be in {bracket}{low}, {high}], got {value}")
+        raise bad(name, f"must be in {bracket}{low}, {high}], got {_shown(value)}")
     return float(value)
 
 
@@ -104,7 +135,7 @@ def _boolean(body: dict[str, Any], name: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise bad(name, f"must be true or false, got {json.dumps(value)[:40]}", "invalid_type")
+        raise bad(name, f"must be true or false, got {_shown(value)}", "invalid_type")
     return value
 
 
@@ -149,6 +180,9 @@ def _stop(body: dict[str, Any]) -> list[str]:
         raise bad("stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(value)}")
     if any(not s for s in value):
         raise bad("stop", "stop strings must not be empty")
+    longest = max(len(s) for s in value)
+    if longest > MAX_STOP_CHARS:
+        raise bad("stop", f"a stop string may have at most {MAX_STOP_CHARS} characters, got one of {longest}")
     return value
 
 
@@ -199,6 +233,8 @@ class Server:
         embedder: Embedder | None = None,
         aliases: tuple[str, ...] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        read_timeout: float = DEFAULT_READ_TIMEOUT_S,
+        max_embedding_tokens: int = DEFAULT_MAX_EMBEDDING_TOKENS,
     ) -> None:
         self.model_id = model_id
         self.names = {model_id, *aliases}
@@ -208,6 +244,8 @@ class Server:
         self.embedder = embedder
         self.context_length = context_length(model)
         self.max_body_bytes = max_body_bytes
+        self.read_timeout = read_timeout
+        self.max_embedding_tokens = max_embedding_tokens
         self.created = int(time.time())
         config = getattr(model, "generation_config", None)
         self.default_sample = bool(getattr(config, "do_sample", False))
@@ -218,14 +256,15 @@ class Server:
     async def read_body(self, request: Request) -> dict[str, Any]:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise APIError(413, f"the body has {declared} bytes; the limit is {self.max_body_bytes}", code="body_too_large")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise APIError(413, f"the body is over the limit of {self.max_body_bytes} bytes", code="body_too_large")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+            size = declared if len(declared) < 20 else f"{declared[:20]}..."
+            raise APIError(413, f"the body has {size} bytes; the limit is {self.max_body_bytes}", code="body_too_large")
+        try:
+            raw = await asyncio.wait_for(self._read_raw(request), timeout=self.read_timeout)
+        except TimeoutError:
+            raise APIError(
+                408, f"the body was not received within {self.read_timeout:g} s (--request-timeout)",
+                code="request_timeout",
+            ) from None  # fmt: skip
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -234,9 +273,33 @@ class Server:
             body = json.loads(text)
         except json.JSONDecodeError as exc:
             raise APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
+        except RecursionError:
+            raise APIError(400, "the body's JSON is nested too deeply", code="invalid_json") from None
+        except ValueError as exc:  # an integer of more than 4,300 digits
+            raise APIError(400, f"the body holds a number that cannot be read: {exc}", code="invalid_json") from None
         if not isinstance(body, dict):
             raise APIError(400, "the body must be a JSON object", code="invalid_json")
         return body
+
+    async def _read_raw(self, request: Request) -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise APIError(413, f"the body is over the limit of {self.max_body_bytes} bytes", code="body_too_large")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def check_text_size(self, text_chars: int, param: str, tokens: int | None = None) -> None:
+        """Refuse text that cannot fit ``tokens`` (default: the context) before tokenizing it."""
+        tokens = self.context_length if tokens is None else tokens
+        limit = tokens * MAX_CHARS_PER_TOKEN
+        if text_chars > limit:
+            raise APIError(
+                400, f"{param} has {text_chars} characters; at most {limit} can fit the {tokens}-token limit "
+                f"({MAX_CHARS_PER_TOKEN} characters per token); shorten it", param=param,
+                code="context_length_exceeded",
+            )  # fmt: skip
 
     def check_model(self, body: dict[str, Any]) -> None:
         name = body.get("model")
@@ -253,14 +316,26 @@ class Server:
         if n is not None and n != 1:
             raise bad("n", f"only n=1 is supported, got {n}", "unsupported")
         limit = self.context_length
+        budget = self.engine.max_kv_tokens if self.engine is not None else limit
         if prompt_tokens >= limit:
             raise APIError(
                 400, f"the prompt has {prompt_tokens} tokens, but this model's context is {limit} tokens "
                 "(prompt and completion together); shorten the prompt", param=tokens_field.split("|")[0],
                 code="context_length_exceeded",
             )  # fmt: skip
+        if prompt_tokens >= budget:
+            raise APIError(
+                400, f"the prompt has {prompt_tokens} tokens, but this server's KV cache budget is {budget} tokens "
+                "(--max-kv-tokens); shorten the prompt", param=tokens_field.split("|")[0],
+                code="context_length_exceeded",
+            )  # fmt: skip
         room = limit - prompt_tokens
         warnings: list[str] = []
+        if budget - prompt_tokens < room:
+            room = budget - prompt_tokens
+            limit_text = f"{budget}-token KV cache budget"
+        else:
+            limit_text = f"{limit}-token context"
         requested = None
         for name in ("max_completion_tokens", "max_tokens"):
             value = _integer(body, name, minimum=1)
@@ -272,11 +347,16 @@ class Server:
             max_new = requested[1]
             if max_new > room:
                 warnings.append(
-                    f"{requested[0]}={max_new} is more than the {room} tokens left in the {limit}-token context "
+                    f"{requested[0]}={max_new} is more than the {room} tokens left in the {limit_text} "
                     f"after the {prompt_tokens}-token prompt; clamped to {room}"
                 )
                 max_new = room
         temperature = _number(body, "temperature", 0.0, 2.0)
+        if temperature is not None and 0 < temperature < MIN_TEMPERATURE:
+            raise bad(
+                "temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {temperature:g}: smaller "
+                "temperatures sample the same tokens as greedy decoding but overflow the scores; send 0",
+            )  # fmt: skip
         top_p = _number(body, "top_p", 0.0, 1.0, low_open=True)
         if temperature is None:
             temperature = self.default_temperature if self.default_sample else 0.0
@@ -329,6 +409,13 @@ class Server:
         except QueueFullError as exc:
             raise APIError(
                 429, f"the server is busy: {exc}; retry shortly", code="queue_full", kind="rate_limit_error",
+                headers={"Retry-After": "1"},
+            ) from None  # fmt: skip
+        except CacheBudgetError as exc:
+            if not exc.retry:
+                raise bad("max_tokens", f"{exc}; lower max_tokens or shorten the prompt") from None
+            raise APIError(
+                429, f"the server is busy: {exc}; retry shortly", code="kv_cache_full", kind="rate_limit_error",
                 headers={"Retry-After": "1"},
             ) from None  # fmt: skip
         except ShuttingDownError as exc:
@@ -393,6 +480,22 @@ class Embedder:
         self._lock = threading.Lock()
 
     def embed(self, batch: list[list[int]]) -> list[list[float]]:
+        """One vector per input, in order; inputs of similar length run together, at most
+        ``EMBEDDING_BATCH_TOKENS`` padded tokens at a time."""
+        order = sorted(range(len(batch)), key=lambda i: len(batch[i]))
+        vectors: list[list[float]] = [[] for _ in batch]
+        group: list[int] = []
+        for index in [*order, None]:
+            if index is not None and (len(group) + 1) * len(batch[index]) <= EMBEDDING_BATCH_TOKENS:
+                group.append(index)
+                continue
+            if group:
+                for position, vector in zip(group, self._embed_padded([batch[i] for i in group]), strict=True):
+                    vectors[position] = vector
+            group = [index] if index is not None else []
+        return vectors
+
+    def _embed_padded(self, batch: list[list[int]]) -> list[list[float]]:
         import torch
 
         with self._lock, torch.inference_mode():
@@ -470,6 +573,7 @@ def create_app(server: Server) -> FastAPI:
         if not isinstance(raw, list) or not raw:
             raise bad("messages", "must be a non-empty list of {role, content} objects", "invalid_type")
         messages = [_message_text(m, i) for i, m in enumerate(raw)]
+        server.check_text_size(sum(len(m["content"]) for m in messages), "messages")
         if server.engine is None:
             raise APIError(400, f"{server.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint")
         try:  # off the event loop: a long conversation takes a while to render and encode
@@ -524,6 +628,7 @@ def create_app(server: Server) -> FastAPI:
         if isinstance(prompt, str):
             if not prompt:
                 raise bad("prompt", "must not be empty")
+            server.check_text_size(len(prompt), "prompt")
             ids = list((await asyncio.to_thread(server.tokenizer, prompt))["input_ids"])
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
@@ -577,7 +682,7 @@ def create_app(server: Server) -> FastAPI:
         encoding = body.get("encoding_format", "float")
         if encoding not in ("float", "base64"):
             raise bad("encoding_format", f"must be 'float' or 'base64', got {encoding!r}")
-        batch = _embedding_inputs(server, body.get("input"))
+        batch = await asyncio.to_thread(_embedding_inputs, server, body.get("input"))
         if embedder.pending >= embedder.max_pending:
             raise APIError(429, "the server is busy; retry shortly", code="queue_full", kind="rate_limit_error",
                            headers={"Retry-After": "1"})  # fmt: skip
@@ -606,9 +711,16 @@ def _embedding_inputs(server: Server, value: Any) -> list[list[int]]:
         value = [value]
     if not isinstance(value, list) or not value:
         raise bad("input", "must be a string, a list of strings, or token id lists", "invalid_type")
-    if len(value) > 2048:
-        raise bad("input", f"at most 2048 inputs per request, got {len(value)}")
-    batch = []
+    if len(value) > MAX_EMBEDDING_INPUTS:
+        raise bad("input", f"at most {MAX_EMBEDDING_INPUTS} inputs per request, got {len(value)}")
+    budget = server.max_embedding_tokens
+    chars = 0
+    for index, item in enumerate(value):  # sizes before any tokenizing
+        if isinstance(item, str):
+            server.check_text_size(len(item), f"input[{index}]")
+            chars += len(item)
+    server.check_text_size(chars, "input", budget)
+    batch, total = [], 0
     for index, item in enumerate(value):
         if isinstance(item, str):
             if not item:
@@ -623,6 +735,13 @@ def _embedding_inputs(server: Server, value: Any) -> list[list[int]]:
             raise APIError(
                 400, f"input[{index}] has {len(ids)} tokens; this model takes at most {server.context_length}",
                 param=f"input[{index}]", code="context_length_exceeded",
+            )  # fmt: skip
+        total += len(ids)
+        if total > budget:
+            raise APIError(
+                400, f"input: the inputs have more than {budget} tokens together, the most this server embeds in "
+                "one request (--max-embedding-tokens); send them over several requests", param="input",
+                code="too_many_tokens",
             )  # fmt: skip
         batch.append(ids)
     return batch

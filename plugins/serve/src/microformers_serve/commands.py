@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,27 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--max-batch-size", type=_positive, default=16, help="sequences decoded together (default 16)")
     parser.add_argument("--max-queue", type=_non_negative, default=256, help="requests that may wait; more get 429 (default 256)")
+    parser.add_argument(
+        "--max-kv-tokens", type=_positive, default=None,
+        help="KV cache budget in tokens: prompt plus max_tokens of every admitted request; past it requests get 429 "
+        "(default: what half the memory free after loading holds, at least one context)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-embedding-tokens", type=_positive, default=16384,
+        help="tokens of all inputs of one /v1/embeddings request (default 16384; more get 400)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--request-timeout", type=_positive_float, default=30.0,
+        help="seconds to receive a request body (default 30; a slower client gets 408)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timeout-keep-alive", type=_positive, default=5,
+        help="seconds an idle keep-alive connection stays open (uvicorn's timeout_keep_alive, default 5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--drain-timeout", type=_positive, default=30,
+        help="on SIGTERM, seconds running requests and open connections get to finish before they are cut (default 30)",
+    )  # fmt: skip
     parser.add_argument(
         "--quantize", choices=("int8", "int4", "gguf"), default=None,
         help="quantized weights (microformers-quant): int8/int4 from float weights, gguf keeps a GGUF's blocks",
@@ -39,6 +61,16 @@ def _positive(text: str) -> int:
     value = _int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
     return value
 
 
@@ -95,15 +127,29 @@ def load_server(args: argparse.Namespace) -> Any:
             from microformers_sdk import pack_linear_weights
 
             pack_linear_weights(model)
-        engine = Engine(model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue)
-        return Server(name, tokenizer, model, engine=engine, aliases=aliases, max_body_bytes=args.max_body_bytes)
+        engine = Engine(
+            model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue,
+            max_kv_tokens=getattr(args, "max_kv_tokens", None),
+        )  # fmt: skip
+        return Server(name, tokenizer, model, engine=engine, aliases=aliases, **_server_limits(args))
     if args.pack_weights:
         raise InputError(
             "--pack-weights speeds up batched decoding; MODEL is an encoder served for embeddings: drop --pack-weights"
         )
     model = microformers.AutoModel.from_pretrained(args.model, **model_kwargs)
     embedder = Embedder(model, tokenizer, _modules_file(args.model, load), max_pending=args.max_queue)
-    return Server(name, tokenizer, model, embedder=embedder, aliases=aliases, max_body_bytes=args.max_body_bytes)
+    return Server(name, tokenizer, model, embedder=embedder, aliases=aliases, **_server_limits(args))
+
+
+def _server_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The request limits of ``args`` (a Namespace built by a caller may lack the newer ones)."""
+    from .app import DEFAULT_MAX_EMBEDDING_TOKENS, DEFAULT_READ_TIMEOUT_S
+
+    return {
+        "max_body_bytes": args.max_body_bytes,
+        "read_timeout": getattr(args, "request_timeout", None) or DEFAULT_READ_TIMEOUT_S,
+        "max_embedding_tokens": getattr(args, "max_embedding_tokens", None) or DEFAULT_MAX_EMBEDDING_TOKENS,
+    }
 
 
 def _modules_file(model: str, load: dict[str, Any]) -> Path | None:
@@ -148,17 +194,26 @@ def run_serve(args: argparse.Namespace) -> int:
     # Streams end when their requests finish; sse-starlette must not cut them off at SIGTERM.
     AppStatus.disable_automatic_graceful_drain()
 
+    signalled: list[float] = []
+
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
+            signalled.append(time.monotonic())
             if server.engine is not None:
                 server.engine.drain()  # refuse waiting requests, let running ones finish
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=None)
+    # After SIGTERM uvicorn waits drain_timeout seconds for open requests (slow clients included), then cuts them.
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level, timeout_keep_alive=args.timeout_keep_alive,
+        timeout_graceful_shutdown=args.drain_timeout,
+    )  # fmt: skip
     http = DrainingServer(config)
     print(f"microformers serve: {server.model_id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     http.run()
     if server.engine is not None:
         server.engine.drain()
-        server.engine.join(timeout=60)
+        left = args.drain_timeout - (time.monotonic() - signalled[0]) if signalled else args.drain_timeout
+        if not server.engine.join(timeout=max(left, 0.5)):
+            server.engine.close()  # the drain bound is spent: abandon what still runs
     return 0

@@ -4,21 +4,26 @@ Between two decoding steps the loop admits waiting requests (each prompt is pref
 exactly as ``model.generate`` prefills it, then joined to the running batch) and retires finished or
 abandoned ones, so a long request never holds up a short one.
 
-Every running sequence keeps its own cache rows and positions in a :class:`RaggedCache`: row ``i``
-holds its ``length_i`` keys/values left-aligned, and its new token sits at position ``length_i``.
-The batched forward runs the projections and MLPs for all rows at once; attention is computed row
-by row over that row's own keys only (the ``serve_ragged`` attention implementation), with the same
-shapes a lone ``generate`` call has, so no padding enters any sum. What remains batch-dependent is
-the matrix multiplication itself (BLAS blocks a 16-row product differently from a 1-row one, ~1e-6
-in the logits), which is why greedy outputs equal single-request ``generate`` outputs token for token
-except at exact near-ties of the two best logits; the tests check the identity on concurrent,
-staggered requests.
+Every running sequence keeps its own key/value buffers in a :class:`RaggedCache`: memory for the
+rows that exist, grown as each row lengthens and freed when it finishes. The batched forward runs
+the projections and MLPs for all rows at once; attention is computed row by row over that row's own
+keys only (the ``serve_ragged`` attention implementation), with the same shapes a lone ``generate``
+call has, so no padding enters any sum. What remains batch-dependent is the matrix multiplication
+itself (BLAS blocks a 16-row product differently from a 1-row one, ~1e-6 in the logits), which is
+why greedy outputs equal single-request ``generate`` outputs token for token except at exact
+near-ties of the two best logits; the tests check the identity on concurrent, staggered requests.
+
+One request never takes the others down: a row whose scores are not finite, or whose sampling or
+decoding fails, is retired alone with an ``"error"`` event; a batched forward that raises is re-run
+row by row, so only the rows that fail on their own are retired. Admission is bounded by a budget of
+cache tokens (prompt plus ``max_new_tokens`` of every request admitted and not yet finished).
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import os
 import threading
 import time
 import weakref
@@ -31,6 +36,10 @@ import torch
 from microformers_sdk.cache import Cache, DynamicCache
 
 RAGGED_ATTENTION = "serve_ragged"
+# A row's buffers grow by a quarter of what they hold, at least this many positions at a time.
+ROW_GROWTH = 128
+# The default KV budget takes this share of the memory free once the model is loaded.
+DEFAULT_MEMORY_SHARE = 0.5
 
 # What the decode step tells the ragged attention function (engine thread only).
 _STEP = threading.local()
@@ -42,6 +51,14 @@ class QueueFullError(Exception):
 
 class ShuttingDownError(Exception):
     """The engine no longer admits requests."""
+
+
+class CacheBudgetError(Exception):
+    """The request's cache tokens do not fit the KV budget: now (``retry``), or ever."""
+
+    def __init__(self, message: str, *, needed: int, budget: int, retry: bool) -> None:
+        super().__init__(message)
+        self.needed, self.budget, self.retry = needed, budget, retry
 
 
 @attrs.define(eq=False)
@@ -77,105 +94,164 @@ class GenerationRequest:
     generator: torch.Generator | None = None
     counts: dict[int, int] = attrs.field(factory=dict)
     submitted: float = attrs.field(factory=time.monotonic)
+    reserved: int = 0  # cache tokens counted against the engine's budget
+    stop_tables: list[list[int]] | None = None
 
     def cancel(self) -> None:
         """Free this request's slot at the next step (a client went away)."""
         self.cancelled = True
 
 
-class RaggedCache(Cache):
-    """Per-row key/value storage for sequences of different lengths (rows left-aligned, no padding).
+class _RowBuffers:
+    """One sequence's keys and values: per layer ``(1, kv_heads, capacity, head_dim)``, ``length`` filled."""
 
-    ``update`` writes each row's new states at that row's own length and returns the storage up
-    to the longest row; a decoding step then advances every row by one (:meth:`advance_rows`).
-    Rows are added from a prefilled cache and removed by moving the last row into the hole.
+    __slots__ = ("keys", "length", "limit", "values")
+
+    def __init__(self, length: int, limit: int) -> None:
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.length = length
+        self.limit = limit  # the most positions this row will ever hold
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2] if self.keys else 0
+
+    def ensure(self, positions: int) -> None:
+        have = self.capacity
+        if positions <= have:
+            return
+        grown = max(positions, min(have + max(ROW_GROWTH, have // 4), self.limit))
+        for layer_idx in range(len(self.keys)):  # one layer at a time: the transient copy is one layer's
+            for store in (self.keys, self.values):
+                old = store[layer_idx]
+                new = old.new_empty(old.shape[0], old.shape[1], grown, old.shape[3])
+                new[:, :, : self.length].copy_(old[:, :, : self.length])
+                store[layer_idx] = new
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+
+class RaggedCache(Cache):
+    """Key/value storage for sequences of different lengths: one set of buffers per row, no padding.
+
+    Rows are added from a prefilled cache (:meth:`add_row`) and dropped with their buffers
+    (:meth:`remove_row`). A decoding step selects the rows it runs (:meth:`begin_step`); ``update``
+    writes each row's new states at that row's own length. It then hands the new states back as
+    they are, and :func:`ragged_attention` recognises them and attends over each row's buffers
+    (:meth:`row_states`). A model that attends by itself instead (it never hands those states to
+    the attention function) is noticed by the engine, which switches the cache to ``stacked``:
+    ``update`` then returns the rows copied into one zero-padded batch, which the step's mask covers.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.row_lengths: list[int] = []
-        self._index: torch.Tensor | None = None
+        self._rows: list[_RowBuffers] = []
+        self._active: list[_RowBuffers] = []
+        self._fresh: tuple[torch.Tensor, torch.Tensor, int] | None = None
+        self.stacked = False
+        self.updates = 0
+        self.hits = 0
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._rows[0].keys) if self._rows else 0
 
     @property
     def rows(self) -> int:
-        return len(self.row_lengths)
+        return len(self._rows)
+
+    @property
+    def row_lengths(self) -> list[int]:
+        return [row.length for row in self._rows]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        return max(self.row_lengths, default=0)
+        return max((row.length for row in self._active or self._rows), default=0)
 
-    def _capacity(self) -> tuple[int, int]:
-        if not self._keys:
-            return 0, 0
-        return self._keys[0].shape[0], self._keys[0].shape[2]
+    def nbytes(self) -> int:
+        """Bytes held by every row's buffers."""
+        return sum(row.nbytes() for row in self._rows)
 
-    def _ensure(self, rows: int, positions: int, like: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        have_rows, have_positions = self._capacity()
-        if rows <= have_rows and positions <= have_positions:
-            return
-        new_rows = max(rows, have_rows)
-        new_positions = max(positions, have_positions + max(64, have_positions // 2)) if positions > have_positions else have_positions
-        for layer_idx, (keys, values) in enumerate(like):
-            new_keys = keys.new_zeros(new_rows, keys.shape[1], new_positions, keys.shape[3])
-            new_values = values.new_zeros(new_rows, values.shape[1], new_positions, values.shape[3])
-            if layer_idx < len(self._keys) and have_rows:
-                new_keys[:have_rows, :, :have_positions].copy_(self._keys[layer_idx])
-                new_values[:have_rows, :, :have_positions].copy_(self._values[layer_idx])
-                self._keys[layer_idx], self._values[layer_idx] = new_keys, new_values
-            else:
-                self._keys.append(new_keys)
-                self._values.append(new_values)
-        self._lengths = [0] * len(self._keys)
+    def row_capacity(self, row: int) -> int:
+        return self._rows[row].capacity
 
-    def reserve(self, rows: int, positions: int) -> None:
-        """Room for ``rows`` rows of ``positions`` positions (storage grows geometrically)."""
-        if self._keys:
-            self._ensure(rows, positions, list(zip(self._keys, self._values, strict=True)))
-
-    def add_row(self, prefilled: Cache, max_rows: int) -> int:
-        """Copy a one-row prefilled cache in as a new row; return its index."""
+    def add_row(self, prefilled: Cache, limit: int) -> int:
+        """Copy a one-row prefilled cache in as a new row that will hold at most ``limit`` positions."""
         layers = [prefilled[i] for i in range(len(prefilled))]
         length = layers[0][0].shape[2]
-        row = self.rows
-        self._ensure(max(row + 1, max_rows), length + 1, layers)
-        for layer_idx, (keys, values) in enumerate(layers):
-            self._keys[layer_idx][row, :, :length].copy_(keys[0])
-            self._values[layer_idx][row, :, :length].copy_(values[0])
-        self.row_lengths.append(length)
-        return row
+        row = _RowBuffers(length, max(limit, length + 1))
+        capacity = min(length + ROW_GROWTH, row.limit)
+        for keys, values in layers:
+            for source, store in ((keys, row.keys), (values, row.values)):
+                buffer = source.new_empty(1, source.shape[1], capacity, source.shape[3])
+                buffer[:, :, :length].copy_(source[:1])
+                store.append(buffer)
+        self._rows.append(row)
+        return len(self._rows) - 1
 
     def remove_row(self, row: int) -> None:
-        """Drop ``row``; the last row moves into its place."""
-        last = self.rows - 1
-        if row != last:
-            length = self.row_lengths[last]
-            for layer_idx in range(len(self._keys)):
-                self._keys[layer_idx][row, :, :length].copy_(self._keys[layer_idx][last, :, :length])
-                self._values[layer_idx][row, :, :length].copy_(self._values[layer_idx][last, :, :length])
-            self.row_lengths[row] = length
-        self.row_lengths.pop()
+        """Drop ``row`` and its buffers; the rows after it move up one index."""
+        del self._rows[row]
 
-    def begin_step(self) -> None:
-        device = self._keys[0].device if self._keys else None
-        self._index = torch.tensor(self.row_lengths, dtype=torch.long, device=device)
+    def row_storage(self, row: int, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled keys and values ``(1, kv_heads, length, head_dim)`` of one row and layer."""
+        buffers = self._rows[row]
+        return buffers.keys[layer_idx][:, :, : buffers.length], buffers.values[layer_idx][:, :, : buffers.length]
+
+    def begin_step(self, rows: Sequence[int]) -> None:
+        """The next forward decodes one token for each of ``rows`` (indices), in that order."""
+        self._active = [self._rows[i] for i in rows]
+        for row in self._active:
+            row.ensure(row.length + 1)
+        self._fresh = None
+        self.updates = self.hits = 0
 
     def update(
         self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = key.shape[0]
-        if key.shape[2] != 1 or rows != self.rows or self._index is None:
+        rows = self._active
+        if key.shape[2] != 1 or key.shape[0] != len(rows):
             raise RuntimeError("RaggedCache takes one new token per running row per step")
-        batch_index = torch.arange(rows, device=key.device)
-        self._keys[layer_idx][batch_index, :, self._index] = key[:, :, 0]
-        self._values[layer_idx][batch_index, :, self._index] = value[:, :, 0]
-        end = max(self.row_lengths) + 1
-        return self._keys[layer_idx][:rows, :, :end], self._values[layer_idx][:rows, :, :end]
+        for index, row in enumerate(rows):
+            row.keys[layer_idx][0, :, row.length] = key[index, :, 0]
+            row.values[layer_idx][0, :, row.length] = value[index, :, 0]
+        self.updates += 1
+        if self.stacked:
+            return self._stack(rows, layer_idx, key, value)
+        self._fresh = (key, value, layer_idx)
+        return key, value
+
+    def row_states(self, key: torch.Tensor, value: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Each active row's keys and values including the new token, when ``key``/``value`` are what
+        ``update`` just returned; else ``None``."""
+        fresh = self._fresh
+        if fresh is None or key is not fresh[0] or value is not fresh[1]:
+            return None
+        self.hits += 1
+        layer_idx = fresh[2]
+        end = [row.length + 1 for row in self._active]
+        return [
+            (row.keys[layer_idx][:, :, :n], row.values[layer_idx][:, :, :n])
+            for row, n in zip(self._active, end, strict=True)
+        ]
+
+    @staticmethod
+    def _stack(
+        rows: list[_RowBuffers], layer_idx: int, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        end = max(row.length for row in rows) + 1
+        keys = key.new_zeros(len(rows), key.shape[1], end, key.shape[3])
+        values = value.new_zeros(len(rows), value.shape[1], end, value.shape[3])
+        for index, row in enumerate(rows):
+            keys[index, :, : row.length + 1] = row.keys[layer_idx][0, :, : row.length + 1]
+            values[index, :, : row.length + 1] = row.values[layer_idx][0, :, : row.length + 1]
+        return keys, values
 
     def advance_rows(self) -> None:
-        self.row_lengths = [length + 1 for length in self.row_lengths]
-        self._index = None
+        for row in self._active:
+            row.length += 1
+        self._active = []
+        self._fresh = None
 
 
 def ragged_attention(
@@ -188,11 +264,12 @@ def ragged_attention(
     """Attention for the engine's model: during a decode step, each row over its own keys only.
 
     Outside a decode step (a prefill, or a call from another thread) it is the model's usual
-    implementation. Inside one, row ``i`` attends over its first ``lengths[i]`` keys with no mask,
-    the very call a lone ``generate`` step makes, so no padded position enters its sums.
+    implementation. Inside one, row ``i`` attends over its own keys with no mask, the very call a
+    lone ``generate`` step makes, so no padded position enters its sums.
     """
     base = getattr(_STEP, "base", None)
     lengths = getattr(_STEP, "lengths", None)
+    cache = getattr(_STEP, "cache", None)
     if base is None:
         from microformers_sdk.attention import sdpa_attention
 
@@ -200,10 +277,10 @@ def ragged_attention(
     if lengths is None or query.shape[2] != 1 or len(lengths) != query.shape[0]:
         return base(query, key, value, attention_mask, **kwargs)
     kwargs["is_causal"] = False
-    outputs = [
-        base(query[i : i + 1], key[i : i + 1, :, :length], value[i : i + 1, :, :length], None, **kwargs)
-        for i, length in enumerate(lengths)
-    ]
+    states = cache.row_states(key, value) if cache is not None else None
+    if states is None:  # stacked: the rows padded into one batch
+        states = [(key[i : i + 1, :, :length], value[i : i + 1, :, :length]) for i, length in enumerate(lengths)]
+    outputs = [base(query[i : i + 1], k, v, None, **kwargs) for i, (k, v) in enumerate(states)]
     return torch.cat(outputs, dim=0)
 
 
@@ -245,20 +322,86 @@ def context_length(model: Any) -> int:
     return limit
 
 
+def kv_bytes_per_token(model: Any) -> int:
+    """Cache bytes one position takes over all layers, measured with a one-token prefill."""
+    prefilled = DynamicCache()
+    with torch.inference_mode():
+        _STEP.lengths = None
+        model(
+            input_ids=torch.zeros(1, 1, dtype=torch.long, device=model.device), past_key_values=prefilled,
+            use_cache=True, logits_to_keep=1, return_dict=True,
+        )  # fmt: skip
+    total = 0
+    for layer_idx in range(len(prefilled)):
+        for states in prefilled[layer_idx][:2]:
+            total += states[0, :, :1].numel() * states.element_size()
+    return max(total, 1)
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free for new allocations: the accelerator's free memory, else the system's available RAM."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _prefix_table(pattern: str) -> list[int]:
+    """KMP failure function: ``table[i]`` is the longest proper prefix of ``pattern[: i + 1]`` that ends it."""
+    table = [0] * len(pattern)
+    state = 0
+    for i in range(1, len(pattern)):
+        while state and pattern[i] != pattern[state]:
+            state = table[state - 1]
+        if pattern[i] == pattern[state]:
+            state += 1
+        table[i] = state
+    return table
+
+
+def _partial_stop(text: str, stop: str, table: list[int]) -> int:
+    """How many characters at the end of ``text`` are a proper prefix of ``stop`` (linear in ``len(stop)``)."""
+    state = 0
+    for char in text[max(0, len(text) - len(stop) + 1) :]:
+        while state and (state == len(stop) or stop[state] != char):
+            state = table[state - 1]
+        if stop[state] == char:
+            state += 1
+    return min(state, len(stop) - 1)
+
+
 class Engine:
     """Continuous batching for one causal LM and its tokenizer.
 
     ``submit(request)`` queues a request (``QueueFullError`` past ``max_queue`` waiting,
-    ``ShuttingDownError`` after :meth:`drain`); the loop thread prefills it, decodes it together
-    with every other running request, and calls ``request.emit`` with text deltas and a final
-    ``"done"`` event.
+    ``CacheBudgetError`` past ``max_kv_tokens`` cache tokens promised, ``ShuttingDownError`` after
+    :meth:`drain`); the loop thread prefills it, decodes it together with every other running
+    request, and calls ``request.emit`` with text deltas and a final ``"done"`` (or ``"error"``) event.
+
+    ``max_kv_tokens`` defaults to what half the free memory holds (:func:`default_kv_tokens`).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, max_queue: int = 256) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 16,
+        max_queue: int = 256,
+        max_kv_tokens: int | None = None,
+    ) -> None:
         from microformers_sdk.attention import attention_implementation_name, get_attention_function
 
         if max_batch_size < 1 or max_queue < 0:
             raise ValueError(f"max_batch_size must be >= 1 and max_queue >= 0, got {max_batch_size}, {max_queue}")
+        if max_kv_tokens is not None and max_kv_tokens < 2:
+            raise ValueError(f"max_kv_tokens must be >= 2, got {max_kv_tokens}")
         self.model = model.eval()
         self.device = model.device
         self.tokenizer = tokenizer
@@ -267,6 +410,8 @@ class Engine:
         self.context_length = context_length(model)
         self.eos_ids = _eos_ids(model)
         self.vocab_rows = model.get_input_embeddings().num_embeddings
+        self.kv_bytes_per_token = kv_bytes_per_token(model)
+        self.max_kv_tokens = max_kv_tokens if max_kv_tokens is not None else self.default_kv_tokens()
         config = model.config
         name = attention_implementation_name(config)
         if name != RAGGED_ATTENTION:
@@ -276,8 +421,10 @@ class Engine:
             self._base_attention = get_attention_function("sdpa")
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._running: list[GenerationRequest] = []
+        self._stepping: list[GenerationRequest] = []  # the rows of the forward in progress
         self._cache = RaggedCache()
         self._condition = threading.Condition()
+        self._reserved = 0
         self._draining = False
         self._stopped = False
         self._closed = False
@@ -286,19 +433,51 @@ class Engine:
         self._thread.start()
         atexit.register(_close_at_exit, weakref.ref(self))
 
+    def default_kv_tokens(self) -> int:
+        """Cache tokens that fit in half the free memory, at least one full context and at most a full
+        context for every batch row and queue slot."""
+        fits = int(DEFAULT_MEMORY_SHARE * free_memory(self.device)) // self.kv_bytes_per_token
+        most = (self.max_batch_size + self.max_queue) * self.context_length
+        return max(self.context_length, min(fits, most))
+
     # -- the public side (any thread) -------------------------------------------------------------
+    def cache_tokens(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """The cache positions a request may fill (what it reserves of the budget)."""
+        return max(prompt_tokens + 1, min(prompt_tokens + max_new_tokens, self.context_length))
+
     def submit(self, request: GenerationRequest) -> None:
+        needed = self.cache_tokens(len(request.prompt_ids), request.max_new_tokens)
         with self._condition:
             if self._draining or self._stopped:
                 raise ShuttingDownError("the server is shutting down and admits no new requests")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFullError(f"{len(self._waiting)} requests are waiting (max_queue={self.max_queue})")
+            if needed > self.max_kv_tokens:
+                raise CacheBudgetError(
+                    f"the request needs {needed} cache tokens (prompt and max_tokens), more than the server's "
+                    f"whole KV budget of {self.max_kv_tokens}", needed=needed, budget=self.max_kv_tokens, retry=False,
+                )  # fmt: skip
+            if self._reserved + needed > self.max_kv_tokens:
+                raise CacheBudgetError(
+                    f"the KV cache budget is full ({self._reserved} of {self.max_kv_tokens} tokens promised to "
+                    f"running and waiting requests; this one needs {needed})",
+                    needed=needed, budget=self.max_kv_tokens, retry=True,
+                )  # fmt: skip
+            request.reserved = needed
+            self._reserved += needed
             self._waiting.append(request)
             self._condition.notify()
 
     def stats(self) -> dict[str, int]:
         with self._condition:
-            return {"running": len(self._running), "waiting": len(self._waiting), "steps": self.steps}
+            return {
+                "running": len(self._running), "waiting": len(self._waiting), "steps": self.steps,
+                "kv_tokens_reserved": self._reserved, "kv_tokens_budget": self.max_kv_tokens,
+            }  # fmt: skip
+
+    def cache_bytes(self) -> int:
+        """Bytes the running rows' cache buffers hold now."""
+        return self._cache.nbytes()
 
     def drain(self) -> None:
         """Stop admitting: waiting requests are refused, running ones finish, then the loop ends."""
@@ -306,6 +485,8 @@ class Engine:
             self._draining = True
             refused = list(self._waiting)
             self._waiting.clear()
+            for request in refused:
+                self._release(request)
             self._condition.notify()
         for request in refused:
             _safe_emit(request, Event("error", text="the server is shutting down", finish_reason="shutting_down"))
@@ -343,23 +524,22 @@ class Engine:
                     self._guarded(request, self._admit)
                 self._retire_cancelled()
                 if self._running:
-                    try:
-                        self._step()
-                    except Exception as exc:  # a broken step fails the batch, never the loop
-                        for request in list(self._running):
-                            _safe_emit(request, Event("error", text=f"generation failed: {exc}"))
-                            self._remove(request)
+                    self._step()
 
     def _guarded(self, request: GenerationRequest, fn: Callable[[GenerationRequest], None]) -> None:
         try:
             fn(request)
         except Exception as exc:
-            _safe_emit(request, Event("error", text=f"generation failed: {type(exc).__name__}: {exc}"))
-            if request in self._running:
-                self._remove(request)
+            self._fail(request, exc)
+
+    def _fail(self, request: GenerationRequest, exc: BaseException) -> None:
+        """Retire ``request`` alone with an error event."""
+        self._remove(request)  # first: a client told of the end may submit again at once
+        _safe_emit(request, Event("error", text=f"generation failed: {type(exc).__name__}: {exc}"))
 
     def _admit(self, request: GenerationRequest) -> None:
         if request.cancelled:
+            self._remove(request)
             return
         if request.seed is not None:
             request.generator = torch.Generator().manual_seed(request.seed)
@@ -367,43 +547,91 @@ class Engine:
         prefilled = DynamicCache()
         positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)
         _STEP.lengths = None
-        outputs = self.model(
-            input_ids=ids, position_ids=positions, past_key_values=prefilled, use_cache=True,
-            logits_to_keep=1, return_dict=True,
-        )  # fmt: skip
+        self._stepping = [request]
+        try:
+            outputs = self.model(
+                input_ids=ids, position_ids=positions, past_key_values=prefilled, use_cache=True,
+                logits_to_keep=1, return_dict=True,
+            )  # fmt: skip
+        finally:
+            self._stepping = []
         logits = outputs.logits[:, -1, :].to(dtype=torch.float32)
+        del outputs
         request.length = ids.shape[1]
-        self._cache.add_row(outputs.past_key_values, self.max_batch_size)
+        self._cache.add_row(prefilled, request.reserved or self.cache_tokens(request.length, request.max_new_tokens))
+        del prefilled
         self._running.append(request)
         token = self._choose(request, logits[0])
         self._accept(request, token)
 
     def _step(self) -> None:
-        rows = self._running
-        cache = self._cache
-        lengths = torch.tensor(cache.row_lengths, dtype=torch.long, device=self.device)
-        longest = max(cache.row_lengths) + 1
-        cache.reserve(len(rows), longest)
-        ids = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
-        mask = (torch.arange(longest, device=self.device)[None, :] <= lengths[:, None])[:, None, None, :]
-        cache.begin_step()
-        _STEP.lengths = [int(n) + 1 for n in cache.row_lengths]
+        """One decoding step for every running row; a batch that fails is re-run row by row."""
+        rows = list(self._running)
         try:
-            outputs = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=lengths[:, None], past_key_values=cache,
-                use_cache=True, logits_to_keep=1, return_dict=True,
-            )  # fmt: skip
-        finally:
-            _STEP.lengths = None
-        cache.advance_rows()
-        self.steps += 1
-        logits = outputs.logits[:, -1, :].to(dtype=torch.float32)
+            logits = self._forward(rows)
+        except Exception as exc:
+            if len(rows) == 1:
+                self._fail(rows[0], exc)
+                return
+            for request in rows:  # which rows fail on their own? only those are retired
+                if request not in self._running:
+                    continue
+                try:
+                    self._finish_step([request], self._forward([request]))
+                except Exception as exc:
+                    if request in self._running:
+                        self._fail(request, exc)
+            return
+        self._finish_step(rows, logits)
+
+    def _forward(self, rows: list[GenerationRequest]) -> torch.Tensor:
+        """The next-token logits ``(rows, vocab)`` in float32; every row's cache advances one position."""
+        cache = self._cache
+        indices = [self._running.index(r) for r in rows]
+        for _attempt in range(2):
+            cache.begin_step(indices)
+            lengths_list = [cache._rows[i].length for i in indices]
+            lengths = torch.tensor(lengths_list, dtype=torch.long, device=self.device)
+            longest = max(lengths_list) + 1
+            ids = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
+            mask = (torch.arange(longest, device=self.device)[None, :] <= lengths[:, None])[:, None, None, :]
+            _STEP.lengths = [n + 1 for n in lengths_list]
+            _STEP.cache = cache
+            self._stepping = rows
+            try:
+                outputs = self.model(
+                    input_ids=ids, attention_mask=mask, position_ids=lengths[:, None], past_key_values=cache,
+                    use_cache=True, logits_to_keep=1, return_dict=True,
+                )  # fmt: skip
+            except Exception:
+                if cache.stacked or cache.hits == cache.updates:
+                    raise
+                cache.stacked = True  # the model attended over the states by itself: give it padded ones
+                continue
+            finally:
+                _STEP.lengths = None
+                _STEP.cache = None
+                self._stepping = []
+            if not cache.stacked and cache.hits != cache.updates:
+                cache.stacked = True
+                continue
+            cache.advance_rows()
+            self.steps += 1
+            return outputs.logits[:, -1, :].to(dtype=torch.float32)
+        raise RuntimeError("the model's attention does not take the serving cache's states")
+
+    def _finish_step(self, rows: list[GenerationRequest], logits: torch.Tensor) -> None:
+        unusable = _unusable_rows(logits).tolist()
         greedy = logits.argmax(dim=-1).tolist()
-        for index, request in enumerate(list(rows)):
+        for index, request in enumerate(rows):
             request.length += 1
+            if unusable[index]:
+                self._fail(request, FloatingPointError("the model's scores for this request are not finite"))
+                continue
             plain = request.temperature == 0 and not request.frequency_penalty and not request.presence_penalty
-            token = greedy[index] if plain else self._choose(request, logits[index])
-            self._guarded(request, lambda r, t=token: self._accept(r, t))
+            self._guarded(
+                request, lambda r, i=index, p=plain: self._accept(r, greedy[i] if p else self._choose(r, logits[i]))
+            )
 
     def _choose(self, request: GenerationRequest, logits: torch.Tensor) -> int:
         logits = logits.cpu()  # one row; the seeded generator is a CPU one
@@ -411,9 +639,14 @@ class Engine:
             logits = logits.clone()
             for token, count in request.counts.items():
                 logits[token] -= request.frequency_penalty * count + request.presence_penalty
+        if request.temperature != 0:
+            logits = logits / request.temperature
+        if bool(_unusable_rows(logits[None])[0]):
+            raise FloatingPointError(
+                f"the scores are not finite after the penalties and temperature={request.temperature}"
+            )
         if request.temperature == 0:
             return int(logits.argmax())
-        logits = logits / request.temperature
         if request.top_p < 1.0:
             ordered, order = torch.sort(logits, descending=False)
             cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
@@ -447,17 +680,18 @@ class Engine:
             ready = len(text)
             if text.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for its next bytes
                 ready = len(text.rstrip("\ufffd"))
-            for stop in request.stop:  # hold back what may become a stop string
-                for size in range(min(len(stop) - 1, ready), 0, -1):
-                    if text[:ready].endswith(stop[:size]):
-                        ready -= size
-                        break
+            if request.stop:  # hold back what may become a stop string
+                if request.stop_tables is None:
+                    request.stop_tables = [_prefix_table(stop) for stop in request.stop]
+                for stop, table in zip(request.stop, request.stop_tables, strict=True):
+                    ready -= _partial_stop(text[max(0, ready - len(stop)) : ready], stop, table)
         else:
             ready = len(text)
         if ready > request.sent:
             _safe_emit(request, Event("delta", text=text[request.sent : ready]))
             request.sent = ready
         if finish is not None:
+            self._remove(request)  # first: a client told of the end may submit again at once
             _safe_emit(
                 request,
                 Event(
@@ -465,18 +699,28 @@ class Engine:
                     completion_tokens=len(request.output_ids),
                 ),
             )  # fmt: skip
-            self._remove(request)
 
     def _retire_cancelled(self) -> None:
         for request in [r for r in self._running if r.cancelled]:
             self._remove(request)
 
     def _remove(self, request: GenerationRequest) -> None:
-        row = self._running.index(request)
-        self._cache.remove_row(row)
-        last = self._running.pop()
-        if last is not request:
-            self._running[row] = last
+        """Take ``request`` out of the batch (if it is there), free its cache rows and its reservation."""
+        if request in self._running:
+            row = self._running.index(request)
+            self._cache.remove_row(row)
+            del self._running[row]
+        with self._condition:
+            self._release(request)
+
+    def _release(self, request: GenerationRequest) -> None:
+        self._reserved -= request.reserved
+        request.reserved = 0
+
+
+def _unusable_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Rows of ``(rows, vocab)`` scores nothing can be chosen from: a NaN, a +inf, or all -inf."""
+    return torch.isnan(logits).any(dim=-1) | torch.isposinf(logits).any(dim=-1) | torch.isneginf(logits).all(dim=-1)
 
 
 def _close_at_exit(engine_ref: weakref.ref[Engine]) -> None:
