@@ -184,7 +184,9 @@ class DataCollatorForSeq2Seq:
             raise InputError(f"DataCollatorForSeq2Seq: some examples have '{name}' and others not; give all or none")
         batch = _pad_as_set(self, rows)
         if labels is not None:
-            labels = [label.tolist() if isinstance(label, (torch.Tensor, np.ndarray)) else list(label) for label in labels]
+            labels = [
+                label.tolist() if isinstance(label, (torch.Tensor, np.ndarray)) else list(label) for label in labels
+            ]
             if self.padding is False or self.padding == "do_not_pad":
                 if len({len(label) for label in labels}) > 1:
                     raise InputError(
@@ -337,3 +339,88 @@ class DataCollatorForWholeWordMask(DataCollatorForLanguageModeling):
         chosen = torch.bernoulli(torch.where(new_word, self.mlm_probability, 0.0), generator=self.generator).bool()
         same = (word_ids[:, :, None] == word_ids[:, None, :]) & (word_ids[:, :, None] >= 0)
         return (same & chosen[:, None, :]).any(dim=2)
+
+
+@attrs.define
+class DataCollatorForPermutationLanguageModeling:
+    """XLNet's permutation LM batches: ``input_ids`` with masked spans, ``perm_mask`` (``[b, i, j] = 1``: token
+    ``i`` may not see token ``j``), ``target_mapping`` (the identity: the i-th prediction is token i) and
+    ``labels`` (-100 except at masked tokens).
+
+    Per row, spans of 1..``max_span_length`` tokens are masked, one in each stretch of
+    ``span / plm_probability`` tokens; special tokens and padding are never masked. A random order of the
+    sequence's two halves, taken position by position, is the factorisation order: a masked token sees only
+    unmasked tokens and masked ones earlier in that order. Sequence lengths must be even (half the sequence is
+    taken as reused memory). Uses torch's global generator, as the reference does, so a seeded run draws the
+    reference's masks.
+    """
+
+    tokenizer: Any
+    plm_probability: float = 1 / 6
+    max_span_length: int = 5
+    return_tensors: str = "pt"
+
+    def __attrs_post_init__(self) -> None:
+        _check_tensors(self.return_tensors)
+        if getattr(self.tokenizer, "mask_token", None) is None:
+            raise ConfigError(
+                "DataCollatorForPermutationLanguageModeling needs a tokenizer with a mask_token; add one "
+                "(tokenizer.add_special_tokens({'mask_token': ...}))"
+            )
+        if not 0 < self.plm_probability <= 1:
+            raise ConfigError(f"plm_probability={self.plm_probability}: must be within (0, 1]")
+        if (
+            isinstance(self.max_span_length, bool)
+            or not isinstance(self.max_span_length, int)
+            or self.max_span_length < 1
+        ):
+            raise ConfigError(f"max_span_length={self.max_span_length!r}: must be an integer >= 1")
+
+    def __call__(self, examples: Sequence[Any]) -> dict[str, Any]:
+        if isinstance(examples[0], Mapping):
+            examples = [e["input_ids"] for e in examples]
+        batch = _collate_ids(examples, self.tokenizer, None)
+        inputs, perm_mask, target_mapping, labels = self.torch_mask_tokens(batch)
+        return {"input_ids": inputs, "perm_mask": perm_mask, "target_mapping": target_mapping, "labels": labels}
+
+    def _masked_spans(self, rows: int, length: int) -> torch.Tensor:
+        masked = torch.zeros(rows, length, dtype=torch.bool)
+        for row in range(rows):
+            done = 0
+            while done < length:
+                span = int(torch.randint(1, self.max_span_length + 1, (1,)).item())
+                stretch = int(span / self.plm_probability)
+                start = done + int(torch.randint(stretch - span + 1, (1,)).item())
+                masked[row, start : start + span] = True
+                done += stretch
+        return masked
+
+    def torch_mask_tokens(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(input_ids, perm_mask, target_mapping, labels)`` for a padded batch of ids."""
+        rows, length = inputs.shape
+        if length % 2:
+            raise InputError(
+                f"DataCollatorForPermutationLanguageModeling: the batch is {length} tokens long; permutation LM needs "
+                "an even length (pad or truncate the examples to an even length)"
+            )
+        inputs, labels = inputs.clone(), inputs.clone()
+        masked = self._masked_spans(rows, length)
+        target_mapping = torch.eye(length).expand(rows, length, length).clone()
+        special = torch.tensor(
+            [self.tokenizer.get_special_tokens_mask(r, already_has_special_tokens=True) for r in labels.tolist()],
+            dtype=torch.bool,
+        )
+        pad_id = getattr(self.tokenizer, "pad_token_id", None)
+        padding = labels.eq(pad_id) if pad_id is not None else torch.zeros_like(masked)
+        masked &= ~(special | padding)
+        functional = special | padding  # never predicted, and hidden from masked tokens like masked ones
+        inputs[masked] = self.tokenizer.mask_token_id
+        labels[~masked] = IGNORE_INDEX
+        perm_mask = torch.zeros(rows, length, length)
+        half = length // 2
+        for row in range(rows):
+            # a random order of the first half's positions, the second half permuted alike (no crossing over)
+            order = torch.arange(length).reshape(2, half).T[torch.randperm(half)].T.flatten()
+            order = order.masked_fill(~masked[row] & ~functional[row], -1)  # visible to all, sees no masked token
+            perm_mask[row] = (order.reshape(length, 1) <= order.reshape(1, length)) & masked[row]
+        return inputs.long(), perm_mask, target_mapping, labels.long()

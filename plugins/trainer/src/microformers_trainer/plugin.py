@@ -16,7 +16,6 @@ _PKG = "microformers_trainer"
 
 EXPORTS: dict[str, str] = {
     **{n: "trainer" for n in ("Trainer", "EvalPrediction", "TrainOutput", "PredictionOutput", "TrainingError")},
-    **{n: "trainer" for n in ("set_seed",)},
     "TrainingArguments": "training_args",
     "Seq2SeqTrainingArguments": "training_args",
     "Seq2SeqTrainer": "trainer_seq2seq",
@@ -33,7 +32,20 @@ EXPORTS: dict[str, str] = {
             "EarlyStoppingCallback",
         )
     },
-    **{n: "integrations" for n in ("JsonLinesCallback", "TensorBoardCallback")},
+    **{n: "integrations" for n in ("JsonLinesCallback", "TensorBoardCallback", "MLflowCallback", "WandbCallback")},
+    "HfArgumentParser": "hf_argparser",
+    "HfArg": "hf_argparser",
+    **{
+        n: "trainer_utils"
+        for n in (
+            "set_seed",
+            "enable_full_determinism",
+            "BestRun",
+            "default_compute_objective",
+            "default_hp_space_optuna",
+        )
+    },
+    **{n: "debug_utils" for n in ("DebugUnderflowOverflow", "DebugOption")},
     **{
         n: "data_collator"
         for n in (
@@ -44,6 +56,7 @@ EXPORTS: dict[str, str] = {
             "DataCollatorForTokenClassification",
             "DataCollatorForSeq2Seq",
             "DataCollatorForWholeWordMask",
+            "DataCollatorForPermutationLanguageModeling",
         )
     },
     **{
@@ -60,6 +73,11 @@ EXPORTS: dict[str, str] = {
             "get_cosine_with_min_lr_schedule_with_warmup",
             "get_polynomial_decay_schedule_with_warmup",
             "get_inverse_sqrt_schedule",
+            "get_cosine_with_min_lr_schedule_with_warmup_lr_rate",
+            "get_wsd_schedule",
+            "get_reduce_on_plateau_schedule",
+            "get_greedy_schedule",
+            "GreedyLR",
         )
     },
 }
@@ -76,3 +94,7 @@ def register_callbacks(register: Any) -> None:
     register("jsonl", f"{_PKG}.integrations:JsonLinesCallback")
     if importlib.util.find_spec("tensorboard") is not None:
         register("tensorboard", f"{_PKG}.integrations:TensorBoardCallback")
+    if importlib.util.find_spec("mlflow") is not None:
+        register("mlflow", f"{_PKG}.integrations:MLflowCallback")
+    if importlib.util.find_spec("wandb") is not None:
+        register("wandb", f"{_PKG}.integrations:WandbCallback")

@@ -13,24 +13,23 @@ import contextlib
 import inspect
 import logging
 import math
-import random
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
+import attrs
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
-from microformers import ConfigError, InputError, MicroformersError, registry
+from microformers import ConfigError, InputError, MicroformersError, PluginError, registry
 from microformers.hub import staged_folder
 
 from . import checkpointing as ckpt
 from .data_collator import DataCollatorWithPadding, default_data_collator
-from .optimization import Adafactor, get_scheduler
+from .optimization import METRIC_SCHEDULES, Adafactor, get_scheduler
 from .trainer_callback import (
     CallbackHandler,
     DefaultFlowCallback,
@@ -39,6 +38,14 @@ from .trainer_callback import (
     TrainerCallback,
     TrainerControl,
     TrainerState,
+)
+from .trainer_utils import (
+    BestRun,
+    default_compute_objective,
+    default_hp_space_optuna,
+    enable_full_determinism,
+    neftune_post_forward_hook,
+    set_seed,
 )
 from .training_args import TrainingArguments
 
@@ -85,13 +92,6 @@ class PredictionOutput(NamedTuple):
     predictions: Any
     label_ids: Any
     metrics: dict[str, float] | None
-
-
-def set_seed(seed: int) -> None:
-    """Seed python, numpy and torch."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class _EpochSampler(DistributedSampler):
@@ -166,7 +166,10 @@ class Trainer:
         preprocess_logits_for_metrics: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         self.args = args if args is not None else TrainingArguments(output_dir="trainer_output")
-        set_seed(self.args.seed)
+        self._seed_everything()
+        from microformers import logging as mf_logging
+
+        mf_logging.set_verbosity(self.args.get_process_log_level())
         self.model_init = model_init
         if model is None:
             if model_init is None:
@@ -226,6 +229,12 @@ class Trainer:
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
 
     # -- setup -------------------------------------------------------------------------------------
+    def _seed_everything(self) -> None:
+        if self.args.full_determinism:
+            enable_full_determinism(self.args.seed)
+        else:
+            set_seed(self.args.seed)
+
     def _setup_distributed(self) -> None:
         self.is_distributed = self.args.world_size > 1
         if self.is_distributed and not torch.distributed.is_initialized():
@@ -245,7 +254,7 @@ class Trainer:
         if wanted == ["none"]:
             return []
         if "all" in wanted:
-            wanted = installed
+            wanted = sorted(installed)
         out = []
         for name in wanted:
             reg = registry.get("callbacks", name)
@@ -391,6 +400,9 @@ class Trainer:
         self.create_scheduler(num_training_steps)
 
     def _get_learning_rate(self) -> float:
+        if isinstance(self.lr_scheduler, METRIC_SCHEDULES):
+            lr = self.optimizer.param_groups[0]["lr"]
+            return lr.item() if isinstance(lr, torch.Tensor) else lr
         lr = self.lr_scheduler.get_last_lr()[0]
         return lr.item() if isinstance(lr, torch.Tensor) else lr
 
@@ -487,10 +499,14 @@ class Trainer:
         return loss.detach()
 
     # -- training loop -------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> TrainOutput:
-        """Train; ``resume_from_checkpoint`` (a folder, or ``True`` for the latest in ``output_dir``) continues a run."""
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:
+        """Train; ``resume_from_checkpoint`` (a folder, or ``True`` for the latest in ``output_dir``) continues a run.
+        ``trial`` (an optuna trial, or a dict of argument values) sets the hyperparameters of a search run."""
         if kwargs:
             raise ConfigError(f"Trainer.train() got unexpected arguments {sorted(kwargs)}")
+        self._trial = trial
+        if trial is not None:
+            self._apply_trial(trial)
         args = self.args
         if resume_from_checkpoint is None:
             resume_from_checkpoint = args.resume_from_checkpoint
@@ -506,7 +522,7 @@ class Trainer:
         if resume_from_checkpoint is not None:
             resume = ckpt.require_checkpoint(resume_from_checkpoint, need_optimizer=not args.save_only_model)
         if self.model_init is not None:  # a fresh model for every train() call, as the reference does
-            set_seed(args.seed)
+            self._seed_everything()
             self.model = self.model_init().to(args.device)
             self.model_wrapped = self.model
             self.optimizer, self.lr_scheduler = None, None
@@ -520,7 +536,32 @@ class Trainer:
             enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
         if resume is not None:
             ckpt.load_model_weights(self.model, resume)
-        return self._training_loop(resume)
+        neftune = self._activate_neftune() if args.neftune_noise_alpha is not None else None
+        debug = None
+        if "underflow_overflow" in args.debug:
+            from .debug_utils import DebugUnderflowOverflow
+
+            debug = DebugUnderflowOverflow(self.model)
+        try:
+            return self._training_loop(resume)
+        finally:
+            if neftune is not None:
+                neftune.remove()
+                del self.model.get_input_embeddings().neftune_noise_alpha
+            if debug is not None:
+                debug.remove()
+
+    def _activate_neftune(self) -> Any:
+        """NEFTune: noise on the input embeddings' output while training (removed when ``train`` returns)."""
+        get = getattr(self.model, "get_input_embeddings", None)
+        embeddings = get() if get is not None else None
+        if not isinstance(embeddings, nn.Module):
+            raise ConfigError(
+                f"TrainingArguments(neftune_noise_alpha={self.args.neftune_noise_alpha}): "
+                f"{type(self.model).__name__} has no get_input_embeddings() module to add the noise to"
+            )
+        embeddings.neftune_noise_alpha = self.args.neftune_noise_alpha
+        return embeddings.register_forward_hook(neftune_post_forward_hook)
 
     def _load_optimizer_and_scheduler(self, folder: Path) -> None:
         """Both files checked against this optimizer and schedule before either is loaded."""
@@ -540,6 +581,118 @@ class Trainer:
                     f"{path} could not be loaded into the {type(target).__name__} ({type(exc).__name__}: {exc}); "
                     "resume from an earlier checkpoint-<step> folder"
                 ) from exc
+
+    # -- hyperparameter search -------------------------------------------------------------------------
+    def _apply_trial(self, trial: Any) -> None:
+        """The trial's hyperparameters as this run's TrainingArguments (checked again as a whole); a search run
+        writes under ``<output_dir>/run-<trial number>`` (or ``hp_name(trial)``)."""
+        if isinstance(trial, Mapping):
+            params, run = dict(trial), None
+        else:
+            params = (getattr(self, "hp_space", None) or default_hp_space_optuna)(trial)
+            name_run = getattr(self, "hp_name", None)
+            run = name_run(trial) if name_run is not None else f"run-{trial.number}"
+        if not isinstance(params, Mapping):
+            raise ConfigError(f"hp_space must return a dict of TrainingArguments values; it returned {params!r:.100}")
+        fields = {a.name for a in attrs.fields(type(self.args))}
+        unknown = sorted(set(params) - fields)
+        if unknown:
+            raise ConfigError(
+                f"hyperparameter search: {unknown} are not TrainingArguments fields; the search space may only set "
+                "training arguments (build other choices into model_init(trial))"
+            )
+        base = getattr(self, "_search_args", None) or self.args
+        changes = {k: (type(getattr(base, k))(v) if getattr(base, k) is not None else v) for k, v in params.items()}
+        if run is not None:
+            changes["output_dir"] = str(Path(base.output_dir) / run)
+        self.args = attrs.evolve(base, **changes)
+
+    def hyperparameter_search(
+        self,
+        hp_space: Callable[[Any], dict[str, Any]] | None = None,
+        compute_objective: Callable[[dict[str, float]], float] | None = None,
+        n_trials: int = 20,
+        direction: str | list[str] = "minimize",
+        backend: str | None = None,
+        hp_name: Callable[[Any], str] | None = None,
+        **kwargs: Any,
+    ) -> BestRun | list[BestRun]:
+        """Search training arguments with optuna: ``n_trials`` runs, each training a fresh ``model_init()``
+        model with the values ``hp_space(trial)`` suggests (default: learning rate, epochs, seed, batch size),
+        scored by ``compute_objective(metrics)`` of a final ``evaluate()`` (default: ``eval_loss``, or the sum of
+        the ``compute_metrics`` values). Evaluations during training are reported to optuna, so its pruner can
+        stop a trial early. ``direction``: ``"minimize"``/``"maximize"``, or a list of them for several
+        objectives (then a list of the best runs comes back). ``kwargs``: ``sampler``, ``pruner``, ``storage``,
+        ``study_name``, ``load_if_exists`` (the study) and ``timeout``, ``callbacks``, ``catch``,
+        ``gc_after_trial`` (its ``optimize``)."""
+        backend = getattr(backend, "value", backend)
+        if backend is None:
+            backend = "optuna"
+        if backend != "optuna":
+            known = ("ray", "sigopt", "wandb")
+            raise ConfigError(
+                f"hyperparameter_search(backend={backend!r}): "
+                + ("this Trainer runs searches with optuna only" if backend in known else "unknown backend")
+                + "; use backend='optuna' (pip install optuna)"
+            )
+        try:
+            import optuna
+        except ImportError as exc:
+            raise PluginError(
+                f"hyperparameter_search(backend='optuna') needs optuna ({exc}): pip install optuna"
+            ) from exc
+        if self.model_init is None:
+            raise ConfigError(
+                "hyperparameter_search needs Trainer(model_init=...): every trial trains a fresh model from it"
+            )
+        directions = [direction] if isinstance(direction, str) else list(direction)
+        if not directions or any(getattr(d, "value", d) not in ("minimize", "maximize") for d in directions):
+            raise ConfigError(
+                f"hyperparameter_search(direction={direction!r}): use 'minimize' or 'maximize' (or a list)"
+            )
+        if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+            raise ConfigError(f"hyperparameter_search(n_trials={n_trials!r}): use a positive integer")
+        study_keys = {"sampler", "pruner", "storage", "study_name", "load_if_exists"}
+        optimize_keys = {"timeout", "callbacks", "catch", "gc_after_trial", "n_jobs"}
+        unknown = sorted(set(kwargs) - study_keys - optimize_keys)
+        if unknown:
+            raise ConfigError(
+                f"hyperparameter_search got unknown arguments {unknown}; it takes "
+                f"{sorted(study_keys | optimize_keys)} besides its named ones"
+            )
+        if kwargs.get("n_jobs", 1) != 1:
+            raise ConfigError(
+                "hyperparameter_search(n_jobs=...): trials share this Trainer and run one at a time; use 1"
+            )
+        self.hp_space = hp_space or default_hp_space_optuna
+        self.compute_objective = compute_objective or default_compute_objective
+        self.hp_name = hp_name
+        self._search_args = self.args
+        multi = len(directions) > 1
+
+        def objective(trial: Any) -> Any:
+            self.train(trial=trial)
+            value = self.compute_objective(dict(self.evaluate()))
+            if multi and (not isinstance(value, (list, tuple)) or len(value) != len(directions)):
+                raise ConfigError(
+                    f"compute_objective returned {value!r:.100}; {len(directions)} directions need as many values"
+                )
+            return list(value) if multi else value
+
+        study_kwargs = {k: v for k, v in kwargs.items() if k in study_keys}
+        optimize_kwargs = {k: v for k, v in kwargs.items() if k in optimize_keys - {"n_jobs"}}
+        if multi:
+            study = optuna.create_study(directions=directions, **study_kwargs)
+        else:
+            study = optuna.create_study(direction=directions[0], **study_kwargs)
+        try:
+            study.optimize(objective, n_trials=n_trials, **optimize_kwargs)
+        finally:
+            self.args, self._search_args, self._trial = self._search_args, None, None
+        if multi:
+            return [BestRun(str(t.number), list(t.values), dict(t.params)) for t in study.best_trials]
+        best = study.best_trial
+        return BestRun(str(best.number), best.value, dict(best.params))
 
     def _wrap_model(self) -> nn.Module:
         model: nn.Module = self.model
@@ -739,7 +892,8 @@ class Trainer:
             scaler.update()
         self.control = self.callback_handler.on_optimizer_step(args, self.state, self.control)
         self._step_lr = self._get_learning_rate()
-        self.lr_scheduler.step()
+        if not isinstance(self.lr_scheduler, METRIC_SCHEDULES):  # those step with each evaluation's metric
+            self.lr_scheduler.step()
         model.zero_grad()
         return grad_norm
 
@@ -772,7 +926,26 @@ class Trainer:
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _evaluate_during_training(self) -> dict[str, float]:
-        return self.evaluate()
+        metrics = self.evaluate()
+        trial = getattr(self, "_trial", None)
+        if trial is not None and hasattr(trial, "report"):  # optuna: intermediate values, and pruning
+            objective = self.compute_objective(dict(metrics))
+            trial.report(objective, self.state.global_step)
+            if trial.should_prune():
+                import optuna
+
+                self.callback_handler.on_train_end(self.args, self.state, self.control)
+                raise optuna.TrialPruned()
+        if isinstance(self.lr_scheduler, METRIC_SCHEDULES):
+            name = self.args.metric_for_best_model or "loss"
+            key = name if name.startswith("eval_") else f"eval_{name}"
+            if key not in metrics:
+                raise ConfigError(
+                    f"lr_scheduler_type={self.args.lr_scheduler_type!r} steps with metric_for_best_model={name!r}, but "
+                    f"the evaluation returned no {key!r}; metrics are {sorted(metrics)}"
+                )
+            self.lr_scheduler.step(metrics[key])
+        return metrics
 
     def _update_best(self, metrics: dict[str, float]) -> bool:
         name = self.args.metric_for_best_model

@@ -15,6 +15,8 @@ from .optimization import scheduler_type
 
 INTERVALS = ("no", "steps", "epoch")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd", "adafactor")
+LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50, "passive": -1}
+DEBUG_OPTIONS = ("underflow_overflow",)
 
 
 def _listify(value: Any) -> list[str]:
@@ -94,6 +96,12 @@ class TrainingArguments:
     ignore_data_skip: bool = False
     optim: str = "adamw_torch_fused"
     optim_args: str | None = None
+    full_determinism: bool = False
+    neftune_noise_alpha: float | None = None
+    log_level: str = "passive"
+    log_level_replica: str = "warning"
+    log_on_each_node: bool = True
+    debug: str | list[str] = ""
 
     def __attrs_post_init__(self) -> None:
         if self.output_dir is None:
@@ -104,7 +112,26 @@ class TrainingArguments:
         self.save_strategy = _choice("save_strategy", self.save_strategy, (*INTERVALS, "best"))
         self.optim = _choice("optim", self.optim, OPTIMIZERS)
         self.lr_scheduler_type = scheduler_type(self.lr_scheduler_type).value
-        self.report_to = _listify(self.report_to)
+        from .integrations import check_report_to
+
+        self.report_to = check_report_to(_listify(self.report_to))
+        self.log_level = _choice("log_level", self.log_level, tuple(LOG_LEVELS))
+        self.log_level_replica = _choice("log_level_replica", self.log_level_replica, tuple(LOG_LEVELS))
+        debug = self.debug.split() if isinstance(self.debug, str) else list(self.debug or [])
+        self.debug = [getattr(d, "value", d) for d in debug]
+        for option in self.debug:
+            if option not in DEBUG_OPTIONS:
+                raise ConfigError(
+                    f"TrainingArguments(debug={option!r}): use 'underflow_overflow' (tpu_metrics_debug needs a TPU, "
+                    "which this Trainer does not drive)"
+                )
+        if self.neftune_noise_alpha is not None and not (
+            isinstance(self.neftune_noise_alpha, (int, float)) and self.neftune_noise_alpha > 0
+        ):
+            raise ConfigError(
+                f"TrainingArguments(neftune_noise_alpha={self.neftune_noise_alpha!r}): use a positive number "
+                "(the paper uses 5) or None"
+            )
         if self.disable_tqdm is None:  # as the reference: bars unless logging is quieter than warnings
             from microformers import logging
 
@@ -138,6 +165,14 @@ class TrainingArguments:
                     )
             if self.metric_for_best_model is None:
                 self.metric_for_best_model = "loss"
+        if self.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy"):
+            if self.eval_strategy == "no":
+                raise ConfigError(
+                    f"TrainingArguments(lr_scheduler_type={self.lr_scheduler_type!r}) steps with an evaluation metric "
+                    "and needs an eval_strategy ('steps' or 'epoch')"
+                )
+            if self.metric_for_best_model is None:
+                self.metric_for_best_model = "loss"
         if self.save_strategy == "best" and self.metric_for_best_model is None:
             self.metric_for_best_model = "loss"
         if self.greater_is_better is None and self.metric_for_best_model is not None:
@@ -168,7 +203,16 @@ class TrainingArguments:
 
     @property
     def should_log(self) -> bool:
-        return self.process_index == 0
+        """This process logs: the first of each node (``log_on_each_node``) or of the whole run."""
+        return self.local_process_index == 0 if self.log_on_each_node else self.process_index == 0
+
+    def get_process_log_level(self) -> int:
+        """``log_level`` on processes that log, ``log_level_replica`` on the others (``"passive"``: the current
+        ``microformers.logging`` verbosity)."""
+        from microformers import logging
+
+        level = LOG_LEVELS[self.log_level if self.should_log else self.log_level_replica]
+        return logging.get_verbosity() if level == -1 else level
 
     @property
     def should_save(self) -> bool:
