@@ -188,8 +188,8 @@ def test_resolve_folder_token_offline_message_and_trailing_slash_paths(
     with pytest.raises(FileMissingError) as info:
         hub.resolve_folder("org/name", local_files_only=True)
     assert str(info.value) == (
-        "org/name is not in the local Hub cache and cannot be downloaded (offline: True). "
-        "Download it while online or pass a local folder."
+        "org/name is not in the local Hub cache and could not be downloaded: offline mode is on (HF_HUB_OFFLINE=1 "
+        "or local_files_only=True). Download it where there is network (hf download org/name) or pass a local folder."
     )
 
 
@@ -291,7 +291,7 @@ def test_hub_download_error_messages(monkeypatch: pytest.MonkeyPatch) -> None:
         return str(info.value)
 
     local = hub_errors.LocalEntryNotFoundError("not cached")
-    assert "(HF_HUB_OFFLINE=1 or local_files_only=True). Download it while online (huggingface-cli" in fails_with(
+    assert "(HF_HUB_OFFLINE=1 or local_files_only=True). Download it while online (hf download org/name)" in fails_with(
         local, True
     )
     assert fails_with(local) == (

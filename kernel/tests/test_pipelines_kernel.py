@@ -430,8 +430,8 @@ def test_a_task_without_a_default_model_names_every_head(tasks: Registry) -> Non
     with pytest.raises(ConfigError) as info:
         pipeline("two-heads")
     assert str(info.value) == (
-        "task 'two-heads' has no default model: pass model='<folder, Hub id or alias>' "
-        "(a checkpoint with a AutoModelForA or AutoModelForB head)"
+        "task 'two-heads' has no packaged default model. Pass model='<folder, Hub id or alias>' with an "
+        "AutoModelForA or AutoModelForB head"
     )
 
 
@@ -748,7 +748,7 @@ def test_a_task_without_a_default_model_names_its_head(tasks_with_defaults: Regi
     with pytest.raises(ConfigError) as info:
         pipeline("any")
     assert str(info.value) == (
-        "task 'any' has no default model: pass model='<folder, Hub id or alias>' (a checkpoint with a AutoModel head)"
+        "task 'any' has no packaged default model. Pass model='<folder, Hub id or alias>' with an AutoModel head"
     )
 
 
@@ -839,7 +839,7 @@ def test_a_custom_pipeline_without_a_model_folder(
             pipeline("mine", model=model, config=config, trust_remote_code=True)
         assert "custom_pipelines['mine']" in str(info.value) and "model='<folder or Hub id>'" in str(info.value)
     assert calls == []
-    with pytest.raises(ConfigError, match="task 'mine' has no default model"):  # a given class: no code to load
+    with pytest.raises(ConfigError, match="task 'mine' has no packaged default model"):  # a given class: no code to load
         pipeline("mine", config=config, pipeline_class=Recorder)
     assert type(pipeline("mine", config=config, pipeline_class=Modelless)) is Modelless
 

@@ -117,3 +117,17 @@ def test_sentence_similarities(models: tuple[Any, Any, Any, Any]) -> None:
         assert_close(similarities, reference_similarities, atol=1e-4, what="cosine similarities")
         for (a, b), similarity in zip(pairs, similarities.tolist()):
             assert check(similarity), f"similarity {similarity:.3f} of {a!r} and {b!r}"
+
+
+def test_alias_names_resolve_in_any_case_and_a_near_miss_suggests_the_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    import microformers
+    from microformers import FileMissingError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = microformers.AutoConfig.from_pretrained("All-MiniLM-L6-v2")
+    assert config.model_type == "bert"
+    with pytest.raises(FileMissingError, match="did you mean 'all-minilm-l6-v2'"):
+        microformers.AutoConfig.from_pretrained("all-minilm-l6")
+    with pytest.raises(FileMissingError, match="hf download owner/all-minilm-l6") as info:
+        microformers.AutoConfig.from_pretrained("owner/all-minilm-l6")  # an 'owner/name' id is a Hub repo
+    assert "did you mean" not in str(info.value)

@@ -106,7 +106,7 @@ def _hub_download(
             raise FileMissingError(
                 f"{filename} of {where} is not in the local Hub cache and offline mode is on "
                 "(HF_HUB_OFFLINE=1 or local_files_only=True). Download it while online "
-                f"(huggingface-cli download {repo_id}), or pass a local folder that contains it."
+                f"(hf download {repo_id}), or pass a local folder that contains it."
             ) from exc
         raise FileMissingError(
             f"could not download {filename} of {where} and it is not cached: {exc}. Check the network, or set "
@@ -170,9 +170,14 @@ def resolve_folder(
     except hub_errors.RepositoryNotFoundError as exc:
         raise FileMissingError(f"'{name}' is neither a local folder nor an accessible Hub repo") from exc
     except hub_errors.LocalEntryNotFoundError as exc:
+        why = (
+            "offline mode is on (HF_HUB_OFFLINE=1 or local_files_only=True)"
+            if is_offline(local_files_only)
+            else f"the Hub could not be reached ({exc})"
+        )
         raise FileMissingError(
-            f"{name} is not in the local Hub cache and cannot be downloaded (offline: "
-            f"{is_offline(local_files_only)}). Download it while online or pass a local folder."
+            f"{name} is not in the local Hub cache and could not be downloaded: {why}. Download it where there is "
+            f"network (hf download {name}) or pass a local folder."
         ) from exc
     except (OSError, ValueError) as exc:
         raise FileMissingError(f"could not get {name} from the Hub: {exc}") from exc

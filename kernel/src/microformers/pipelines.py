@@ -171,18 +171,26 @@ def pipeline(
             )
         heads = _head_names(custom.get("pt")) or ("AutoModel",)
         cls = pipeline_class or _custom_class(custom, task, source, trust_remote_code, load_kwargs)
-        default_model = None
+        default_model = reference_default = None
     else:
         task, reg = PIPELINE_REGISTRY.check_task(task)
         heads = _head_names(reg.meta.get("model_class")) or ("AutoModel",)
         cls = pipeline_class or reg.load()
         default_model = reg.meta.get("default_model")
+        reference_default = reg.meta.get("reference_default_model")
     if model is None:
         model = default_model
         if model is None and cls.needs_model:
+            fetch = (
+                f"The reference's default is {reference_default}: fetch it once where there is network "
+                f"(hf download {reference_default} --local-dir {reference_default.rsplit('/', 1)[-1]}) and pass "
+                f"model='{reference_default.rsplit('/', 1)[-1]}', or pass any other"
+                if reference_default
+                else "Pass"
+            )
             raise ConfigError(
-                f"task '{task}' has no default model: pass model='<folder, Hub id or alias>' "
-                f"(a checkpoint with a {' or '.join(heads)} head)"
+                f"task '{task}' has no packaged default model. "
+                f"{fetch} model='<folder, Hub id or alias>' with an {' or '.join(heads)} head"
             )
     if isinstance(model, str) or hasattr(model, "__fspath__"):
         model_name = str(model)

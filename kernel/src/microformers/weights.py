@@ -8,6 +8,7 @@ like any other, and are chosen here by priority, never by name.
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,27 @@ def format_arguments() -> set[str]:
 def resolve_source(pretrained: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Turn a registered model alias (``register_model_sources``) into a folder and its loading kwargs."""
     if isinstance(pretrained, (str, os.PathLike)) and not Path(pretrained).exists():
-        reg = registry.get("model_sources", str(pretrained))
+        name = str(pretrained)
+        reg = registry.get("model_sources", name) or (
+            registry.get("model_sources", name.lower()) if "/" not in name else None  # aliases are lower case
+        )
         if reg is not None:
             path, source_kwargs = reg.load()()
             return path, {**source_kwargs, **kwargs}
+        _refuse_alias_typo(name)
     return pretrained, kwargs
+
+
+def _refuse_alias_typo(name: str) -> None:
+    """A name without an owner ('org/') that is one slip from an installed alias is a typo, not a Hub repo."""
+    if "/" in name or os.sep in name:
+        return
+    close = difflib.get_close_matches(name.lower(), registry.names("model_sources"), n=1, cutoff=0.85)
+    if close:
+        raise FileMissingError(
+            f"'{name}' is neither a folder nor an installed model alias; did you mean '{close[0]}'? "
+            "(a Hub repo is named 'owner/name')"
+        )
 
 
 @attrs.define

@@ -59,6 +59,20 @@ TASK_TABLE: dict[str, tuple[str, tuple[str, ...], str | None, tuple[str, ...]]] 
 }
 
 
+# The reference's default checkpoint for the tasks without a packaged one: named in the error that asks for a model
+# (the encoder-decoder tasks: its 4.x defaults, as 5.x dropped those tasks).
+REFERENCE_DEFAULTS: dict[str, str] = {
+    "fill-mask": "distilbert/distilroberta-base",
+    "text-classification": "distilbert/distilbert-base-uncased-finetuned-sst-2-english",
+    "token-classification": "dbmdz/bert-large-cased-finetuned-conll03-english",
+    "question-answering": "distilbert/distilbert-base-cased-distilled-squad",
+    "zero-shot-classification": "facebook/bart-large-mnli",
+    "text2text-generation": "google-t5/t5-base",
+    "summarization": "sshleifer/distilbart-cnn-12-6",
+    "translation": "google-t5/t5-base",
+}
+
+
 # ``translation_en_to_de``, ``translation_en_XX_to_ro_RO``: the translation task, built with the pair in its name
 TRANSLATION_TASK_PATTERN = r"translation_(?P<src>[^_]+(?:_[A-Z]{2})?)_to_(?P<tgt>[^_]+(?:_[A-Z]{2})?)"
 
@@ -72,6 +86,7 @@ def register_pipelines(register: Any) -> None:
             f"{_PACKAGE}.{ref}",
             model_class=heads,
             default_model=default,
+            reference_default_model=REFERENCE_DEFAULTS.get(task),
             aliases=aliases,
             task_patterns=patterns,
         )
