@@ -172,8 +172,6 @@ class HfArgumentParser(argparse.ArgumentParser):
         if origin is Literal or (isinstance(kind, type) and issubclass(kind, enum.Enum)):
             choices = list(typing.get_args(kind)) if origin is Literal else [m.value for m in kind]
             kwargs.update(choices=choices, type=_choice_type(choices))
-            if isinstance(field.default, enum.Enum):
-                kwargs["default"] = field.default.value
         elif kind is bool:
             help_kwargs = {k: v for k, v in kwargs.items() if k == "help"}
             kwargs.update(type=_to_bool, nargs="?", const=True)
