@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import importlib.util
+import random
 import shutil
 import struct
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import microformers
+from microformers_sdk.testing import assert_close
 
 openai = pytest.importorskip("openai", reason="the openai client is a test extra (requirements-test.txt)")
 testclient = pytest.importorskip("starlette.testclient", reason="needs httpx (requirements-test.txt)")
@@ -116,3 +118,47 @@ def test_the_packaged_model_by_its_alias_is_normalised_as_by_its_folder() -> Non
         )  # fmt: skip
         by[model] = load_server(args).embedder.normalize
     assert by == {"all-minilm-l6-v2": True, str(minilm_folder()): True}
+
+
+def test_embedding_sizes_are_bounded_before_the_work(client: Any) -> None:
+    from microformers_serve.app import MAX_CHARS_PER_TOKEN, MAX_EMBEDDING_INPUTS
+
+    server = client._client._transport.app.state.server
+    calls = []
+    tokenizer = server.tokenizer
+
+    class Counting:  # the real tokenizer, counting the texts it is asked to encode
+        def __getattr__(self, name: str) -> Any:
+            return getattr(tokenizer, name)
+
+        def __call__(self, text: str, **kwargs: Any) -> Any:
+            calls.append(text)
+            return tokenizer(text, **kwargs)
+
+    server.tokenizer = Counting()
+    try:
+        cases = (
+            (["x"] * (MAX_EMBEDDING_INPUTS + 1), "input", "at most"),
+            (["word " * (64 * MAX_CHARS_PER_TOKEN)], "input[0]", "characters"),  # can never fit 64 positions
+            ([[5] * 60] * 300, "input", "tokens together"),  # 18,000 tokens over the 16,384 of one request
+        )
+        for value, param, message in cases:
+            with pytest.raises(openai.BadRequestError) as info:
+                client.embeddings.create(model="minilm-tiny", input=value)
+            assert info.value.body["param"] == param and message in info.value.body["message"]
+        assert calls == []  # nothing was tokenized for any of them
+    finally:
+        server.tokenizer = tokenizer
+
+
+def test_many_inputs_run_in_bounded_batches_with_the_same_vectors(client: Any) -> None:
+    from microformers_serve.app import EMBEDDING_BATCH_TOKENS
+
+    rng = random.Random(0)
+    inputs = [[rng.randrange(1000, 2000) for _ in range(rng.randrange(1, 60))] for _ in range(150)]
+    assert sum(len(ids) for ids in inputs) > EMBEDDING_BATCH_TOKENS  # more than one batch
+    together = client.embeddings.create(model="minilm-tiny", input=inputs).data
+    for index in (0, 7, 149):
+        alone = client.embeddings.create(model="minilm-tiny", input=[inputs[index]]).data[0]
+        # padded among others against alone: other shapes, so close, not equal
+        assert_close(torch.tensor(together[index].embedding), torch.tensor(alone.embedding))

@@ -186,6 +186,15 @@ def test_error_responses(server: ServerProcess, client: Any, reference: Any) -> 
     big = json.dumps({"model": model, "messages": [{"role": "user", "content": "x" * 70000}]})
     assert _error(_post(server, "/v1/chat/completions", content=big.encode()), 413)["code"] == "body_too_large"
     assert _error(httpx.get(f"{server.base_url}/v1/nothing-here"), 404)["code"] == "not_found"
+    # numbers and nesting Python's json cannot read: 400, not 500
+    digits = b'{"model": "m", "messages": [], "max_tokens": ' + b"9" * 5000 + b"}"
+    assert _error(_post(server, "/v1/chat/completions", content=digits), 400)["code"] == "invalid_json"
+    deep = b'{"model": "m", "messages": ' + b"[" * 30000 + b"]" * 30000 + b"}"
+    assert _error(_post(server, "/v1/chat/completions", content=deep), 400)["code"] == "invalid_json"
+    # a prompt that cannot fit the context is refused by its length, before it is tokenized
+    long_prompt = json.dumps({"model": model, "prompt": "x" * (CONTEXT * 32 + 1), "max_tokens": 1}).encode()
+    refused = _error(_post(server, "/v1/completions", content=long_prompt), 400)
+    assert refused["param"] == "prompt" and "characters" in refused["message"]
 
     with pytest.raises(openai.NotFoundError) as info:
         client.chat.completions.create(model="gpt-4", messages=messages)
@@ -203,6 +212,10 @@ def test_error_responses(server: ServerProcess, client: Any, reference: Any) -> 
         ({"logprobs": True}, "logprobs"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
         ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
+        ({"temperature": 1e-36}, "temperature"),  # would overflow the scores: below the 1e-3 floor
+        ({"temperature": 1e-300}, "temperature"),
+        ({"stop": ["x" * 600]}, "stop"),  # over 512 characters
+        ({"extra_body": {"temperature": [[[[[[[[1]]]]]]]]}}, "temperature"),
     ]
     for extra, param in cases:
         with pytest.raises(openai.BadRequestError) as info:
