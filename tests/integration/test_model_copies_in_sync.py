@@ -42,12 +42,21 @@ COPIES: list[tuple[Side, Side, dict[str, str]]] = [
         ("microformers_gemma", "modeling_gemma2:Gemma2Model.forward"),
         {"    layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])\n": ""},
     ),
-    # ViT's self-attention is BERT's without head masks.
+    # ViT's self-attention is BERT's without head masks and without the decoder's cache and causality.
     (
         ("microformers_bert", "modeling_bert:BertSelfAttention.forward"),
         ("microformers_vit", "modeling_vit:ViTSelfAttention.forward"),
         {
             "    head_mask: torch.Tensor | None = None,\n": "",
+            "    past_key_values: Cache | None = None,\n    is_causal: bool = False,\n": "",
+            "    if past_key_values is not None:\n"
+            "        key, value = past_key_values.update(key, value, self.layer_idx)\n": "",
+            "return_weights=True,\n            is_causal=is_causal,\n        )  # fmt: skip": (
+                "return_weights=True\n        )"
+            ),
+            "context = attention_fn(\n"
+            "            query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal\n"
+            "        )": "context = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)",
             "dropout = self.attention_dropout if self.training else 0.0\n\n": (
                 "dropout = self.attention_dropout if self.training else 0.0\n"
             ),

@@ -37,6 +37,7 @@ _LAZY: dict[str, str] = {
     "AutoModelForSequenceClassification": "auto",
     "AutoModelForTokenClassification": "auto",
     "AutoModelForQuestionAnswering": "auto",
+    "AutoModelForMultipleChoice": "auto",
     "AutoModelForNextSentencePrediction": "auto",
     "AutoModelForPreTraining": "auto",
     "AutoModelForCTC": "auto",

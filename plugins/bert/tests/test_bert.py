@@ -142,7 +142,6 @@ def test_bad_configs_are_refused(overrides: dict[str, Any], message: str) -> Non
 @pytest.mark.parametrize(
     ("cls", "overrides", "message"),
     [
-        (BertModel, {"is_decoder": True}, "is_decoder"),
         (BertModel, {"add_cross_attention": True}, "add_cross_attention"),
         (BertModel, {"hidden_act": "mystery"}, "hidden_act"),
         (BertForQuestionAnswering, {"num_labels": 3}, "num_labels=2"),

@@ -10,6 +10,7 @@ from microformers_bert.modeling_bert import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
+    BertLMHeadModel,
     BertModel,
 )
 from microformers_sdk.testing import ModelConformanceTests
@@ -35,6 +36,20 @@ class TestBertConformance(ModelConformanceTests):
         BertForTokenClassification,
     )
     padding_side = "right"  # absolute positions count from the first token
+    # BertModel's forward takes past_key_values / use_cache, but an encoder keeps no cache: the decoder
+    # configuration below runs the cache check.
+    test_cache_equivalence = None
+
+
+class TestBertDecoderConformance(ModelConformanceTests):
+    """``is_decoder=True``: causal self-attention with a KV cache (BertLMHeadModel generates with it)."""
+
+    config_class = BertConfig
+    config_kwargs = {**TestBertConformance.config_kwargs, "is_decoder": True}
+    # BertModel's decoder path is what BertLMHeadModel runs (its pooler reads the first token of each call,
+    # which is no function of the cached sequence, so BertModel itself is not checked here).
+    model_classes = (BertLMHeadModel,)
+    padding_side = "right"
 
 
 class TestBertQuestionAnsweringConformance(ModelConformanceTests):

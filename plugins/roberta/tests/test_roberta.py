@@ -14,6 +14,7 @@ from microformers.errors import ConfigError
 from microformers_roberta.configuration_roberta import RobertaConfig
 from microformers_roberta.configuration_xlm_roberta import XLMRobertaConfig
 from microformers_roberta.modeling_roberta import (
+    RobertaForCausalLM,
     RobertaForMaskedLM,
     RobertaForQuestionAnswering,
     RobertaForSequenceClassification,
@@ -47,6 +48,20 @@ class TestRobertaConformance(ModelConformanceTests):
     config_kwargs = {**TINY, "num_labels": 3}
     model_classes = (RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification)
     padding_side = "right"
+    # RobertaModel's forward takes past_key_values / use_cache, but an encoder keeps no cache.
+    test_cache_equivalence = None
+
+
+class TestRobertaDecoderConformance(ModelConformanceTests):
+    """``is_decoder=True``. The kit's cache check (left padding, no position ids) does not apply: as in the
+    reference, default positions count a row's non-padding tokens plus the cache length, so stepping through
+    cached padding needs explicit ``position_ids``, which ``generate`` passes (the parity tests generate)."""
+
+    config_class = RobertaConfig
+    config_kwargs = {**TINY, "is_decoder": True}
+    model_classes = (RobertaModel, RobertaForCausalLM)
+    padding_side = "right"
+    test_cache_equivalence = None
 
 
 class TestXLMRobertaConformance(ModelConformanceTests):
@@ -62,6 +77,7 @@ class TestXLMRobertaConformance(ModelConformanceTests):
     padding_side = "right"  # the pooler and the classifier read the first token
     # The span loss is a softmax over positions: a bias shared by every position cancels out of it exactly.
     parameters_without_gradient = (r"^qa_outputs\.bias$",)
+    test_cache_equivalence = None  # an encoder keeps no cache
 
 
 class TestRobertaPluginConformance(PluginConformanceTests):
@@ -113,7 +129,6 @@ def test_bad_config_is_refused_naming_field_and_file(tmp_path: Path, model_type:
 @pytest.mark.parametrize(
     ("cls", "overrides", "message"),
     [
-        (RobertaModel, {"is_decoder": True}, "is_decoder"),
         (RobertaModel, {"add_cross_attention": True}, "add_cross_attention"),
         (RobertaModel, {"hidden_act": "mystery"}, "hidden_act"),
         (RobertaForQuestionAnswering, {"num_labels": 3}, "num_labels=2"),

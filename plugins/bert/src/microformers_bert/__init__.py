@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "BertConfig": "configuration_bert",
+    "check_chunk_size": "configuration_bert",
     "BertPreTrainedModel": "modeling_bert",
     "BertModel": "modeling_bert",
     "BertForMaskedLM": "modeling_bert",
@@ -20,11 +21,18 @@ _LAZY: dict[str, str] = {
     "BertForSequenceClassification": "modeling_bert",
     "BertForTokenClassification": "modeling_bert",
     "BertForQuestionAnswering": "modeling_bert",
+    "BertForMultipleChoice": "modeling_bert",
+    "BertLMHeadModel": "modeling_bert",
+    "MultipleChoiceModelOutput": "model_utils",
+    "apply_chunking_to_forward": "model_utils",
+    "prune_linear_layer": "model_utils",
     "BertInputError": "modeling_bert",
     # building blocks other plugins derive from (microformers-roberta)
     "BertEmbeddings": "modeling_bert",
     "BertEncoder": "modeling_bert",
     "BertPooler": "modeling_bert",
+    "flatten_choices": "modeling_bert",
+    "multiple_choice_output": "modeling_bert",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -9,9 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from microformers import PretrainedConfig
+from microformers.errors import ConfigError
 from microformers_sdk.config_checks import check_choice, check_heads_divide, check_positive_ints
 
 SUPPORTED_POSITION_EMBEDDINGS = ("absolute",)
+
+
+def check_chunk_size(config: PretrainedConfig) -> None:
+    """``chunk_size_feed_forward`` is a whole number of positions, 0 meaning no chunking."""
+    value = config.chunk_size_feed_forward
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"chunk_size_feed_forward={value!r} in {type(config).__name__} must be an integer >= 0: the number of "
+            "positions the feed-forward block runs at a time (0: all at once)"
+        )
 
 
 class BertConfig(PretrainedConfig):
@@ -37,6 +48,7 @@ class BertConfig(PretrainedConfig):
         position_embedding_type: str = "absolute",
         use_cache: bool = True,
         classifier_dropout: float | None = None,
+        chunk_size_feed_forward: int = 0,
         **kwargs: Any,
     ) -> None:
         self.vocab_size = vocab_size
@@ -54,6 +66,8 @@ class BertConfig(PretrainedConfig):
         self.position_embedding_type = position_embedding_type
         self.use_cache = use_cache
         self.classifier_dropout = classifier_dropout
+        self.chunk_size_feed_forward = chunk_size_feed_forward
+        check_chunk_size(self)
         check_positive_ints(
             self, ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
         )

@@ -14,8 +14,11 @@ Parameter names equal the checkpoint tensor names of the reference implementatio
 ``LayerNorm.gamma`` / ``LayerNorm.beta`` spelling of old TF-converted files is renamed on load.
 
 Supported: ``head_mask`` and ``prune_heads``, ``output_attentions`` / ``output_hidden_states``, gradient
-checkpointing, absolute position embeddings. Decoder use (``is_decoder``, cross-attention, a KV cache) and
-relative position embeddings are refused by the config and the pre-trained base class.
+checkpointing, absolute position embeddings, feed-forward chunking (``chunk_size_feed_forward``: the MLP runs
+on that many positions at a time, same outputs, less peak memory), and decoder use: with ``is_decoder=True``
+self-attention is causal and keeps a KV cache (``past_key_values``, ``use_cache``), which is how
+``BertLMHeadModel`` generates. Cross-attention (``add_cross_attention``) and relative position embeddings are
+refused by the pre-trained base class and the config.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from microformers import PreTrainedModel
+from microformers import PreTrainedModel, logging
 from microformers.errors import ConfigError, InputError
 from microformers.outputs import ModelOutput
 from microformers_sdk.attention import AttentionFunction, eager_attention, get_attention_function
+from microformers_sdk.cache import Cache, DynamicCache, as_cache
+from microformers_sdk.decoder_heads import keep_logits_positions
 from microformers_sdk.encoder import (
     check_one_input,
     classifier_dropout,
@@ -40,10 +45,11 @@ from microformers_sdk.encoder import (
     require_two_labels,
 )
 from microformers_sdk.layers import get_activation
-from microformers_sdk.losses import sequence_classification_loss, token_cross_entropy
+from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss, token_cross_entropy
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
     MaskedLMOutput,
     NextSentencePredictorOutput,
     QuestionAnsweringModelOutput,
@@ -53,10 +59,12 @@ from microformers_sdk.outputs import (
 from microformers_sdk.weights import KeyRenamer
 
 from .configuration_bert import BertConfig
+from .model_utils import MultipleChoiceModelOutput, apply_chunking_to_forward, prune_linear_layer
 
 __all__ = [
     "BertConfig",
     "BertForMaskedLM",
+    "BertForMultipleChoice",
     "BertForNextSentencePrediction",
     "BertForPreTraining",
     "BertForPreTrainingOutput",
@@ -64,9 +72,17 @@ __all__ = [
     "BertForSequenceClassification",
     "BertForTokenClassification",
     "BertInputError",
+    "BertLMHeadModel",
     "BertModel",
     "BertPreTrainedModel",
+    "MultipleChoiceModelOutput",
+    "apply_chunking_to_forward",
+    "flatten_choices",
+    "multiple_choice_output",
+    "prune_linear_layer",
 ]
+
+logger = logging.get_logger(__name__)
 
 # Old TF-converted checkpoints spell LayerNorm parameters gamma/beta.
 LEGACY_NAMES = KeyRenamer([(r"LayerNorm\.gamma$", "LayerNorm.weight"), (r"LayerNorm\.beta$", "LayerNorm.bias")])
@@ -111,18 +127,21 @@ class BertEmbeddings(nn.Module):
         token_type_ids: torch.Tensor | None,
         position_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None,
+        past_length: int = 0,
     ) -> torch.Tensor:
+        """``past_length``: tokens already in a decoder's KV cache; default positions continue after them."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         batch, length = inputs_embeds.shape[:2]
         positions = self.position_embeddings.num_embeddings
         if position_ids is None:
-            if length > positions:
+            if past_length + length > positions:
                 raise BertInputError(
-                    f"the input has {length} tokens but this model has max_position_embeddings={positions}; "
-                    "truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))"
+                    f"the input reaches {past_length + length} tokens but this model has "
+                    f"max_position_embeddings={positions}; truncate the input (e.g. tokenizer(..., "
+                    "truncation=True, max_length=...)) or generate fewer tokens (max_new_tokens)"
                 )
-            position_ids = torch.arange(length, device=inputs_embeds.device).unsqueeze(0)
+            position_ids = torch.arange(past_length, past_length + length, device=inputs_embeds.device).unsqueeze(0)
         elif bool((position_ids >= positions).any()) or bool((position_ids < 0).any()):
             raise BertInputError(f"position_ids must lie in [0, {positions}) (max_position_embeddings)")
 
@@ -149,29 +168,18 @@ class BertEmbeddings(nn.Module):
 
 
 # -- attention -----------------------------------------------------------------------------------------
-def _keep_features(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
-    """A copy of ``linear`` keeping only the output (``dim=0``) or input (``dim=1``) features in ``index``."""
-    index = index.to(linear.weight.device)
-    weight = linear.weight.index_select(dim, index).detach().clone()
-    kept = nn.Linear(weight.shape[1], weight.shape[0], bias=linear.bias is not None, device=weight.device,
-                     dtype=weight.dtype)  # fmt: skip
-    kept.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
-    if linear.bias is not None:
-        bias = linear.bias.index_select(0, index) if dim == 0 else linear.bias
-        kept.bias = nn.Parameter(bias.detach().clone(), requires_grad=linear.bias.requires_grad)
-    return kept
-
-
 class BertSelfAttention(nn.Module):
     """Bidirectional multi-head attention: ``query``, ``key`` and ``value`` projections, then the attention kernel.
 
     Returns the heads' concatenated context (projected back by ``BertSelfOutput``). ``head_mask`` (one value
     per original head) scales each head's probabilities; ``kept_heads`` maps the heads left after
-    ``prune`` to their original indices.
+    ``prune`` to their original indices. As a decoder's, ``past_key_values`` holds the earlier tokens' keys and
+    values (layer ``layer_idx``) and ``is_causal`` asks the kernel for causality when no mask carries it.
     """
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, layer_idx: int = 0) -> None:
         super().__init__()
+        self.layer_idx = layer_idx
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
         self.scaling = self.head_dim**-0.5
@@ -188,21 +196,28 @@ class BertSelfAttention(nn.Module):
         attention_fn: AttentionFunction,
         output_attentions: bool,
         head_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        is_causal: bool = False,
     ) -> LayerOutput:
         batch, length, _ = hidden_states.shape
         split = (batch, length, self.num_heads, self.head_dim)  # -> (batch, heads, length, head_dim)
         query = self.query(hidden_states).view(split).transpose(1, 2)
         key = self.key(hidden_states).view(split).transpose(1, 2)
         value = self.value(hidden_states).view(split).transpose(1, 2)
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
         dropout = self.attention_dropout if self.training else 0.0
 
         weights = None
         if output_attentions:  # only the eager kernel can hand back the probabilities
             context, weights = eager_attention(
-                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, return_weights=True
-            )
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, return_weights=True,
+                is_causal=is_causal,
+            )  # fmt: skip
         else:
-            context = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)
+            context = attention_fn(
+                query, key, value, attention_mask, scaling=self.scaling, dropout=dropout, is_causal=is_causal
+            )
         if head_mask is not None:
             # Scaling a head's probabilities scales its context by the same factor.
             scale = head_mask[self.kept_heads].to(context.dtype).view(1, -1, 1, 1)
@@ -220,9 +235,9 @@ class BertSelfAttention(nn.Module):
             return None
         keep = [i for i in range(self.num_heads) if i not in drop]
         index = torch.arange(self.num_heads * self.head_dim).view(self.num_heads, self.head_dim)[keep].flatten()
-        self.query = _keep_features(self.query, index, dim=0)
-        self.key = _keep_features(self.key, index, dim=0)
-        self.value = _keep_features(self.value, index, dim=0)
+        self.query = prune_linear_layer(self.query, index, dim=0)
+        self.key = prune_linear_layer(self.key, index, dim=0)
+        self.value = prune_linear_layer(self.value, index, dim=0)
         self.kept_heads = [self.kept_heads[i] for i in keep]
         self.num_heads = len(keep)
         return index
@@ -244,9 +259,9 @@ class BertSelfOutput(nn.Module):
 class BertAttention(nn.Module):
     """``self`` (the heads) and ``output`` (projection, residual, LayerNorm)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, layer_idx: int = 0) -> None:
         super().__init__()
-        self.self = BertSelfAttention(config)
+        self.self = BertSelfAttention(config, layer_idx)
         self.output = BertSelfOutput(config)
 
     def forward(
@@ -256,14 +271,18 @@ class BertAttention(nn.Module):
         attention_fn: AttentionFunction,
         output_attentions: bool,
         head_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        is_causal: bool = False,
     ) -> LayerOutput:
-        context, weights = self.self(hidden_states, attention_mask, attention_fn, output_attentions, head_mask)
+        context, weights = self.self(
+            hidden_states, attention_mask, attention_fn, output_attentions, head_mask, past_key_values, is_causal
+        )
         return self.output(context, hidden_states), weights
 
     def prune_heads(self, heads: set[int]) -> None:
         kept = self.self.prune(heads)
         if kept is not None:
-            self.output.dense = _keep_features(self.output.dense, kept, dim=1)
+            self.output.dense = prune_linear_layer(self.output.dense, kept, dim=1)
 
 
 # -- MLP -----------------------------------------------------------------------------------------------
@@ -288,11 +307,17 @@ class BertOutput(BertSelfOutput):
 
 # -- layer, encoder, pooler ----------------------------------------------------------------------------
 class BertLayer(nn.Module):
-    """Post-norm block: ``norm(x + attn(x))`` then ``norm(x + mlp(x))``."""
+    """Post-norm block: ``norm(x + attn(x))`` then ``norm(x + mlp(x))``.
 
-    def __init__(self, config: BertConfig) -> None:
+    With ``chunk_size_feed_forward`` > 0 the MLP runs on that many positions at a time (positions do not
+    interact there, so the output is the same, and the ``intermediate_size``-wide activations of only one
+    chunk are alive at once).
+    """
+
+    def __init__(self, config: BertConfig, layer_idx: int = 0) -> None:
         super().__init__()
-        self.attention = BertAttention(config)
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward
+        self.attention = BertAttention(config, layer_idx)
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
@@ -303,9 +328,16 @@ class BertLayer(nn.Module):
         attention_fn: AttentionFunction,
         output_attentions: bool,
         head_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        is_causal: bool = False,
     ) -> LayerOutput:
-        attended, weights = self.attention(hidden_states, attention_mask, attention_fn, output_attentions, head_mask)
-        return self.output(self.intermediate(attended), attended), weights
+        attended, weights = self.attention(
+            hidden_states, attention_mask, attention_fn, output_attentions, head_mask, past_key_values, is_causal
+        )
+        return apply_chunking_to_forward(self.feed_forward, self.chunk_size_feed_forward, 1, attended), weights
+
+    def feed_forward(self, attended: torch.Tensor) -> torch.Tensor:
+        return self.output(self.intermediate(attended), attended)
 
 
 def _call(layer: nn.Module, *args: Any) -> Any:
@@ -317,7 +349,7 @@ class BertEncoder(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.layer = nn.ModuleList(BertLayer(config, i) for i in range(config.num_hidden_layers))
 
     def forward(
         self,
@@ -327,14 +359,18 @@ class BertEncoder(nn.Module):
         output_attentions: bool,
         head_masks: list[torch.Tensor | None],
         call_layer: Callable[..., Any] = _call,
+        past_key_values: Cache | None = None,
+        is_causal: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        """``call_layer(layer, *args)`` runs one layer; the model passes its own so gradient checkpointing applies."""
+        """``call_layer(layer, *args)`` runs one layer; the model passes its own so gradient checkpointing applies.
+        ``past_key_values`` and ``is_causal`` are a decoder's (``is_decoder=True``)."""
         all_hidden_states = [hidden_states]
         all_attentions = []
         for layer, head_mask in zip(self.layer, head_masks):
             hidden_states, weights = call_layer(
-                layer, hidden_states, attention_mask, attention_fn, output_attentions, head_mask
-            )
+                layer, hidden_states, attention_mask, attention_fn, output_attentions, head_mask, past_key_values,
+                is_causal,
+            )  # fmt: skip
             all_hidden_states.append(hidden_states)
             if output_attentions:
                 all_attentions.append(weights)
@@ -373,12 +409,12 @@ class BertPreTrainedModel(PreTrainedModel):
 
     def __init__(self, config: BertConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        for setting in ("is_decoder", "add_cross_attention"):
-            if getattr(config, setting, False):
-                raise ConfigError(
-                    f"{setting}=True in the {type(config).__name__} asks for a causal or cross-attending encoder, "
-                    f"which {type(self).__name__} does not provide; set it to false for the bidirectional encoder"
-                )
+        if getattr(config, "add_cross_attention", False):
+            raise ConfigError(
+                f"add_cross_attention=True in the {type(config).__name__} asks for cross-attention layers "
+                f"(BERT as the decoder of an encoder-decoder), which {type(self).__name__} does not provide; set it "
+                "to false (is_decoder=True alone gives a causal decoder with a KV cache)"
+            )
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -443,31 +479,53 @@ class BertModel(BertPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         head_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple[Any, ...]:
-        """``attention_mask`` is the tokenizer's ``(batch, length)`` 0/1 mask or a ready-made 4-D one;
-        ``head_mask`` is ``(heads,)`` for every layer or ``(layers, heads)``, 1 to keep a head and 0 to mask it."""
+        """``attention_mask`` is the tokenizer's ``(batch, length)`` 0/1 mask or a ready-made 4-D one (as a
+        decoder with a cache, the mask covers the cached tokens too); ``head_mask`` is ``(heads,)`` for every
+        layer or ``(layers, heads)``, 1 to keep a head and 0 to mask it. ``past_key_values`` / ``use_cache``
+        (default ``config.use_cache``) apply with ``is_decoder=True`` only, as in the reference."""
         config = self.config
         check_one_input(self, input_ids, inputs_embeds, BertInputError)
         head_masks = layer_head_masks(head_mask, config.num_hidden_layers, config.num_attention_heads, BertInputError)
         output_attentions = config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-
-        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        length = hidden_states.shape[1]
-        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[-1] != length:
+        is_decoder = bool(config.is_decoder)
+        cache = None
+        if is_decoder:
+            use_cache = getattr(config, "use_cache", True) if use_cache is None else use_cache
+            cache = as_cache(past_key_values)
+            if use_cache and cache is None:
+                cache = DynamicCache()
+        elif past_key_values is not None:
             raise BertInputError(
-                f"attention_mask has {attention_mask.shape[-1]} columns but the input has {length} tokens; "
+                "past_key_values was given but this BERT model is an encoder (is_decoder=False) and keeps no cache; "
+                "drop it, or load the model with is_decoder=True"
+            )
+        past_length = cache.get_seq_length() if cache is not None else 0
+
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
+        length = hidden_states.shape[1]
+        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[-1] != past_length + length:
+            cached = f" and {past_length} cached ones" if past_length else ""
+            raise BertInputError(
+                f"attention_mask has {attention_mask.shape[-1]} columns but the input has {length} tokens{cached}; "
                 "pass the mask the tokenizer returned with these input_ids"
             )
-        mask, _ = build_attention_mask(attention_mask, length, 0, causal=False, device=hidden_states.device)
-        hidden_states, all_hidden_states, all_attentions = self.encoder(
-            hidden_states, mask, get_attention_function(config), output_attentions, head_masks, self._call_layer
+        mask, is_causal = build_attention_mask(
+            attention_mask, length, past_length, causal=is_decoder, device=hidden_states.device
         )
+        hidden_states, all_hidden_states, all_attentions = self.encoder(
+            hidden_states, mask, get_attention_function(config), output_attentions, head_masks, self._call_layer,
+            cache, is_causal,
+        )  # fmt: skip
         output = BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
             hidden_states=all_hidden_states if output_hidden_states else None,
+            past_key_values=cache if use_cache else None,
             attentions=all_attentions if output_attentions else None,
         )
         return self._returned(output, return_dict)
@@ -629,6 +687,75 @@ class BertForMaskedLM(BertPreTrainedModel):
         return self._returned(output, return_dict)
 
 
+class BertLMHeadModel(BertPreTrainedModel):
+    """BERT as a left-to-right language model: ``is_decoder=True`` makes self-attention causal with a KV cache,
+    and the masked-LM head (``cls.predictions``, tied to the word embeddings) predicts the next token.
+
+    Without ``is_decoder`` the encoder stays bidirectional (and keeps no cache), as in the reference, which
+    warns about it; ``generate`` then recomputes every step. ``labels`` are the input ids: the loss scores
+    position ``i``'s prediction against token ``i + 1`` (``-100`` not scored).
+    """
+
+    _tied_weights_keys: ClassVar[dict[str, str]] = _MLM_TIED_WEIGHTS
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        if not config.is_decoder:
+            logger.warning("BertLMHeadModel is meant as a decoder: set is_decoder=True in the config for causal attention")
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.cls.predictions.decoder = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithCrossAttentions | tuple[Any, ...]:
+        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); a tensor picks positions.
+        With ``labels`` no cache is kept (``use_cache=False``), as in the reference."""
+        for name in ("encoder_hidden_states", "encoder_attention_mask"):
+            if kwargs.get(name) is not None:
+                raise BertInputError(
+                    f"{name} needs cross-attention layers (add_cross_attention=True), which microformers-bert does "
+                    "not provide; BertLMHeadModel runs as a decoder-only language model"
+                )
+        if labels is not None:
+            use_cache = False
+        encoded = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask, past_key_values=past_key_values,
+            use_cache=use_cache,
+        )  # fmt: skip
+        logits = self.cls.predictions(keep_logits_positions(encoded.last_hidden_state, logits_to_keep))
+        loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
+        output = CausalLMOutputWithCrossAttentions(
+            loss=loss,
+            logits=logits,
+            past_key_values=encoded.past_key_values,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
+
+
 class BertForNextSentencePrediction(BertPreTrainedModel):
     """Encoder, pooler and the two-way "is sentence B the continuation of A" classifier (label 0: it is)."""
 
@@ -703,6 +830,75 @@ class BertForSequenceClassification(BertPreTrainedModel):
             attentions=encoded.attentions,
         )
         return self._returned(output, return_dict)
+
+
+def flatten_choices(tensor: torch.Tensor | None, name: str, error: type[InputError] = InputError) -> torch.Tensor | None:
+    """``(batch, num_choices, length[, hidden])`` -> ``(batch * num_choices, length[, hidden])``: every choice is a row."""
+    if tensor is None:
+        return None
+    if name == "position_ids" and tensor.dim() == 2:  # one row of positions for every choice (broadcast)
+        return tensor
+    want = 4 if name == "inputs_embeds" else 3
+    if tensor.dim() != want:
+        shape = "(batch, num_choices, length, hidden_size)" if want == 4 else "(batch, num_choices, length)"
+        raise error(
+            f"{name} has shape {tuple(tensor.shape)} but a multiple-choice head takes {shape}: one row of "
+            "tokens per choice (tokenize each (context, choice) pair and stack them per example)"
+        )
+    return tensor.reshape(-1, *tensor.shape[2:])
+
+
+def multiple_choice_output(
+    scores: torch.Tensor, num_choices: int, labels: torch.Tensor | None, encoded: Any
+) -> MultipleChoiceModelOutput:
+    """One score per flattened row -> ``(batch, num_choices)`` logits; the loss is cross-entropy over the choices."""
+    logits = scores.view(-1, num_choices)
+    return MultipleChoiceModelOutput(
+        loss=token_cross_entropy(logits, labels) if labels is not None else None,
+        logits=logits,
+        hidden_states=encoded.hidden_states,
+        attentions=encoded.attentions,
+    )
+
+
+class BertForMultipleChoice(BertPreTrainedModel):
+    """Scores each of ``num_choices`` candidate sequences per example: pooled [CLS] state, dropout and a
+    one-output ``classifier``; inputs are ``(batch, num_choices, length)`` and ``labels`` the right choice."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> MultipleChoiceModelOutput | tuple[Any, ...]:
+        """``hidden_states`` / ``attentions`` come back per choice row (``batch * num_choices`` rows)."""
+        check_one_input(self, input_ids, inputs_embeds, BertInputError)
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        encoded = self.bert(
+            flatten_choices(input_ids, "input_ids", BertInputError),
+            flatten_choices(attention_mask, "attention_mask", BertInputError),
+            flatten_choices(token_type_ids, "token_type_ids", BertInputError),
+            flatten_choices(position_ids, "position_ids", BertInputError),
+            flatten_choices(inputs_embeds, "inputs_embeds", BertInputError),
+            output_attentions, output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        scores = self.classifier(self.dropout(encoded.pooler_output))
+        return self._returned(multiple_choice_output(scores, num_choices, labels, encoded), return_dict)
 
 
 class BertForTokenClassification(BertPreTrainedModel):

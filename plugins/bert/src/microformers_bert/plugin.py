@@ -21,6 +21,8 @@ HEADS: dict[str, str] = {
     "AutoModelForSequenceClassification": "BertForSequenceClassification",
     "AutoModelForTokenClassification": "BertForTokenClassification",
     "AutoModelForQuestionAnswering": "BertForQuestionAnswering",
+    "AutoModelForMultipleChoice": "BertForMultipleChoice",
+    "AutoModelForCausalLM": "BertLMHeadModel",
 }
 
 

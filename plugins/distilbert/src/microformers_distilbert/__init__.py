@@ -20,6 +20,7 @@ _LAZY: dict[str, str] = {
             "DistilBertForSequenceClassification",
             "DistilBertForTokenClassification",
             "DistilBertForQuestionAnswering",
+            "DistilBertForMultipleChoice",
         )
     },
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from microformers import PretrainedConfig
+from microformers.errors import ConfigError
 from microformers_sdk.config_checks import check_heads_divide, check_positive_ints
 
 
@@ -41,6 +42,7 @@ class DistilBertConfig(PretrainedConfig):
         seq_classif_dropout: float = 0.2,
         pad_token_id: int | None = 0,
         tie_word_embeddings: bool = True,
+        chunk_size_feed_forward: int = 0,
         **kwargs: Any,
     ) -> None:
         self.vocab_size = vocab_size
@@ -56,6 +58,14 @@ class DistilBertConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.qa_dropout = qa_dropout
         self.seq_classif_dropout = seq_classif_dropout
+        self.chunk_size_feed_forward = chunk_size_feed_forward
+        if isinstance(chunk_size_feed_forward, bool) or not isinstance(chunk_size_feed_forward, int) or (
+            chunk_size_feed_forward < 0
+        ):
+            raise ConfigError(
+                f"chunk_size_feed_forward={chunk_size_feed_forward!r} in DistilBertConfig must be an integer >= 0: the "
+                "number of positions the feed-forward block runs at a time (0: all at once)"
+            )
         check_positive_ints(self, ("vocab_size", "max_position_embeddings", "n_layers", "n_heads", "dim", "hidden_dim"))
         check_heads_divide(self, "dim", "n_heads")
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)

@@ -19,7 +19,8 @@ the configured attention kernel, residual and LayerNorm; the ``lin1``/activation
 and LayerNorm. There are no token type embeddings and no pooler: classification reads the first token.
 
 Supported: ``output_attentions`` / ``output_hidden_states``, gradient checkpointing, sinusoidal or
-learned positions. ``head_mask`` is refused (the reference takes none) and heads cannot be pruned.
+learned positions, feed-forward chunking (``chunk_size_feed_forward``: the FFN runs on that many positions at
+a time, same outputs, less peak memory). ``head_mask`` is refused (the reference takes none) and heads cannot be pruned.
 """
 
 from __future__ import annotations
@@ -51,14 +52,25 @@ from .configuration_distilbert import DistilBertConfig
 __all__ = [
     "DistilBertConfig",
     "DistilBertForMaskedLM",
+    "DistilBertForMultipleChoice",
     "DistilBertForQuestionAnswering",
     "DistilBertForSequenceClassification",
     "DistilBertForTokenClassification",
     "DistilBertModel",
     "DistilBertPreTrainedModel",
+    "MultipleChoiceModelOutput",
 ]
 
 LAYER_NORM_EPS = 1e-12  # fixed in DistilBERT, not a config setting
+
+class MultipleChoiceModelOutput(ModelOutput):
+    """``logits`` ``(batch, num_choices)``: one score per choice; ``loss`` the cross-entropy over the choices."""
+
+    loss: Any
+    logits: Any
+    hidden_states: Any
+    attentions: Any
+
 
 # What a block returns: its hidden states and, with ``output_attentions``, its attention probabilities.
 LayerOutput = tuple[torch.Tensor, torch.Tensor | None]
@@ -156,16 +168,24 @@ class DistilBertSelfAttention(nn.Module):
 
 # -- MLP -----------------------------------------------------------------------------------------------
 class DistilBertFFN(nn.Module):
-    """``dropout(lin2(activation(lin1(x))))`` through ``hidden_dim`` (``activation``, GELU for DistilBERT)."""
+    """``dropout(lin2(activation(lin1(x))))`` through ``hidden_dim`` (``activation``, GELU for DistilBERT),
+    ``chunk_size_feed_forward`` positions at a time when that is > 0."""
 
     def __init__(self, config: DistilBertConfig) -> None:
         super().__init__()
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward
         self.lin1 = nn.Linear(config.dim, config.hidden_dim)
         self.lin2 = nn.Linear(config.hidden_dim, config.dim)
         self.activation = get_activation(config.activation, setting="activation")
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        size = self.chunk_size_feed_forward
+        if 0 < size < hidden_states.shape[1]:  # positions are independent here: same result, one chunk alive
+            return torch.cat([self.chunk(part) for part in hidden_states.split(size, dim=1)], dim=1)
+        return self.chunk(hidden_states)
+
+    def chunk(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.lin2(self.activation(self.lin1(hidden_states))))
 
 
@@ -464,3 +484,65 @@ class DistilBertForQuestionAnswering(DistilBertPreTrainedModel):
         logits = self.qa_outputs(self.dropout(encoded.last_hidden_state))
         output = question_answering_output(logits, start_positions, end_positions, encoded)
         return self._returned(output, return_dict)
+
+
+class DistilBertForMultipleChoice(DistilBertPreTrainedModel):
+    """Scores each of ``num_choices`` candidate sequences per example: first token -> ``pre_classifier`` -> ReLU
+    -> dropout -> one-output ``classifier``; inputs are ``(batch, num_choices, length)``."""
+
+    def __init__(self, config: DistilBertConfig) -> None:
+        super().__init__(config)
+        self.distilbert = DistilBertModel(config)
+        self.pre_classifier = nn.Linear(config.dim, config.dim)
+        self.classifier = nn.Linear(config.dim, 1)
+        self.dropout = nn.Dropout(config.seq_classif_dropout)
+        self.post_init()
+
+    def get_position_embeddings(self) -> nn.Embedding:
+        return self.distilbert.get_position_embeddings()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> MultipleChoiceModelOutput | tuple[Any, ...]:
+        """``hidden_states`` / ``attentions`` come back per choice row (``batch * num_choices`` rows)."""
+        check_one_input(self, input_ids, inputs_embeds)
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        encoded = self.distilbert(
+            _flatten_choices(input_ids, "input_ids"),
+            _flatten_choices(attention_mask, "attention_mask"),
+            _flatten_choices(position_ids, "position_ids"),
+            _flatten_choices(inputs_embeds, "inputs_embeds"),
+            output_attentions, output_hidden_states, return_dict=True, **kwargs,
+        )  # fmt: skip
+        pooled = torch.relu(self.pre_classifier(encoded.last_hidden_state[:, 0]))
+        logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)
+        output = MultipleChoiceModelOutput(
+            loss=token_cross_entropy(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
+
+
+def _flatten_choices(tensor: torch.Tensor | None, name: str) -> torch.Tensor | None:
+    """``(batch, num_choices, length[, dim])`` -> ``(batch * num_choices, length[, dim])``: every choice is a row."""
+    if tensor is None or (name == "position_ids" and tensor.dim() == 2):  # 2-D positions: shared by every row
+        return tensor
+    want = 4 if name == "inputs_embeds" else 3
+    if tensor.dim() != want:
+        shape = "(batch, num_choices, length, dim)" if want == 4 else "(batch, num_choices, length)"
+        raise InputError(
+            f"{name} has shape {tuple(tensor.shape)} but a multiple-choice head takes {shape}: one row of "
+            "tokens per choice (tokenize each (context, choice) pair and stack them per example)"
+        )
+    return tensor.reshape(-1, *tensor.shape[2:])

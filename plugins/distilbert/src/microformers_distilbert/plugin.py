@@ -16,6 +16,7 @@ HEADS: dict[str, str] = {
     "AutoModelForSequenceClassification": "DistilBertForSequenceClassification",
     "AutoModelForTokenClassification": "DistilBertForTokenClassification",
     "AutoModelForQuestionAnswering": "DistilBertForQuestionAnswering",
+    "AutoModelForMultipleChoice": "DistilBertForMultipleChoice",
 }
 
 

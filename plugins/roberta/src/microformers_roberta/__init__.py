@@ -9,8 +9,8 @@ from microformers.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-_HEADS = ("PreTrainedModel", "Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
-          "ForQuestionAnswering")  # fmt: skip
+_HEADS = ("PreTrainedModel", "Model", "ForMaskedLM", "ForCausalLM", "ForSequenceClassification",
+          "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice")  # fmt: skip
 
 _LAZY: dict[str, str] = {
     "RobertaConfig": "configuration_roberta",

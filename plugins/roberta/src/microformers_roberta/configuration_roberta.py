@@ -13,6 +13,7 @@ from typing import Any
 
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
+from microformers_bert import check_chunk_size
 from microformers_sdk.config_checks import check_choice, check_heads_divide, check_positive_ints
 
 SUPPORTED_POSITION_EMBEDDINGS = ("absolute",)
@@ -44,6 +45,7 @@ class RobertaConfig(PretrainedConfig):
         use_cache: bool = True,
         classifier_dropout: float | None = None,
         tie_word_embeddings: bool = True,
+        chunk_size_feed_forward: int = 0,
         **kwargs: Any,
     ) -> None:
         self.vocab_size = vocab_size
@@ -61,6 +63,8 @@ class RobertaConfig(PretrainedConfig):
         self.position_embedding_type = position_embedding_type
         self.use_cache = use_cache
         self.classifier_dropout = classifier_dropout
+        self.chunk_size_feed_forward = chunk_size_feed_forward
+        check_chunk_size(self)
         name = type(self).__name__
         sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                  "max_position_embeddings", "type_vocab_size")  # fmt: skip

@@ -14,6 +14,10 @@ changes:
 4. The sequence classifier reads the first (``<s>``) token, without the pooler:
    ``classifier.out_proj(dropout(tanh(classifier.dense(dropout(h[:, 0])))))``.
 
+5. The multiple-choice head reads the pooled ``<s>`` state through ``dropout`` (``hidden_dropout_prob``) and a
+   one-output ``classifier``; the causal LM (``RobertaForCausalLM``, ``is_decoder=True``) is BERT's decoder with
+   the ``lm_head``.
+
 Token classification and question answering are BERT's heads unchanged (their ``forward`` reaches the
 encoder through ``bert``, here an alias of ``roberta``); only their ``__init__`` differs, to build
 ``RobertaModel`` under ``roberta``.
@@ -34,6 +38,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from microformers import logging
 from microformers_bert import (
     BertEmbeddings,
     BertEncoder,
@@ -43,12 +48,24 @@ from microformers_bert import (
     BertModel,
     BertPooler,
     BertPreTrainedModel,
+    MultipleChoiceModelOutput,
+    flatten_choices,
+    multiple_choice_output,
 )
-from microformers_sdk.encoder import classifier_dropout, mirror_output_bias, prune_model_heads, require_two_labels
+from microformers_sdk.cache import Cache
+from microformers_sdk.decoder_heads import keep_logits_positions
+from microformers_sdk.encoder import (
+    check_one_input,
+    classifier_dropout,
+    mirror_output_bias,
+    prune_model_heads,
+    require_two_labels,
+)
 from microformers_sdk.layers import get_activation
-from microformers_sdk.losses import sequence_classification_loss, token_cross_entropy
+from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss, token_cross_entropy
 from microformers_sdk.outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
     MaskedLMOutput,
     SequenceClassifierOutput,
 )
@@ -57,7 +74,9 @@ from .configuration_roberta import RobertaConfig
 
 __all__ = [
     "RobertaConfig",
+    "RobertaForCausalLM",
     "RobertaForMaskedLM",
+    "RobertaForMultipleChoice",
     "RobertaForQuestionAnswering",
     "RobertaForSequenceClassification",
     "RobertaForTokenClassification",
@@ -68,14 +87,20 @@ __all__ = [
 ]
 
 
+logger = logging.get_logger(__name__)
+
+
 class RobertaInputError(BertInputError):
     """The arguments of a forward call do not fit the model (missing inputs, too long, wrong shapes)."""
 
 
-def create_position_ids_from_input_ids(input_ids: torch.Tensor, padding_idx: int) -> torch.Tensor:
-    """``padding_idx`` + the running count of non-padding tokens; padding tokens keep ``padding_idx``."""
+def create_position_ids_from_input_ids(
+    input_ids: torch.Tensor, padding_idx: int, past_key_values_length: int = 0
+) -> torch.Tensor:
+    """``padding_idx`` + the running count of non-padding tokens (after ``past_key_values_length`` cached ones);
+    padding tokens keep ``padding_idx``."""
     real = input_ids.ne(padding_idx).long()
-    return torch.cumsum(real, dim=1) * real + padding_idx
+    return (torch.cumsum(real, dim=1) + past_key_values_length) * real + padding_idx
 
 
 # -- embeddings: BERT's, with positions that start after the padding index -----------------------------
@@ -89,21 +114,24 @@ class RobertaEmbeddings(BertEmbeddings):
             config.max_position_embeddings, config.hidden_size, padding_idx=self.padding_idx
         )
 
-    def default_position_ids(self, input_ids: torch.Tensor | None, inputs: torch.Tensor) -> torch.Tensor:
+    def default_position_ids(
+        self, input_ids: torch.Tensor | None, inputs: torch.Tensor, past_length: int = 0
+    ) -> torch.Tensor:
         """Position ids from ``input_ids`` when given, else ``padding_idx + 1 ..`` over ``inputs`` (ids or embeddings:
-        only its length and device are read); raises when the input does not fit the position table."""
-        length = inputs.shape[1]
+        only its length and device are read), after ``past_length`` tokens a decoder has cached; raises when the
+        input does not fit the position table."""
+        length = past_length + inputs.shape[1]
         limit = self.position_embeddings.num_embeddings
         if length + self.padding_idx >= limit:
             raise RobertaInputError(
-                f"the input has {length} tokens but this model takes at most {limit - self.padding_idx - 1} "
+                f"the input reaches {length} tokens but this model takes at most {limit - self.padding_idx - 1} "
                 f"(max_position_embeddings={limit} less the padding index {self.padding_idx} + 1, where "
                 "positions start); truncate the input (e.g. tokenizer(..., truncation=True))"
             )
         if input_ids is not None:
-            return create_position_ids_from_input_ids(input_ids, self.padding_idx)
-        first = self.padding_idx + 1
-        return torch.arange(first, first + length, device=inputs.device).unsqueeze(0)
+            return create_position_ids_from_input_ids(input_ids, self.padding_idx, past_length)
+        first = self.padding_idx + 1 + past_length
+        return torch.arange(first, first + inputs.shape[1], device=inputs.device).unsqueeze(0)
 
     def forward(
         self,
@@ -111,11 +139,12 @@ class RobertaEmbeddings(BertEmbeddings):
         token_type_ids: torch.Tensor | None,
         position_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None,
+        past_length: int = 0,
     ) -> torch.Tensor:
         if position_ids is None:
             inputs = inputs_embeds if inputs_embeds is not None else input_ids
-            position_ids = self.default_position_ids(input_ids, inputs)
-        return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds)
+            position_ids = self.default_position_ids(input_ids, inputs, past_length)
+        return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
 
 
 # -- heads RoBERTa has in its own shape ----------------------------------------------------------------
@@ -214,13 +243,15 @@ class RobertaModel(RobertaPreTrainedModel, BertModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         head_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPoolingAndCrossAttentions | tuple[Any, ...]:
         """BERT's ``forward``; its input errors are raised as ``RobertaInputError``."""
         try:
             return super().forward(
                 input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
-                output_hidden_states, return_dict, head_mask, **kwargs,
+                output_hidden_states, return_dict, head_mask, past_key_values, use_cache, **kwargs,
             )  # fmt: skip
         except BertInputError as error:
             if isinstance(error, RobertaInputError):
@@ -274,6 +305,68 @@ class RobertaForMaskedLM(RobertaPreTrainedModel):
         output = MaskedLMOutput(
             loss=token_cross_entropy(logits, labels) if labels is not None else None,
             logits=logits,
+            hidden_states=encoded.hidden_states,
+            attentions=encoded.attentions,
+        )
+        return self._returned(output, return_dict)
+
+
+class RobertaForCausalLM(RobertaPreTrainedModel):
+    """RoBERTa as a left-to-right language model (``is_decoder=True``: causal self-attention with a KV cache)
+    under the masked-LM head ``lm_head``; ``labels`` are the input ids, scored one position ahead."""
+
+    _tied_weights_keys: ClassVar[dict[str, str]] = RobertaForMaskedLM._tied_weights_keys
+
+    def __init__(self, config: RobertaConfig) -> None:
+        super().__init__(config)
+        if not config.is_decoder:
+            logger.warning(f"{type(self).__name__} is meant as a decoder: set is_decoder=True in the config")
+        self.roberta = self.base_model_class(config, add_pooling_layer=False)
+        self.lm_head = RobertaLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.lm_head.decoder = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithCrossAttentions | tuple[Any, ...]:
+        """``logits_to_keep=n`` computes logits for the last ``n`` positions only (0: all); with ``labels`` no cache."""
+        for name in ("encoder_hidden_states", "encoder_attention_mask"):
+            if kwargs.get(name) is not None:
+                raise RobertaInputError(
+                    f"{name} needs cross-attention layers (add_cross_attention=True), which microformers-roberta "
+                    f"does not provide; {type(self).__name__} runs as a decoder-only language model"
+                )
+        if labels is not None:
+            use_cache = False
+        encoded = self.roberta(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+            output_hidden_states, return_dict=True, head_mask=head_mask, past_key_values=past_key_values,
+            use_cache=use_cache,
+        )  # fmt: skip
+        logits = self.lm_head(keep_logits_positions(encoded.last_hidden_state, logits_to_keep))
+        output = CausalLMOutputWithCrossAttentions(
+            loss=causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None,
+            logits=logits,
+            past_key_values=encoded.past_key_values,
             hidden_states=encoded.hidden_states,
             attentions=encoded.attentions,
         )
@@ -342,3 +435,43 @@ class RobertaForQuestionAnswering(RobertaPreTrainedModel, BertForQuestionAnsweri
         self.roberta = self.base_model_class(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
+
+
+class RobertaForMultipleChoice(RobertaPreTrainedModel):
+    """Scores each of ``num_choices`` candidate sequences per example: pooled ``<s>`` state, ``dropout``
+    (``hidden_dropout_prob``) and a one-output ``classifier``; inputs are ``(batch, num_choices, length)``."""
+
+    def __init__(self, config: RobertaConfig) -> None:
+        super().__init__(config)
+        self.roberta = self.base_model_class(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        head_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> MultipleChoiceModelOutput | tuple[Any, ...]:
+        """``hidden_states`` / ``attentions`` come back per choice row (``batch * num_choices`` rows)."""
+        check_one_input(self, input_ids, inputs_embeds, RobertaInputError)
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        encoded = self.roberta(
+            flatten_choices(input_ids, "input_ids", RobertaInputError),
+            flatten_choices(attention_mask, "attention_mask", RobertaInputError),
+            flatten_choices(token_type_ids, "token_type_ids", RobertaInputError),
+            flatten_choices(position_ids, "position_ids", RobertaInputError),
+            flatten_choices(inputs_embeds, "inputs_embeds", RobertaInputError),
+            output_attentions, output_hidden_states, return_dict=True, head_mask=head_mask,
+        )  # fmt: skip
+        scores = self.classifier(self.dropout(encoded.pooler_output))
+        return self._returned(multiple_choice_output(scores, num_choices, labels, encoded), return_dict)

@@ -9,7 +9,9 @@ from typing import ClassVar
 
 from .configuration_xlm_roberta import XLMRobertaConfig
 from .modeling_roberta import (
+    RobertaForCausalLM,
     RobertaForMaskedLM,
+    RobertaForMultipleChoice,
     RobertaForQuestionAnswering,
     RobertaForSequenceClassification,
     RobertaForTokenClassification,
@@ -18,7 +20,9 @@ from .modeling_roberta import (
 
 __all__ = [
     "XLMRobertaConfig",
+    "XLMRobertaForCausalLM",
     "XLMRobertaForMaskedLM",
+    "XLMRobertaForMultipleChoice",
     "XLMRobertaForQuestionAnswering",
     "XLMRobertaForSequenceClassification",
     "XLMRobertaForTokenClassification",
@@ -46,5 +50,15 @@ class XLMRobertaForTokenClassification(RobertaForTokenClassification):
 
 
 class XLMRobertaForQuestionAnswering(RobertaForQuestionAnswering):
+    config_class = XLMRobertaConfig
+    base_model_class: ClassVar[type[RobertaModel]] = XLMRobertaModel
+
+
+class XLMRobertaForMultipleChoice(RobertaForMultipleChoice):
+    config_class = XLMRobertaConfig
+    base_model_class: ClassVar[type[RobertaModel]] = XLMRobertaModel
+
+
+class XLMRobertaForCausalLM(RobertaForCausalLM):
     config_class = XLMRobertaConfig
     base_model_class: ClassVar[type[RobertaModel]] = XLMRobertaModel

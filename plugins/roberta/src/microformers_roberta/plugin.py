@@ -17,6 +17,8 @@ HEADS: dict[str, str] = {
     "AutoModelForSequenceClassification": "ForSequenceClassification",
     "AutoModelForTokenClassification": "ForTokenClassification",
     "AutoModelForQuestionAnswering": "ForQuestionAnswering",
+    "AutoModelForMultipleChoice": "ForMultipleChoice",
+    "AutoModelForCausalLM": "ForCausalLM",
 }
 
 # model_type -> (module stem, class prefix)
