@@ -18,6 +18,7 @@ _LAZY: dict[str, str] = {
     "get_size_dict": "image_processing_utils",
     "ImageClassificationPipeline": "pipelines",
     "ImageFeatureExtractionPipeline": "pipelines",
+    "ZeroShotImageClassificationPipeline": "pipelines",
     **{
         name: "image_utils"
         for name in (

@@ -107,6 +107,27 @@ class ImageProcessingMixin(FeatureExtractionMixin):
         return data
 
     @classmethod
+    def get_feature_extractor_dict(cls, pretrained: Any, **hub_kwargs: Any) -> dict[str, Any]:
+        """``preprocessor_config.json``, else the ``image_processor`` entry of ``processor_config.json`` (where the
+        reference's multimodal processors, CLIP's for one, nest the image settings)."""
+        from microformers.configuration import read_json
+        from microformers.errors import FileMissingError
+        from microformers.hub import resolve_file
+        from microformers_sdk.processing import PREPROCESSOR_NAME, PROCESSOR_NAME
+
+        if resolve_file(pretrained, PREPROCESSOR_NAME, required=False, **hub_kwargs) is None:
+            path = resolve_file(pretrained, PROCESSOR_NAME, required=False, **hub_kwargs)
+            nested = read_json(path, what="processor configuration").get("image_processor") if path else None
+            if isinstance(nested, dict):
+                return nested
+            if path is not None:
+                raise FileMissingError(
+                    f"{pretrained} has no {PREPROCESSOR_NAME} and its {PROCESSOR_NAME} has no 'image_processor' "
+                    "entry; save the image processor with image_processor.save_pretrained(folder)"
+                )
+        return super().get_feature_extractor_dict(pretrained, **hub_kwargs)
+
+    @classmethod
     def get_image_processor_dict(cls, pretrained: Any, **hub_kwargs: Any) -> dict[str, Any]:
         return cls.get_feature_extractor_dict(pretrained, **hub_kwargs)
 

@@ -1,4 +1,4 @@
-"""The ``image-classification`` and ``image-feature-extraction`` pipelines.
+"""The ``image-classification``, ``image-feature-extraction`` and ``zero-shot-image-classification`` pipelines.
 
 Inputs: a file path (or ``file://`` address), bytes, a PIL image, a numpy array or torch tensor (HWC or CHW), or a
 list of them. ``http(s)://`` addresses are refused: microformers never downloads (fetch the file and pass it).
@@ -21,7 +21,7 @@ from microformers.errors import ConfigError
 
 from .image_utils import ImageInputError, describe, load_image
 
-__all__ = ["ImageClassificationPipeline", "ImageFeatureExtractionPipeline"]
+__all__ = ["ImageClassificationPipeline", "ImageFeatureExtractionPipeline", "ZeroShotImageClassificationPipeline"]
 
 _FUNCTIONS = ("softmax", "sigmoid", "none")
 
@@ -186,3 +186,94 @@ class ImageFeatureExtractionPipeline(_ImagePipeline):
         else:
             outputs = model_outputs["features"]
         return outputs if return_tensors else outputs.tolist()
+
+
+class ZeroShotImageClassificationPipeline(_ImagePipeline):
+    """``pipeline("zero-shot-image-classification", model=folder)(image, candidate_labels=[...])`` ->
+    ``[{"score", "label"}, ...]`` best first, for image-text models (CLIP, SigLIP) that return ``logits_per_image``.
+
+    Each label is put into ``hypothesis_template`` (default ``"This is a photo of {}."``) and the texts are scored
+    against the image: softmax over the labels, or for SigLIP (``model_type`` containing ``siglip``) an independent
+    sigmoid per label with the texts padded to 64 tokens, as the reference pipeline does. ``tokenizer_kwargs`` go to
+    the tokenizer call over the defaults.
+    """
+
+    needs_tokenizer = True
+    task_name = "zero-shot-image-classification"
+
+    def __call__(self, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            if "candidate_labels" in kwargs or len(args) > 1:
+                raise ConfigError(
+                    "zero-shot-image-classification takes pipe(image, candidate_labels=[...], hypothesis_template=...)"
+                )
+            kwargs["candidate_labels"] = args[0]
+        return super().__call__(inputs, **kwargs)
+
+    def _sanitize_parameters(
+        self,
+        candidate_labels: Any = None,
+        hypothesis_template: str | None = None,
+        tokenizer_kwargs: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        pre: dict[str, Any] = {}
+        if candidate_labels is not None:
+            if isinstance(candidate_labels, str):
+                candidate_labels = [candidate_labels]
+            labels = list(candidate_labels)
+            if not labels or not all(isinstance(label, str) for label in labels):
+                raise ConfigError(
+                    f"candidate_labels={candidate_labels!r}: pass a non-empty list of label strings"
+                )
+            pre["candidate_labels"] = labels
+        if hypothesis_template is not None:
+            if not isinstance(hypothesis_template, str) or "{}" not in hypothesis_template:
+                raise ConfigError(
+                    f"hypothesis_template={hypothesis_template!r} must be a string with a {{}} where the label goes"
+                )
+            pre["hypothesis_template"] = hypothesis_template
+        if tokenizer_kwargs is not None:
+            if not isinstance(tokenizer_kwargs, dict):
+                raise ConfigError(f"tokenizer_kwargs={tokenizer_kwargs!r} must be a dict of tokenizer arguments")
+            pre["tokenizer_kwargs"] = dict(tokenizer_kwargs)
+        return pre, {}, {}
+
+    def _is_siglip(self) -> bool:
+        return "siglip" in str(getattr(self.model.config, "model_type", ""))
+
+    def preprocess(  # type: ignore[override]
+        self,
+        image: Any,
+        candidate_labels: list[str] | None = None,
+        hypothesis_template: str = "This is a photo of {}.",
+        tokenizer_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        if candidate_labels is None:
+            raise ConfigError(
+                "zero-shot-image-classification needs candidate_labels: pipe(image, candidate_labels=['cat', 'dog'])"
+            )
+        inputs = super().preprocess(image)
+        settings: dict[str, Any] = {"padding": True}
+        if self._is_siglip():
+            settings.update(padding="max_length", max_length=64, truncation=True)
+        settings.update(tokenizer_kwargs or {})
+        texts = [hypothesis_template.format(label) for label in candidate_labels]
+        inputs["text_inputs"] = dict(self.tokenizer(texts, return_tensors="pt", **settings))
+        inputs["candidate_labels"] = candidate_labels
+        return inputs
+
+    def forward_batch(self, rows: list[Any], forward_params: dict[str, Any]) -> list[dict[str, Any]]:
+        # Each image has its own texts: images are run one at a time rather than padded into one batch.
+        return [super(ZeroShotImageClassificationPipeline, self).forward_batch([row], forward_params)[0] for row in rows]
+
+    def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
+        text_inputs = model_inputs["text_inputs"]
+        outputs = self.model(pixel_values=model_inputs["pixel_values"], **text_inputs)
+        return {"logits": outputs.logits_per_image, "candidate_labels": model_inputs["candidate_labels"]}
+
+    def postprocess(self, model_outputs: dict[str, Any]) -> list[dict[str, Any]]:
+        logits = model_outputs["logits"][0].float()
+        scores = logits.sigmoid() if self._is_siglip() else logits.softmax(dim=-1)
+        pairs = zip(scores.tolist(), model_outputs["candidate_labels"])
+        return [{"score": score, "label": label} for score, label in sorted(pairs, key=lambda pair: -pair[0])]

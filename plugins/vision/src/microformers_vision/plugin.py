@@ -32,6 +32,7 @@ EXPORTS: dict[str, str] = {
     "ImageProcessingMixin": f"{_P}.image_processing_utils:ImageProcessingMixin",
     "ImageClassificationPipeline": f"{_P}.pipelines:ImageClassificationPipeline",
     "ImageFeatureExtractionPipeline": f"{_P}.pipelines:ImageFeatureExtractionPipeline",
+    "ZeroShotImageClassificationPipeline": f"{_P}.pipelines:ZeroShotImageClassificationPipeline",
 }
 
 
@@ -52,6 +53,12 @@ def register_pipelines(register: Any) -> None:
         "image-feature-extraction",
         f"{_P}.pipelines:ImageFeatureExtractionPipeline",
         model_class=("AutoModel",),
+    )
+    # Image-text models (CLIP, SigLIP) register this head; the pipeline needs their tokenizer too.
+    register(
+        "zero-shot-image-classification",
+        f"{_P}.pipelines:ZeroShotImageClassificationPipeline",
+        model_class=("AutoModelForZeroShotImageClassification",),
     )
 
 

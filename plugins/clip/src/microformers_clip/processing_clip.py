@@ -1,0 +1,186 @@
+"""``CLIPProcessor`` and ``SiglipProcessor``: an image processor and a tokenizer used as one.
+
+``processor(images=..., text=..., return_tensors="pt", padding=True)`` -> ``input_ids``, ``attention_mask`` (when the
+tokenizer returns one) and ``pixel_values``; keyword arguments go to whichever of the two takes them, and one that
+neither takes is an error. Files: ``processor_config.json`` with the image settings nested under
+``image_processor`` (as the reference writes it) plus the tokenizer's files; folders that instead hold
+``preprocessor_config.json`` load too.
+
+SigLIP's own tokenizer (``SiglipTokenizer``, SentencePiece with SigLIP's text canonicalisation) is not implemented:
+loading a folder that names it is an error that says so. A ``SiglipProcessor`` can still be built from a SigLIP
+image processor and any tokenizer object (``SiglipProcessor(image_processor=..., tokenizer=...)``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from microformers.errors import ConfigError, InputError
+from microformers_sdk.processing import PROCESSOR_NAME, BatchFeature
+
+from .image_processing_clip import CLIPImageProcessor
+from .image_processing_siglip import SiglipImageProcessor
+
+__all__ = ["CLIPProcessor", "SiglipProcessor", "SiglipTokenizerUnavailable"]
+
+
+def _parameters(function: Any) -> set[str]:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+
+
+class CLIPProcessor:
+    """CLIP's image processor and tokenizer as one object (``CLIPImageProcessor`` + ``CLIPTokenizerFast``)."""
+
+    image_processor_class: ClassVar[type] = CLIPImageProcessor
+    attributes: ClassVar[list[str]] = ["image_processor", "tokenizer"]
+
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, **kwargs: Any) -> None:
+        legacy = kwargs.pop("feature_extractor", None)  # the name older code used for the image processor
+        if kwargs:
+            raise ConfigError(f"{type(self).__name__}() got unexpected arguments {sorted(kwargs)}")
+        image_processor = image_processor if image_processor is not None else legacy
+        if image_processor is None or tokenizer is None:
+            raise ConfigError(
+                f"{type(self).__name__} needs both image_processor=... and tokenizer=..., got "
+                f"image_processor={type(image_processor).__name__}, tokenizer={type(tokenizer).__name__}"
+            )
+        self.image_processor = image_processor
+        self.tokenizer = tokenizer
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(image_processor={self.image_processor!r}, tokenizer={self.tokenizer!r})"
+
+    @property
+    def feature_extractor(self) -> Any:
+        return self.image_processor
+
+    @property
+    def model_input_names(self) -> list[str]:
+        names = list(getattr(self.tokenizer, "model_input_names", ["input_ids", "attention_mask"]))
+        return names + [n for n in self.image_processor.model_input_names if n not in names]
+
+    # -- calling ------------------------------------------------------------------------------------
+    def _split_kwargs(self, kwargs: dict[str, Any], images: bool, text: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        image_names = _parameters(self.image_processor.preprocess) if images else set()
+        text_names = (_parameters(self.tokenizer.__call__) | {"return_tensors"}) if text else set()
+        unknown = sorted(k for k in kwargs if k not in image_names | text_names)
+        if unknown:
+            raise InputError(
+                f"{type(self).__name__}() got arguments {unknown} that neither the image processor nor the tokenizer "
+                "takes"
+            )
+        return (
+            {k: v for k, v in kwargs.items() if k in image_names},
+            {k: v for k, v in kwargs.items() if k in text_names},
+        )
+
+    def __call__(self, images: Any = None, text: Any = None, **kwargs: Any) -> Any:
+        """``images`` through the image processor, ``text`` through the tokenizer; both: one batch with all keys."""
+        if images is None and text is None:
+            raise InputError(f"{type(self).__name__}() needs images=... and/or text=...")
+        image_kwargs, text_kwargs = self._split_kwargs(kwargs, images is not None, text is not None)
+        encoding = self.tokenizer(text, **text_kwargs) if text is not None else None
+        pixels = self.image_processor(images, **image_kwargs) if images is not None else None
+        if pixels is None:
+            return encoding
+        if encoding is None:
+            return pixels
+        return BatchFeature(data={**dict(encoding), **dict(pixels)})
+
+    def batch_decode(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tokenizer.batch_decode(*args, **kwargs)
+
+    def decode(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tokenizer.decode(*args, **kwargs)
+
+    # -- files --------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        image_processor = self.image_processor.to_dict()
+        image_processor.pop("processor_class", None)
+        return {"image_processor": image_processor, "processor_class": type(self).__name__}
+
+    def save_pretrained(self, save_directory: str | os.PathLike[str], **kwargs: Any) -> list[str]:
+        """Write ``processor_config.json`` (image settings nested) and the tokenizer's files, atomically."""
+        from microformers.hub import staged_folder
+
+        if kwargs.pop("push_to_hub", False):
+            raise ConfigError("push_to_hub is not supported by microformers; upload the folder with huggingface_hub")
+        if kwargs:
+            raise ConfigError(f"{type(self).__name__}.save_pretrained() got unexpected arguments {sorted(kwargs)}")
+        target = Path(save_directory)
+        if target.is_file():
+            raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")
+        with staged_folder(target) as staging:
+            previous = getattr(self.tokenizer, "processor_class", None)
+            try:
+                if hasattr(self.tokenizer, "processor_class"):
+                    self.tokenizer.processor_class = type(self).__name__
+                self.tokenizer.save_pretrained(staging)
+            finally:
+                if hasattr(self.tokenizer, "processor_class"):
+                    self.tokenizer.processor_class = previous
+            text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+            (staging / PROCESSOR_NAME).write_text(text, encoding="utf-8")
+            written = sorted(p.name for p in staging.iterdir())
+        return [str(target / name) for name in written]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str], **kwargs: Any) -> Any:
+        """Load the image processor and the tokenizer of a folder (or Hub id)."""
+        from microformers.auto import AutoTokenizer, resolve_source
+        from microformers.hub import split_hub_kwargs
+
+        pretrained, kwargs = resolve_source(pretrained_model_name_or_path, kwargs)
+        hub_kwargs, rest = split_hub_kwargs(kwargs)
+        rest.pop("trust_remote_code", None)
+        rest.pop("use_fast", None)
+        image_class = cls.image_processor_class
+        settings = image_class.get_feature_extractor_dict(pretrained, **hub_kwargs)
+        image_names = set(settings) | set(image_class._settings)
+        image_kwargs = {k: rest.pop(k) for k in list(rest) if k in image_names}
+        image_processor = image_class.from_dict(settings, **image_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(pretrained, **hub_kwargs, **rest)
+        return cls(image_processor=image_processor, tokenizer=tokenizer)
+
+
+class SiglipProcessor(CLIPProcessor):
+    """SigLIP's image processor and a tokenizer as one object (see the module note on ``SiglipTokenizer``).
+
+    SigLIP was trained on texts padded to 64 tokens: pass ``padding="max_length"`` as the reference's model card does.
+    """
+
+    image_processor_class: ClassVar[type] = SiglipImageProcessor
+
+
+class SiglipTokenizerUnavailable:
+    """The tokenizer backend registered for ``tokenizer_class: SiglipTokenizer``: it refuses with a clear error
+    instead of letting another SentencePiece backend load the folder with different ids."""
+
+    @staticmethod
+    def can_load(path: str | os.PathLike[str]) -> bool:
+        return False
+
+    @staticmethod
+    def _refuse(where: Any) -> ConfigError:
+        return ConfigError(
+            f"{where}: tokenizer_class SiglipTokenizer (SentencePiece with SigLIP's text canonicalisation) is not "
+            "implemented in microformers yet. Use SigLIP's image side (SiglipImageProcessor, "
+            "SiglipVisionModel, get_image_features) and tokenize texts elsewhere, or build "
+            "SiglipProcessor(image_processor=..., tokenizer=...) with a tokenizer object that gives SigLIP's ids."
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str], *inputs: Any, **kwargs: Any) -> Any:
+        raise cls._refuse(path)
+
+    @classmethod
+    def from_files(cls, files: Any, *inputs: Any, **kwargs: Any) -> Any:
+        raise cls._refuse("<in-memory files>")
