@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -169,24 +168,26 @@ def test_rewriting_a_checkpoint_keeps_no_file_of_the_earlier_save(tmp_path: Path
 def test_staging_folders_of_killed_saves_are_removed_by_the_next_save(tmp_path: Path) -> None:
     """A real SIGKILL inside the model write of checkpoint-4 leaves the checkpoint's staging folder and the one
     ``save_pretrained`` nests beside it; the next checkpoint save of any step removes both."""
+    from microformers import staging
+
     out = tmp_path / "out"
-    script = (
-        "import os, signal, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from resume_script import make_trainer\n"
-        "from microformers import staging\n"
-        "trainer = make_trainer(sys.argv[1])\n"
-        "trainer.args.max_steps = 4\n"
-        "original = trainer.model.save_pretrained\n"
-        "def dying(folder, **kw):\n"
-        "    with staging.staged_folder(folder) as nested:\n"
-        "        (nested / 'partial').write_bytes(b'x')\n"
-        "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "trainer.model.save_pretrained = dying\n"
-        "trainer.train()\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -9, proc.stderr[-2000:]
+    dying = make_trainer(str(out))
+    dying.args.max_steps = 4
+
+    def killed_mid_write(folder: Any, **kwargs: Any) -> None:
+        with staging.staged_folder(folder) as nested:
+            (nested / "partial").write_bytes(b"x")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    dying.model.save_pretrained = killed_mid_write
+    pid = os.fork()  # a child process killed for real, without importing everything again
+    if pid == 0:
+        try:
+            dying.train()
+        finally:
+            os._exit(3)  # not reached: the save kills the child
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     leftovers = [p.name for p in out.iterdir() if p.name.startswith(".")]
     assert len(leftovers) == 2 and any(n.startswith("..checkpoint-4") for n in leftovers), leftovers
 
