@@ -86,6 +86,7 @@ def test_a_plugin_without_distribution_or_version_is_listed_with_placeholders(
         name="bare", broken=False, error=None, distribution=None, version=None, module="bare_mod", registrations=[]
     )
     monkeypatch.setattr(commands, "iter_plugins", lambda: [bare])
+    monkeypatch.setattr(commands, "registry", SimpleNamespace(all=lambda kind: []))  # no environment reports
     assert main(["plugins"]) == 0
     assert capsys.readouterr().out == "bare  [ok]  ?   (bare_mod)\n"
     assert main(["env"]) == 0
@@ -112,6 +113,7 @@ def test_env_command_missing_dependency_torch_build_and_broken_plugins(
         name="bad", broken=True, error="boom", distribution="d", version="1", module="m", registrations=[]
     )
     monkeypatch.setattr(commands, "iter_plugins", lambda: [broken])
+    monkeypatch.setattr(commands, "registry", SimpleNamespace(all=lambda kind: []))  # no environment reports
     assert main(["env"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "gguf not installed" in out
@@ -120,3 +122,33 @@ def test_env_command_missing_dependency_torch_build_and_broken_plugins(
     monkeypatch.setattr(torch.version, "cuda", "12.1")
     assert main(["env"]) == 0
     assert f"torch build: {torch.__version__}, CUDA 12.1; threads: {torch.get_num_threads()}" in capsys.readouterr().out
+
+
+def test_env_prints_each_environment_report_and_survives_a_failing_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    from microformers.builtin import commands
+
+    def broken() -> list[str]:
+        raise RuntimeError("no cpuinfo")
+
+    reports = [
+        SimpleNamespace(name="first", plugin="one", load=lambda: broken),
+        SimpleNamespace(name="second", plugin="two", load=lambda: lambda: ["kernels: built", "used: yes"]),
+    ]
+    monkeypatch.setattr(
+        commands, "registry", SimpleNamespace(all=lambda kind: reports if kind == "environment_reports" else [])
+    )
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(
+        "first (one):\n  [report failed: RuntimeError: no cpuinfo]\nsecond (two):\n  kernels: built\n  used: yes\n"
+    )
+
+
+def test_env_reports_the_native_kernels_state(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "native ops (sdk):\n  instruction set: " in out and "\n  microformers_sdk_ops: " in out

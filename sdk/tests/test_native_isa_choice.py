@@ -136,3 +136,33 @@ def test_a_failed_load_is_returned_not_raised(x86_linux: pytest.MonkeyPatch) -> 
     x86_linux.setattr(torch.utils.cpp_extension, "load", no_compiler)
     error = native.build_ops("microformers_sdk_ops", SOURCE)
     assert isinstance(error, OSError) and str(error) == "cannot build microformers_sdk_ops_avx2"
+
+
+def test_the_first_build_says_so_on_stderr_and_a_cached_one_is_silent(
+    x86_linux: pytest.MonkeyPatch, loads: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    x86_linux.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    x86_linux.setattr(native, "unavailable_reason", lambda: None)  # a compiler and ninja, whatever this machine has
+    assert native.cached_library("microformers_sdk_ops") is None
+    assert native.build_ops("microformers_sdk_ops", SOURCE) is None
+    err = capsys.readouterr().err
+    assert "building native kernels (microformers_sdk_ops) for this CPU (avx2), once" in err
+    assert "built microformers_sdk_ops in" in err
+    assert loads[-1]["verbose"] is False  # torch's compiler output only with the microformers logger at DEBUG
+    built = tmp_path / "microformers_sdk_ops_avx2" / "microformers_sdk_ops_avx2.so"
+    built.parent.mkdir()
+    built.write_bytes(b"")
+    assert native.cached_library("microformers_sdk_ops") == built
+    assert native.build_ops("microformers_sdk_ops", SOURCE) is None
+    assert capsys.readouterr().err == ""
+    assert native.extension_report("microformers_sdk_ops", loaded=False) == (
+        f"microformers_sdk_ops: built ({built}); used once a model needs it"
+    )
+
+
+def test_the_report_says_why_native_ops_are_not_used(x86_linux: pytest.MonkeyPatch) -> None:
+    x86_linux.setenv("MICROFORMERS_NATIVE", "0")
+    assert native.extension_report("microformers_sdk_ops", loaded=None) == (
+        "microformers_sdk_ops: not used (MICROFORMERS_NATIVE=0 turns the native ops off); torch's own kernels run "
+        "instead"
+    )

@@ -203,3 +203,13 @@ def register_model_sources(register):
     ``resolve() -> (path_or_repo_id, kwargs)`` turns a short name such as ``"smollm2-135m-instruct"``
     into a folder (or Hub id) plus loading arguments (e.g. ``{"gguf_file": "..."}``).
     """
+
+
+@hookspec
+def register_environment_reports(register):
+    """Provide lines for ``microformers env``: ``register(name, report)``.
+
+    ``report() -> list[str]`` describes the plugin's state on this machine (e.g. whether its native
+    kernels are built and used). It must be cheap and side-effect free: it never builds, downloads or
+    loads a model. A report that raises is shown as broken; the other reports still print.
+    """

@@ -46,6 +46,7 @@ HOOKS: dict[str, str] = {
     "register_attention_implementations": "attention",
     "register_cli_commands": "cli_commands",
     "register_model_sources": "model_sources",
+    "register_environment_reports": "environment_reports",
 }
 
 def check_plugin_module(module: Any) -> None:

@@ -28,11 +28,15 @@ import platform
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 
 import torch
 
-__all__ = ["FEW_ROWS_MAX", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cpu_flags", "few_rows_linear", "native_isa", "unavailable_reason"]
+__all__ = [
+    "FEW_ROWS_MAX", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
+    "few_rows_linear", "native_isa", "native_report", "unavailable_reason",
+]  # fmt: skip
 
 logger = logging.getLogger("microformers")
 
@@ -107,6 +111,12 @@ def build_ops(name: str, source: Path) -> Exception | None:
     isa, why = native_isa()
     if isa is None:
         return NativeUnavailable(why)
+    first_build = cached_library(name) is None
+    if first_build and unavailable_reason() is None:
+        # the one moment a user waits with nothing on screen: say so (torch's compiler output only in debug)
+        print(f"microformers: building native kernels ({name}) for this CPU ({isa}), once; this takes up to a "
+              "minute...", file=sys.stderr, flush=True)  # fmt: skip
+    started = time.perf_counter()
     try:
         from torch.utils.cpp_extension import load
 
@@ -116,11 +126,55 @@ def build_ops(name: str, source: Path) -> Exception | None:
             extra_cflags=["-O3", *ISA_TARGETS[isa][1], "-ffp-contract=off", "-fopenmp"],
             extra_ldflags=["-fopenmp"],
             is_python_module=False,
-            verbose=False,
+            verbose=logger.isEnabledFor(logging.DEBUG),
         )
     except Exception as exc:  # no compiler, no ninja, unsupported platform
         return exc
+    if first_build:
+        print(f"microformers: built {name} in {time.perf_counter() - started:.0f} s (cached for later runs)",
+              file=sys.stderr, flush=True)  # fmt: skip
     return None
+
+
+def _build_root() -> Path:
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+
+
+def cached_library(name: str) -> Path | None:
+    """The built library of extension ``name`` for this CPU's instruction set in torch's extension cache, or
+    None where it has not been built yet (nothing is built here)."""
+    isa, _ = native_isa()
+    if isa is None:
+        return None
+    full = f"{name}_{isa}"
+    root = _build_root()
+    for candidate in (root / full / f"{full}.so", *root.glob(f"*/{full}/{full}.so")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def extension_report(name: str, loaded: bool | None) -> str:
+    """One line on extension ``name``: unavailable (why), not built yet, built, and whether this process uses it
+    (``loaded``: None where the caller cannot tell without building)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        return f"{name}: not used ({reason}); torch's own kernels run instead"
+    library = cached_library(name)
+    if library is None:
+        return f"{name}: not built yet (built on first use, once, up to a minute)"
+    use = "" if loaded is None else ("; loaded in this process" if loaded else "; used once a model needs it")
+    return f"{name}: built ({library}){use}"
+
+
+def native_report() -> list[str]:
+    """``microformers env``'s lines for the SDK's native ops: the instruction set and the extension's state."""
+    isa, why = native_isa()
+    target = f"instruction set: {isa} ({why})" if isa else f"instruction set: none ({why})"
+    loaded = hasattr(torch.ops, "mfsdk") and hasattr(torch.ops.mfsdk, "few_rows_linear")
+    return [target, extension_report("microformers_sdk_ops", loaded)]
 
 
 def _few_rows_available() -> bool:

@@ -30,6 +30,11 @@ def register_cli_commands(register: Any) -> None:
 
 
 @hookimpl
+def register_environment_reports(register: Any) -> None:
+    register("native ops", "microformers_sdk.native:native_report")
+
+
+@hookimpl
 def register_exports(register: Any) -> None:
     # The cache classes users build by hand (``from transformers import DynamicCache`` in the reference).
     for name, module in (

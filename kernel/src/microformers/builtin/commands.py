@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from microformers._version import KERNEL_API_VERSION, __version__
-from microformers.plugins import iter_plugins
+from microformers.plugins import iter_plugins, registry
 
 
 def plugins_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -72,6 +72,14 @@ def env_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace
         for p in plugins:
             state = f"  [BROKEN: {p.error}]" if p.broken else ""
             print(f"  {p.name}: {p.distribution or '?'} {p.version or '?'}{state}")
+        for reg in registry.all("environment_reports"):
+            try:
+                lines = list(reg.load()())
+            except Exception as exc:  # one plugin's broken report must not hide the others
+                lines = [f"[report failed: {type(exc).__name__}: {exc}]"]
+            print(f"{reg.name} ({reg.plugin}):")
+            for line in lines:
+                print(f"  {line}")
         return 0
 
     return run

@@ -47,6 +47,15 @@ def native_available() -> bool:
         return _state["ok"]
 
 
+def environment_report() -> list[str]:
+    """``microformers env``'s line on the quantized-layer kernels (nothing is built here)."""
+    from microformers_sdk.native import extension_report
+
+    if os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch":
+        return ["microformers_quant_kernels: not used (MICROFORMERS_QUANT_KERNELS=torch); layers de-quantise in torch"]
+    return [extension_report("microformers_quant_kernels", bool(_ops) or None)]
+
+
 def _build() -> bool:
     if os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch" or os.environ.get("MICROFORMERS_NATIVE") == "0":
         return False

@@ -20,3 +20,8 @@ def register_quantizers(register: Any) -> None:
 def register_exports(register: Any) -> None:
     for name in ("Int8Config", "Int4Config", "GgufQuantConfig"):
         register(name, f"microformers_quant.config:{name}")
+
+
+@hookimpl
+def register_environment_reports(register: Any) -> None:
+    register("quantized kernels", "microformers_quant.kernels:environment_report")
