@@ -260,3 +260,25 @@ def test_the_trainer_steps_a_metric_schedule_after_each_evaluation(args_factory:
     trainer.train()
     rates = [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
     assert rates[0] == pytest.approx(1e-2) and rates[-1] < rates[0]  # halved after evaluations, not per step
+
+
+def test_torch_distributed_zero_first_orders_the_first_process_before_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch.distributed as dist
+
+    events: list[str] = []
+    with microformers.torch_distributed_zero_first(-1):
+        events.append("alone")
+    assert events == ["alone"]
+    with (
+        pytest.raises(ConfigError, match="no process group is initialized"),
+        microformers.torch_distributed_zero_first(1),
+    ):
+        pass
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "barrier", lambda: events.append("barrier"))
+    for rank in (0, 1):
+        with microformers.torch_distributed_zero_first(rank):
+            events.append(f"work {rank}")
+    assert events == ["alone", "work 0", "barrier", "barrier", "work 1"]  # rank 0 works, then releases rank 1

@@ -43,6 +43,7 @@ EXPORTS: dict[str, str] = {
             "BestRun",
             "default_compute_objective",
             "default_hp_space_optuna",
+            "torch_distributed_zero_first",
         )
     },
     **{n: "debug_utils" for n in ("DebugUnderflowOverflow", "DebugOption")},

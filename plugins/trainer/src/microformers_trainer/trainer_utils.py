@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
+
+from microformers import ConfigError
 
 
 def set_seed(seed: int, deterministic: bool = False) -> None:
@@ -34,6 +38,24 @@ def enable_full_determinism(seed: int, warn_only: bool = False) -> None:
     torch.use_deterministic_algorithms(True, warn_only=warn_only)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
+
+
+@contextlib.contextmanager
+def torch_distributed_zero_first(local_rank: int) -> Iterator[None]:
+    """Run the block on each node's first process (``local_rank`` 0) before the others of the node (which
+    wait at a barrier), e.g. to download or preprocess once; ``-1`` (no distributed run) just runs it."""
+    import torch.distributed as dist
+
+    if local_rank not in (-1, 0) and not (dist.is_available() and dist.is_initialized()):
+        raise ConfigError(
+            f"torch_distributed_zero_first(local_rank={local_rank}): no process group is initialized; "
+            "start with torchrun (or pass -1 when not distributed)"
+        )
+    if local_rank not in (-1, 0):
+        dist.barrier()  # wait for the node's first process to finish the block
+    yield
+    if local_rank == 0 and dist.is_available() and dist.is_initialized():
+        dist.barrier()  # release the others
 
 
 def neftune_post_forward_hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
