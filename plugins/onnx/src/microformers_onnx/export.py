@@ -1,0 +1,717 @@
+"""Export a microformers model to ONNX for one task, then check the graph with ONNX Runtime.
+
+The graph is built by ``torch.onnx.export`` with the dynamo exporter (``torch.export`` underneath);
+where that fails, the TorchScript exporter is tried and :attr:`ExportResult.exporter` says which one
+ran. The model is wrapped in :class:`TaskGraph`, which gives the graph the input and output names
+ONNX Runtime users know (``input_ids``, ``attention_mask``, ``position_ids``,
+``past_key_values.N.key/value``; ``logits``, ``present.N.key/value`` ...) and turns the 2-D padding
+mask into the ready-made boolean attention mask the models accept, so the graph holds no branch on
+the data. After the export, ONNX Runtime runs the graph on inputs of other sizes than the export's
+(dynamic batch and sequence axes) and its outputs are compared with the PyTorch model's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+from microformers import ConfigError, MicroformersError
+from microformers.hub import staged_folder
+from microformers_sdk.cache import Cache, DynamicCache
+
+logger = logging.getLogger("microformers")
+
+EXPORT_INFO_NAME = "onnx_export.json"
+MODEL_FILE_NAME = "model.onnx"
+# Files a tokenizer may consist of; those present in a local model folder are copied beside the graph.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "chat_template.jinja",
+)
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+QUANTIZATIONS = ("int8",)
+DEFAULT_OPSET = 18  # the oldest opset the dynamo exporter writes natively
+LARGE_MODEL_BYTES = 1 << 30  # above this, weights go to model.onnx.data (protobuf caps a file at 2 GiB)
+
+
+class OnnxExportError(MicroformersError, ValueError):
+    """An export that cannot be done as asked (the message says what to change)."""
+
+
+@attrs.frozen
+class TaskSpec:
+    """What a task exports: the Auto class (head) to load, the model outputs kept, and the decoder inputs."""
+
+    auto_class: str
+    outputs: tuple[str, ...]
+    generation: bool = False  # position_ids as an input, padding on the left
+    with_past: bool = False  # past_key_values.N.key/value in, present.N.key/value out
+
+
+TASKS: dict[str, TaskSpec] = {
+    "feature-extraction": TaskSpec("AutoModel", ("last_hidden_state",)),
+    "text-classification": TaskSpec("AutoModelForSequenceClassification", ("logits",)),
+    "token-classification": TaskSpec("AutoModelForTokenClassification", ("logits",)),
+    "question-answering": TaskSpec("AutoModelForQuestionAnswering", ("start_logits", "end_logits")),
+    "fill-mask": TaskSpec("AutoModelForMaskedLM", ("logits",)),
+    "text-generation": TaskSpec("AutoModelForCausalLM", ("logits",), generation=True),
+    "text-generation-with-past": TaskSpec("AutoModelForCausalLM", ("logits",), generation=True, with_past=True),
+}
+# Head class name endings -> the task a checkpoint's config.architectures implies (first match wins).
+ARCHITECTURE_TASKS = (
+    ("ForCausalLM", "text-generation-with-past"),
+    ("LMHeadModel", "text-generation-with-past"),
+    ("ForSequenceClassification", "text-classification"),
+    ("ForTokenClassification", "token-classification"),
+    ("ForQuestionAnswering", "question-answering"),
+    ("ForMaskedLM", "fill-mask"),
+)
+
+
+@attrs.frozen
+class ExportResult:
+    """What :func:`export_onnx` wrote and how the graph compared with PyTorch."""
+
+    output_dir: Path
+    task: str
+    exporter: str  # "dynamo", "dynamo-draft" (torch.export.draft_export) or "torchscript"
+    opset: int
+    dtype: str
+    quantize: str | None
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    files: tuple[str, ...]
+    max_difference: float | None  # the largest |ONNX Runtime - PyTorch| over all outputs (float graph)
+    atol: float
+    quantized_max_difference: float | None = None  # the int8 graph's, reported only (quantization changes numbers)
+
+    def summary(self) -> str:
+        lines = [
+            f"exported {self.task} ({self.exporter} exporter, opset {self.opset}, {self.dtype}"
+            f"{', ' + self.quantize if self.quantize else ''}) to {self.output_dir}",
+            f"  inputs: {', '.join(self.input_names)}",
+            f"  outputs: {', '.join(self.output_names)}",
+        ]
+        if self.max_difference is not None:
+            lines.append(f"  validated with ONNX Runtime: max |difference| {self.max_difference:.3g} (atol {self.atol:g})")
+        if self.quantized_max_difference is not None:
+            lines.append(f"  int8 graph: max |difference| {self.quantized_max_difference:.3g} from the float model")
+        lines.append(f"  files: {', '.join(self.files)}")
+        return "\n".join(lines)
+
+
+# -- the graph ------------------------------------------------------------------------------------------
+class GraphCache(Cache):
+    """The cache a with-past graph runs on: the given past states, new states concatenated after them.
+
+    Concatenation (instead of the SDK caches' preallocated storage) keeps every length a function of
+    the inputs' shapes, so the sequence axes stay dynamic in the exported graph.
+    """
+
+    def __init__(self, past: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        super().__init__()
+        for keys, values in past:
+            self._keys.append(keys)
+            self._values.append(values)
+            self._lengths.append(keys.shape[2])
+
+    def update(
+        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict[str, Any] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = torch.cat((self._keys[layer_idx], key), dim=2)
+        values = torch.cat((self._values[layer_idx], value), dim=2)
+        self._keys[layer_idx], self._values[layer_idx] = keys, values
+        self._lengths[layer_idx] = keys.shape[2]
+        return keys, values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self._keys[layer_idx].shape[2] if layer_idx < len(self._keys) else 0
+
+    def present(self) -> list[torch.Tensor]:
+        """Every layer's keys and values, in ``present.N.key``, ``present.N.value`` order."""
+        return [tensor for pair in zip(self._keys, self._values) for tensor in pair]
+
+
+def attention_allowed(
+    attention_mask: torch.Tensor, query_length: int, *, causal: bool, sliding_window: int | None
+) -> torch.Tensor:
+    """The ``(batch, 1, query, keys)`` boolean mask (True: may attend) for a ``(batch, keys)`` padding mask.
+
+    Queries are the last ``query_length`` positions. As the SDK's mask builder does, a query row that
+    would see nothing (a padding token) sees everything instead, so no softmax row is all ``-inf``.
+    Built from shapes only: nothing here branches on the mask's values.
+    """
+    total = attention_mask.shape[1]
+    keys = torch.arange(total, device=attention_mask.device)
+    queries = torch.arange(total - query_length, total, device=attention_mask.device)[:, None]
+    if causal:
+        allowed = keys <= queries
+        if sliding_window is not None:
+            allowed = allowed & (keys > queries - sliding_window)
+    else:
+        allowed = (keys >= 0) & (queries >= 0)
+    allowed = allowed[None, None] & attention_mask[:, None, None, :].bool()
+    return allowed | ~allowed.any(dim=-1, keepdim=True)
+
+
+class TaskGraph(nn.Module):
+    """A model as its ONNX graph sees it: named tensors in, the task's outputs out, as a flat tuple."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        spec: TaskSpec,
+        input_names: Sequence[str],
+        num_layers: int,
+        causal: bool,
+        sliding_window: int | None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.spec = spec
+        self.input_names = tuple(input_names)
+        self.num_layers = num_layers
+        self.causal = causal
+        self.sliding_window = sliding_window
+        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        named = dict(zip(self.input_names, inputs))
+        query_length = named["input_ids"].shape[1]
+        padding = named.pop("attention_mask")
+        mask = attention_allowed(padding, query_length, causal=self.causal, sliding_window=self.sliding_window)
+        if self.causal and "position_ids" not in named and self.takes_positions:
+            # what a decoder derives from a 2-D mask itself: real tokens counted, padding at 1
+            positions = (padding.long().cumsum(-1) - 1).masked_fill(padding == 0, 1)
+            named["position_ids"] = positions[:, -query_length:]
+        cache = None
+        if self.spec.with_past:
+            past = [
+                (named.pop(f"past_key_values.{i}.key"), named.pop(f"past_key_values.{i}.value"))
+                for i in range(self.num_layers)
+            ]
+            cache = GraphCache(past)
+            named.update(past_key_values=cache, use_cache=True)
+        elif "use_cache" in inspect.signature(self.model.forward).parameters:
+            named["use_cache"] = False
+        outputs = self.model(attention_mask=mask, return_dict=True, **named)
+        result = [getattr(outputs, name) for name in self.spec.outputs]
+        if cache is not None:
+            result.extend(cache.present())
+        return tuple(result)
+
+
+# -- the export ---------------------------------------------------------------------------------------
+def infer_task(config: Any) -> str:
+    """The task a checkpoint's ``config.architectures`` implies (``feature-extraction`` when none does)."""
+    for architecture in getattr(config, "architectures", None) or ():
+        for ending, task in ARCHITECTURE_TASKS:
+            if architecture.endswith(ending):
+                return task
+    return "feature-extraction"
+
+
+def export_onnx(
+    model: str | os.PathLike[str] | nn.Module,
+    output_dir: str | os.PathLike[str],
+    *,
+    task: str | None = None,
+    opset: int = DEFAULT_OPSET,
+    dtype: str = "fp32",
+    quantize: str | None = None,
+    validate: bool = True,
+    atol: float = 1e-4,
+    exporter: str = "auto",
+) -> ExportResult:
+    """Export ``model`` (a folder, Hub id or alias, or a loaded microformers model) to ``output_dir``.
+
+    Writes ``model.onnx``, ``config.json`` (and ``generation_config.json`` for text generation), the
+    tokenizer files of a local model folder, and ``onnx_export.json`` (the task, names and validation
+    result). Other files already in ``output_dir`` are kept, as ``save_pretrained`` keeps them; the
+    folder is swapped in atomically, so a failed export leaves it as it was. ``task`` defaults to the
+    one ``config.architectures`` implies. ``dtype="fp16"`` exports half-precision weights;
+    ``quantize="int8"`` writes a graph with int8 weights (ONNX Runtime dynamic quantization) after
+    validating the float one. ``exporter`` is ``"auto"`` (dynamo, else TorchScript), ``"dynamo"`` or
+    ``"torchscript"``. Raises :class:`OnnxExportError` on an unsupported task, bad option, or a
+    graph whose outputs differ from PyTorch's by more than ``atol``.
+    """
+    _check_options(opset, dtype, quantize, atol, exporter)
+    if task is not None and task not in TASKS:
+        raise OnnxExportError(f"unknown task {task!r}; choose one of: {', '.join(TASKS)}")
+    source = None
+    if isinstance(model, nn.Module):
+        loaded = model
+        task = task or infer_task(loaded.config)
+        base = getattr(loaded, "base_model", loaded)
+        if task == "feature-extraction" and isinstance(base, nn.Module) and base is not loaded:
+            loaded = base  # the hidden states under a head
+    else:
+        source = model
+        task = task or infer_task(_load_config(model))
+        loaded = _load_model(model, task)
+    spec = TASKS[task]
+    _check_exportable(loaded, task, quantize)
+    loaded = loaded.eval().to(DTYPES[dtype])
+    target = Path(output_dir)
+    if target.exists() and not target.is_dir():
+        raise OnnxExportError(f"cannot export into {target}: it is a file, not a folder; pass a folder path")
+
+    with torch.no_grad():
+        graph = build_graph(loaded, task)
+        input_names = graph.input_names
+        output_names = spec.outputs + tuple(
+            f"present.{i}.{kind}" for i in range(graph.num_layers if spec.with_past else 0) for kind in ("key", "value")
+        )
+        with tempfile.TemporaryDirectory(prefix="microformers-onnx-") as scratch:
+            float_path = Path(scratch) / MODEL_FILE_NAME
+            used = _torch_export(graph, float_path, input_names, output_names, opset, exporter, loaded)
+            difference = _validate(graph, float_path, dtype, atol) if validate else None
+            quantized_difference = None
+            graph_path = float_path
+            if quantize:
+                graph_path = Path(scratch) / "quantized" / MODEL_FILE_NAME
+                _quantize_int8(float_path, graph_path)
+                quantized_difference = _validate(graph, graph_path, dtype, atol=None) if validate else None
+            with staged_folder(target, replace=(f"{MODEL_FILE_NAME}*", EXPORT_INFO_NAME)) as staging:
+                for file in graph_path.parent.iterdir():
+                    if file.is_file() and file.name.startswith(MODEL_FILE_NAME):
+                        shutil.copy2(file, staging / file.name)
+                _write_companions(loaded, source, staging, spec)
+                info = {
+                    "task": task,
+                    "exporter": used,
+                    "opset": opset,
+                    "dtype": dtype,
+                    "quantize": quantize,
+                    "input_names": list(input_names),
+                    "output_names": list(output_names),
+                    "num_layers": graph.num_layers if spec.with_past else 0,
+                    "max_difference": difference,
+                    "atol": atol,
+                    "quantized_max_difference": quantized_difference,
+                }
+                (staging / EXPORT_INFO_NAME).write_text(json.dumps(info, indent=2) + "\n")
+                files = tuple(sorted(p.name for p in staging.iterdir()))
+    return ExportResult(
+        output_dir=target,
+        task=task,
+        exporter=used,
+        opset=opset,
+        dtype=dtype,
+        quantize=quantize,
+        input_names=tuple(input_names),
+        output_names=output_names,
+        files=files,
+        max_difference=difference,
+        atol=atol,
+        quantized_max_difference=quantized_difference,
+    )
+
+
+def _check_options(opset: int, dtype: str, quantize: str | None, atol: float, exporter: str) -> None:
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    if isinstance(opset, bool) or not isinstance(opset, int) or not 7 <= opset <= newest:
+        raise OnnxExportError(
+            f"opset={opset!r} is not an ONNX opset this onnx package knows (7 to {newest}); the default is {DEFAULT_OPSET}"
+        )
+    if dtype not in DTYPES:
+        raise OnnxExportError(f"dtype={dtype!r} is not supported; choose one of: {', '.join(DTYPES)}")
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise OnnxExportError(f"quantize={quantize!r} is not supported; choose one of: {', '.join(QUANTIZATIONS)}")
+    if quantize and dtype != "fp32":
+        raise OnnxExportError(f"quantize={quantize!r} quantizes a float32 graph; drop dtype={dtype!r} (or --dtype)")
+    if not atol > 0:
+        raise OnnxExportError(f"atol={atol!r} must be a positive number")
+    if exporter not in ("auto", "dynamo", "torchscript"):
+        raise OnnxExportError(f"exporter={exporter!r} is not one of: auto, dynamo, torchscript")
+
+
+def _load_config(model: str | os.PathLike[str]) -> Any:
+    import microformers
+
+    return microformers.AutoConfig.from_pretrained(str(model))
+
+
+def _load_model(model: str | os.PathLike[str], task: str) -> nn.Module:
+    import microformers
+
+    auto = getattr(microformers, TASKS[task].auto_class)
+    try:
+        return auto.from_pretrained(str(model), dtype=torch.float32)
+    except ConfigError as exc:
+        raise OnnxExportError(
+            f"cannot export {model} for task {task!r}: {exc}. Choose another --task (feature-extraction works for "
+            f"every encoder and decoder; tasks: {', '.join(TASKS)})"
+        ) from exc
+
+
+def _check_exportable(model: nn.Module, task: str, quantize: str | None) -> None:
+    config = model.config
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is not None:
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else getattr(
+            quantization, "quant_method", quantization
+        )
+        fix = (
+            "export the float checkpoint instead and let --quantize int8 quantize the ONNX graph"
+            if quantize
+            else "export the float checkpoint, adding --quantize int8 (quantize=\"int8\") for int8 weights in the graph"
+        )
+        raise OnnxExportError(
+            f"the model is quantized (quantization_config.quant_method={method!r}); its quantized layers have no "
+            f"ONNX form here: {fix}"
+        )
+    if getattr(config, "is_encoder_decoder", False):
+        raise OnnxExportError(
+            f"{type(model).__name__} is an encoder-decoder model; text2text-generation (encoder and decoder graphs) "
+            "is not exported yet. Tasks for encoder-only and decoder-only models: " + ", ".join(TASKS)
+        )
+    spec = TASKS[task]
+    if spec.generation and not hasattr(model, "generate"):
+        raise OnnxExportError(f"task {task!r} needs a causal LM; {type(model).__name__} is not one")
+
+
+def _sliding_window(model: nn.Module) -> int | None:
+    windows = {getattr(m, "sliding_window", None) for m in model.modules() if hasattr(m, "sliding_window")}
+    windows.discard(None)
+    if len(windows) > 1 or (windows and any(
+        hasattr(m, "sliding_window") and m.sliding_window is None for m in model.modules()
+    )):
+        raise OnnxExportError(
+            f"{type(model).__name__} mixes attention windows across layers ({sorted(windows)} and full attention); "
+            "one graph mask per layer kind is not exported yet. Choose a model whose layers share one window"
+        )
+    return next(iter(windows), None)
+
+
+def build_graph(model: nn.Module, task: str) -> TaskGraph:
+    """``model`` wrapped for ``task``: its inputs named, its attention kind (causal or not) found by trying."""
+    spec = TASKS[task]
+    accepted = inspect.signature(model.forward).parameters
+    names = ["input_ids", "attention_mask"]
+    if not spec.generation and "token_type_ids" in accepted and getattr(model.config, "type_vocab_size", 0):
+        names.append("token_type_ids")
+    if spec.generation:
+        names.append("position_ids")
+    num_layers = 0
+    if spec.with_past:
+        num_layers = _cache_layers(model)
+        names += [f"past_key_values.{i}.{kind}" for i in range(num_layers) for kind in ("key", "value")]
+    window = _sliding_window(model)
+    probe = sample_inputs(model, spec, names, batch=1, length=5, past=0, padded=False)
+    try:
+        want = reference_outputs(model, spec, names, probe)
+    except AttributeError as exc:
+        raise OnnxExportError(
+            f"{type(model).__name__} does not return {', '.join(spec.outputs)} ({exc}); task {task!r} needs a model "
+            f"loaded with {spec.auto_class}"
+        ) from exc
+    for causal in (True, False):
+        graph = TaskGraph(model, spec, names, num_layers, causal, window if causal else None)
+        got = graph(*probe)
+        if all(torch.allclose(g.float(), w.float(), atol=1e-4, rtol=1e-3) for g, w in zip(got, want)):
+            return graph
+    raise OnnxExportError(
+        f"{type(model).__name__} ({task}) computes attention neither as a causal decoder nor as a bidirectional "
+        "encoder over its padding mask, so its ONNX graph would differ from PyTorch; it cannot be exported here"
+    )
+
+
+def _cache_layers(model: nn.Module) -> int:
+    ids = torch.zeros(1, 2, dtype=torch.long, device=_device(model))
+    outputs = model(input_ids=ids, use_cache=True, return_dict=True)
+    cache = getattr(outputs, "past_key_values", None)
+    if cache is None or len(cache) == 0:
+        raise OnnxExportError(f"{type(model).__name__} returns no key/value cache; export text-generation instead")
+    return len(cache)
+
+
+def _device(model: nn.Module) -> torch.device:
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
+
+
+def _past_shape(model: nn.Module) -> list[tuple[int, int]]:
+    """Each layer's ``(kv_heads, head_dim)``, read from one cached step."""
+    ids = torch.zeros(1, 1, dtype=torch.long, device=_device(model))
+    cache = model(input_ids=ids, use_cache=True, return_dict=True).past_key_values
+    return [(keys.shape[1], keys.shape[3]) for keys, _ in cache]
+
+
+def sample_inputs(
+    model: nn.Module,
+    spec: TaskSpec,
+    names: Sequence[str],
+    *,
+    batch: int,
+    length: int,
+    past: int,
+    padded: bool = True,
+    seed: int = 0,
+) -> tuple[torch.Tensor, ...]:
+    """Random inputs in ``names`` order; with ``padded``, row 0 is padded (left for generation, else right)."""
+    generator = torch.Generator().manual_seed(seed)
+    config = model.config
+    device = _device(model)
+    dtype = next(model.parameters()).dtype
+    total = past + length
+    mask = torch.ones(batch, total, dtype=torch.long)
+    if padded and total > 2:
+        if spec.generation:
+            mask[0, :2] = 0
+        else:
+            mask[0, -2:] = 0
+    ids = torch.randint(0, config.vocab_size, (batch, length), generator=generator)
+    pad = getattr(config, "pad_token_id", None)
+    if isinstance(pad, int) and 0 <= pad < config.vocab_size:
+        ids = ids.masked_fill(mask[:, past:] == 0, pad)
+    values: dict[str, torch.Tensor] = {"input_ids": ids, "attention_mask": mask}
+    values["token_type_ids"] = torch.zeros(batch, length, dtype=torch.long)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    values["position_ids"] = positions[:, past:]
+    if spec.with_past:
+        for i, (heads, head_dim) in enumerate(_past_shape(model)):
+            for kind in ("key", "value"):
+                values[f"past_key_values.{i}.{kind}"] = torch.randn(batch, heads, past, head_dim, generator=generator)
+    return tuple(
+        values[name].to(device=device, dtype=dtype if values[name].is_floating_point() else None) for name in names
+    )
+
+
+def reference_outputs(
+    model: nn.Module, spec: TaskSpec, names: Sequence[str], inputs: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """What the PyTorch model itself returns for these inputs (its own 2-D mask handling and cache)."""
+    named = dict(zip(names, inputs))
+    cache = None
+    if spec.with_past:
+        layers = sum(1 for name in names if name.endswith(".key"))
+        past = [(named.pop(f"past_key_values.{i}.key"), named.pop(f"past_key_values.{i}.value")) for i in range(layers)]
+        cache = DynamicCache.from_legacy_cache(past) if past[0][0].shape[2] else DynamicCache()
+        named.update(past_key_values=cache, use_cache=True)
+    outputs = model(return_dict=True, **named)
+    result = [getattr(outputs, name) for name in spec.outputs]
+    if cache is not None:
+        result.extend(t for pair in outputs.past_key_values for t in pair)
+    return result
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The exporters print progress and warn about graph details; keep the user's terminal for our summary."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        previous = logging.getLogger("torch").level
+        logging.getLogger("torch").setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            logging.getLogger("torch").setLevel(previous)
+
+
+def _torch_export(
+    graph: TaskGraph,
+    path: Path,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    opset: int,
+    exporter: str,
+    model: nn.Module,
+) -> str:
+    """Write the graph to ``path``; return the exporter that did it."""
+    spec = graph.spec
+    args = sample_inputs(model, spec, input_names, batch=2, length=3, past=4 if spec.with_past else 0)
+    large = sum(p.numel() * p.element_size() for p in model.parameters()) > LARGE_MODEL_BYTES
+    failures: list[str] = []
+    if exporter in ("auto", "dynamo"):
+        auto = torch.export.Dim.AUTO
+        # One entry per forward parameter: TaskGraph.forward's only one is ``*inputs``.
+        dynamic_shapes = (
+            tuple({0: auto, 2: auto} if name.startswith("past_key_values.") else {0: auto, 1: auto} for name in input_names),
+        )
+        try:
+            with _quiet():
+                program, used = _dynamo_export(graph, args, input_names, output_names, dynamic_shapes, opset)
+                program.save(str(path), external_data=large)
+            return used
+        except Exception as exc:
+            failures.append(f"dynamo exporter: {type(exc).__name__}: {_first_line(exc)}")
+    if exporter in ("auto", "torchscript"):
+        axes: dict[str, dict[int, str]] = {}
+        for name in input_names:
+            if name.startswith("past_key_values."):
+                axes[name] = {0: "batch_size", 2: "past_sequence_length"}
+            elif name == "attention_mask":
+                axes[name] = {0: "batch_size", 1: "total_sequence_length"}
+            else:
+                axes[name] = {0: "batch_size", 1: "sequence_length"}
+        for name in output_names:
+            axes[name] = (
+                {0: "batch_size", 2: "total_sequence_length"} if name.startswith("present.") else {0: "batch_size", 1: "sequence_length"}
+            )
+        try:
+            with _quiet():
+                torch.onnx.export(
+                    graph,
+                    args,
+                    str(path),
+                    input_names=list(input_names),
+                    output_names=list(output_names),
+                    dynamic_axes=axes,
+                    opset_version=opset,
+                    dynamo=False,
+                )
+            return "torchscript"
+        except Exception as exc:
+            failures.append(f"TorchScript exporter: {type(exc).__name__}: {_first_line(exc)}")
+    hint = (
+        f" opset {opset} may be too old for an operator of this model: try --opset {DEFAULT_OPSET} or newer."
+        if opset < DEFAULT_OPSET
+        else ""
+    )
+    raise OnnxExportError(
+        f"torch.onnx.export could not export {type(model).__name__} for {spec.auto_class}:{hint} "
+        + "; ".join(failures)
+    )
+
+
+# Model classes whose forward checks input values (data-dependent for torch.export): exported with draft_export
+# directly after the first failure, instead of failing again.
+_NEEDS_DRAFT: set[type] = set()
+
+
+def _dynamo_export(
+    graph: TaskGraph,
+    args: tuple[torch.Tensor, ...],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_shapes: Any,
+    opset: int,
+) -> tuple[Any, str]:
+    """The dynamo exporter's ONNX program and its name for the report.
+
+    Where our models check input values (``bool(tensor.any())``: data-dependent for ``torch.export``),
+    ``torch.export.draft_export`` captures the graph instead, taking those checks as they went on the
+    sample inputs (as tracing would); the graph is then exported from that program ("dynamo-draft").
+    """
+    names = {"input_names": list(input_names), "output_names": list(output_names), "opset_version": opset}
+    model_class = type(graph.model)
+    if model_class not in _NEEDS_DRAFT:
+        try:
+            program = torch.onnx.export(graph, args, dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False, **names)
+            return program, "dynamo"
+        except Exception as exc:
+            if "data-dependent" not in str(exc):
+                raise
+        _NEEDS_DRAFT.add(model_class)
+    exported = torch.export.draft_export(graph, args, dynamic_shapes=dynamic_shapes, strict=False)
+    return torch.onnx.export(exported, args, dynamo=True, verbose=False, **names), "dynamo-draft"
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of an exporter's (long) message that says what failed."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if "## Exception summary" in lines:  # torch.onnx's report: the cause follows this heading
+        after = lines[lines.index("## Exception summary") + 1 :]
+        lines = after + lines
+    summary = lines[0] if lines else type(exc).__name__
+    return summary[:500]
+
+
+def _session(path: Path) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _validate(graph: TaskGraph, path: Path, dtype: str, atol: float | None) -> float:
+    """Run the graph with ONNX Runtime on shapes other than the export's; return the max |difference|.
+
+    Raises when ``atol`` is given and exceeded. fp16 graphs are compared with a half-precision
+    tolerance (``max(atol, 1e-2)``), fp32 ones with ``atol``.
+    """
+    try:
+        session = _session(path)
+    except Exception as exc:
+        raise OnnxExportError(f"ONNX Runtime cannot load the exported graph ({dtype}): {_first_line(exc)}") from exc
+    spec, model = graph.spec, graph.model
+    cases = [(3, 5, 0), (1, 2, 0)]
+    if spec.with_past:
+        cases = [(3, 5, 0), (3, 1, 6), (1, 4, 2)]
+    worst = 0.0
+    for batch, length, past in cases:
+        inputs = sample_inputs(model, spec, graph.input_names, batch=batch, length=length, past=past, seed=batch + past)
+        want = reference_outputs(model, spec, graph.input_names, inputs)
+        feeds = {name: tensor.cpu().numpy() for name, tensor in zip(graph.input_names, inputs)}
+        try:
+            got = session.run(None, feeds)
+        except Exception as exc:
+            raise OnnxExportError(
+                f"ONNX Runtime failed to run the exported graph ({dtype}) on a batch of {batch} x {length} tokens "
+                f"(past {past}): {_first_line(exc)}"
+            ) from exc
+        for name, g, w in zip(graph.spec.outputs + ("present",) * (len(want) - len(spec.outputs)), got, want):
+            g_tensor = torch.from_numpy(g).float()
+            w_tensor = w.detach().float().cpu()
+            if tuple(g_tensor.shape) != tuple(w_tensor.shape):
+                raise OnnxExportError(
+                    f"the exported graph's {name} has shape {tuple(g_tensor.shape)} but PyTorch's has "
+                    f"{tuple(w_tensor.shape)} (batch {batch}, length {length}, past {past}): an axis was fixed at export"
+                )
+            worst = max(worst, float((g_tensor - w_tensor).abs().max()) if g_tensor.numel() else 0.0)
+    if atol is not None:
+        tolerance = atol if dtype == "fp32" else max(atol, 1e-2)
+        if not worst <= tolerance:
+            raise OnnxExportError(
+                f"validation failed: ONNX Runtime's outputs differ from PyTorch's by up to {worst:.3g} (atol "
+                f"{tolerance:g}); the graph was not written. Report it with the model's config, or pass a larger atol"
+            )
+    return worst
+
+
+def _quantize_int8(source: Path, target: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _quiet():
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+
+
+def _write_companions(model: nn.Module, source: Any, folder: Path, spec: TaskSpec) -> None:
+    """config.json, generation_config.json (text generation) and the source folder's tokenizer files."""
+    model.config.save_pretrained(folder)
+    if spec.generation and hasattr(model, "generation_config"):
+        model.generation_config.save_pretrained(folder)
+    if source is not None and Path(source).is_dir():
+        for name in TOKENIZER_FILES:
+            file = Path(source) / name
+            if file.is_file():
+                shutil.copy2(file, folder / name)

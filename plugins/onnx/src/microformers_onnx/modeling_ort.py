@@ -1,0 +1,276 @@
+"""Models that run an exported ``model.onnx`` with ONNX Runtime behind the usual microformers API.
+
+``ORTModelForCausalLM.from_pretrained(folder)`` loads what ``microformers export onnx`` wrote (the
+graph, ``config.json``, ``generation_config.json``, ``onnx_export.json``); its ``forward`` takes
+torch tensors and returns the usual output classes, and ``generate`` is the kernel's, run by the
+installed generation strategies (``microformers-generation``): a with-past graph hands them an
+:class:`OrtCache`, a past-less one (task ``text-generation``) reruns the whole sequence each step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from microformers import AutoConfig, FileMissingError, GenerationConfig, GenerationError, InputError
+from microformers.generation import GenerationMixin
+from microformers_sdk.cache import Cache
+from microformers_sdk.outputs import (
+    BaseModelOutput,
+    CausalLMOutputWithPast,
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from .export import EXPORT_INFO_NAME, MODEL_FILE_NAME, OnnxExportError
+
+_NUMPY_TYPES = {"tensor(int64)": torch.long, "tensor(int32)": torch.int32, "tensor(float)": torch.float32,
+                "tensor(float16)": torch.float16}  # fmt: skip
+
+
+class ORTModel:
+    """An ONNX Runtime session over an exported folder; subclasses turn its outputs into output classes."""
+
+    task: ClassVar[tuple[str, ...]] = ()  # the export tasks whose graphs this class runs
+    main_input_name = "input_ids"
+
+    def __init__(self, session: Any, config: Any, folder: Path, export_info: dict[str, Any]) -> None:
+        self.session = session
+        self.config = config
+        self.folder = folder
+        self.export_info = export_info
+        self.input_names = tuple(i.name for i in session.get_inputs())
+        self.output_names = tuple(o.name for o in session.get_outputs())
+        self.input_types = {i.name: i.type for i in session.get_inputs()}
+        self.name_or_path = str(folder)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        file_name: str = MODEL_FILE_NAME,
+        providers: list[str] | None = None,
+        session_options: Any = None,
+        **kwargs: Any,
+    ) -> ORTModel:
+        """Load ``folder/model.onnx`` (a folder ``microformers export onnx`` wrote) into an ONNX Runtime session.
+
+        ``providers`` defaults to the CPU execution provider; ``session_options`` is an
+        ``onnxruntime.SessionOptions``. Other keyword arguments are refused (none is read).
+        """
+        import onnxruntime
+
+        if kwargs:
+            raise InputError(
+                f"{cls.__name__}.from_pretrained() got arguments it does not read: {sorted(kwargs)}; it takes "
+                "file_name=, providers= and session_options="
+            )
+        root = Path(folder)
+        path = root / file_name
+        if not path.is_file():
+            raise FileMissingError(
+                f"{path} does not exist: export the model first (microformers export onnx MODEL {root})"
+            )
+        info_path = root / EXPORT_INFO_NAME
+        info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+        if cls.task and info.get("task") and info["task"] not in cls.task:
+            raise OnnxExportError(
+                f"{path} was exported for task {info['task']!r}; {cls.__name__} runs {' or '.join(cls.task)} graphs. "
+                f"Export again with --task {cls.task[-1]}, or load it with the class for its task"
+            )
+        options = session_options
+        if options is None:
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 3
+        session = onnxruntime.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
+        config = AutoConfig.from_pretrained(str(root))
+        return cls(session, config, root, info)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float16 if self.export_info.get("dtype") == "fp16" else torch.float32
+
+    def eval(self) -> ORTModel:
+        return self
+
+    def to(self, *args: Any, **kwargs: Any) -> ORTModel:
+        """Only CPU tensors go in and out; the session's providers decide where the graph runs."""
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Run the graph on named tensors; every graph input must be given (no more)."""
+        missing = [name for name in self.input_names if name not in feeds]
+        if missing:
+            raise InputError(f"the ONNX graph in {self.folder} needs the inputs {missing}")
+        arrays = {}
+        for name in self.input_names:
+            tensor = feeds[name]
+            want = _NUMPY_TYPES.get(self.input_types[name])
+            if want is not None:
+                tensor = tensor.to(want)
+            arrays[name] = tensor.detach().cpu().contiguous().numpy()
+        outputs = self.session.run(list(self.output_names), arrays)
+        return {name: torch.from_numpy(value) for name, value in zip(self.output_names, outputs)}
+
+    def _encoder_feeds(
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        kwargs: dict[str, Any],
+    ) -> dict[str, torch.Tensor]:
+        unused = {k: v for k, v in kwargs.items() if v is not None and k not in ("return_dict",)}
+        if unused:
+            raise InputError(f"{type(self).__name__}.forward does not take {sorted(unused)} (the graph's inputs: "
+                             f"{', '.join(self.input_names)})")  # fmt: skip
+        if input_ids is None:
+            raise InputError(f"{type(self).__name__}.forward needs input_ids")
+        if input_ids.dim() == 1:
+            input_ids = input_ids.unsqueeze(0)
+        feeds = {"input_ids": input_ids}
+        feeds["attention_mask"] = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        elif token_type_ids is not None and bool(token_type_ids.any()):
+            raise InputError(f"the graph in {self.folder} has no token_type_ids input; do not pass segment ids")
+        return feeds
+
+
+class ORTModelForFeatureExtraction(ORTModel):
+    task = ("feature-extraction",)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any) -> BaseModelOutput:
+        out = self.run(self._encoder_feeds(input_ids, attention_mask, token_type_ids, kwargs))
+        return BaseModelOutput(last_hidden_state=out["last_hidden_state"])
+
+
+class ORTModelForSequenceClassification(ORTModel):
+    task = ("text-classification",)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any) -> SequenceClassifierOutput:
+        out = self.run(self._encoder_feeds(input_ids, attention_mask, token_type_ids, kwargs))
+        return SequenceClassifierOutput(logits=out["logits"])
+
+
+class ORTModelForTokenClassification(ORTModel):
+    task = ("token-classification",)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any) -> TokenClassifierOutput:
+        out = self.run(self._encoder_feeds(input_ids, attention_mask, token_type_ids, kwargs))
+        return TokenClassifierOutput(logits=out["logits"])
+
+
+class ORTModelForQuestionAnswering(ORTModel):
+    task = ("question-answering",)
+
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any
+    ) -> QuestionAnsweringModelOutput:
+        out = self.run(self._encoder_feeds(input_ids, attention_mask, token_type_ids, kwargs))
+        return QuestionAnsweringModelOutput(start_logits=out["start_logits"], end_logits=out["end_logits"])
+
+
+class ORTModelForMaskedLM(ORTModel):
+    task = ("fill-mask",)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any) -> MaskedLMOutput:
+        out = self.run(self._encoder_feeds(input_ids, attention_mask, token_type_ids, kwargs))
+        return MaskedLMOutput(logits=out["logits"])
+
+
+class OrtCache(Cache):
+    """The key/value states a with-past graph returned (``present.N.key/value``), fed back as its past."""
+
+    def __init__(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        super().__init__()
+        for keys, values in layers:
+            self._keys.append(keys)
+            self._values.append(values)
+            self._lengths.append(keys.shape[2])
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: Any = None) -> Any:
+        raise GenerationError("an ONNX Runtime cache is written by the graph, not updated from Python")
+
+
+class ORTModelForCausalLM(ORTModel, GenerationMixin):
+    """A causal LM graph (``text-generation-with-past`` or ``text-generation``) with ``generate``."""
+
+    task = ("text-generation-with-past", "text-generation")
+    _can_generate = True
+
+    def __init__(self, session: Any, config: Any, folder: Path, export_info: dict[str, Any]) -> None:
+        super().__init__(session, config, folder, export_info)
+        self.past_names = [name for name in self.input_names if name.startswith("past_key_values.")]
+        self.use_past = bool(self.past_names)
+        self.num_layers = len(self.past_names) // 2
+        shapes = {i.name: i.shape for i in session.get_inputs()}
+        # (kv_heads, head_dim) of each layer: fixed axes of the graph's past inputs
+        self._past_dims = [tuple(shapes[f"past_key_values.{i}.key"][j] for j in (1, 3)) for i in range(self.num_layers)]
+        path = folder / "generation_config.json"
+        self.generation_config = (
+            GenerationConfig.from_pretrained(str(folder)) if path.is_file() else GenerationConfig.from_model_config(config)
+        )
+        if not self.use_past:
+            self.generation_config.use_cache = False
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast:
+        unused = {k: v for k, v in kwargs.items() if v is not None and v is not False and k != "logits_to_keep"}
+        if unused:
+            raise InputError(f"ORTModelForCausalLM.forward does not take {sorted(unused)}")
+        if input_ids is None:
+            raise InputError("ORTModelForCausalLM.forward needs input_ids (the graph has no inputs_embeds)")
+        if input_ids.dim() == 1:
+            input_ids = input_ids.unsqueeze(0)
+        batch, length = input_ids.shape
+        if not self.use_past and (past_key_values is not None or use_cache):
+            raise GenerationError(
+                f"the graph in {self.folder} was exported for text-generation, without a key/value cache; pass "
+                "use_cache=False, or export with --task text-generation-with-past"
+            )
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, past + length, dtype=torch.long)
+        if attention_mask.shape != (batch, past + length):
+            raise InputError(
+                f"attention_mask has shape {tuple(attention_mask.shape)}; it must cover the {past} cached and "
+                f"{length} new tokens: ({batch}, {past + length})"
+            )
+        if position_ids is None:
+            positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+            position_ids = positions[:, past:]
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids.expand(batch, -1)}
+        if self.use_past:
+            for i, (heads, head_dim) in enumerate(self._past_dims):
+                if past_key_values is not None and past:
+                    keys, values = past_key_values[i]
+                else:
+                    keys = values = torch.zeros(batch, heads, 0, head_dim, dtype=self.dtype)
+                feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = keys, values
+        out = self.run(feeds)
+        cache = None
+        if self.use_past:
+            cache = OrtCache([(out[f"present.{i}.key"], out[f"present.{i}.value"]) for i in range(self.num_layers)])
+        return CausalLMOutputWithPast(logits=out["logits"], past_key_values=cache if use_cache is not False else None)
