@@ -291,6 +291,7 @@ def generation_pair(tmp_path: Path, vocab_size: int) -> tuple[Any, Any, dict[str
         max_initial_timestamp_index=50,
         max_length=30,
         prev_sot_token_id=ids["<|startofprev|>"],
+        alignment_heads=[[1, 0], [2, 1], [0, 1]],
     )
     (folder / "generation_config.json").write_text(json.dumps(config))
     reference = load_reference(folder, "WhisperForConditionalGeneration")
@@ -433,6 +434,69 @@ def test_long_form_conditioning_and_prompts_match_reference(tmp_path: Path, sett
     assert_similar_generation(got, want)
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"force_unique_generate_call": True},  # one call, the prompt's tokens at 0 s
+        {"return_timestamps": True, "with_mask": True},  # windows, aligned within the audio's frames
+        {"num_beams": 3, "language": "en", "force_unique_generate_call": True},  # weights follow the kept beams
+    ],
+)
+def test_token_timestamps_match_reference(tmp_path: Path, settings: dict[str, Any]) -> None:
+    """Cross-attention of the alignment heads, median filter and dynamic time warping give the reference's times."""
+    from microformers_sdk.testing import assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, 1908)
+    settings = dict(settings)
+    if settings.pop("with_mask", False):
+        mask = torch.ones(2, 3000, dtype=torch.long)
+        mask[1, 1800:] = 0
+        settings["attention_mask"] = mask
+    got = ours.generate(mel_batch(), return_token_timestamps=True, **settings)
+    want = reference.generate(mel_batch(), return_token_timestamps=True, **settings)
+    assert_similar_generation(got["sequences"], want["sequences"])
+    assert got["token_timestamps"].shape == want["token_timestamps"].shape
+    assert_close(got["token_timestamps"], want["token_timestamps"], atol=1e-4, what="token timestamps")
+    assert float(got["token_timestamps"].max()) > 0
+
+
+def test_long_form_token_timestamps_and_segments_match_reference(tmp_path: Path) -> None:
+    """Over 30 s: each segment's times and token times carry its window's offset; the joined times do not."""
+    from microformers_sdk.testing import assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, 1908)
+    audio = features(batch=1, mel=80, frames=4500, seed=6)
+    settings = {"attention_mask": torch.ones(1, 4500, dtype=torch.long), "return_token_timestamps": True,
+                "return_segments": True}  # fmt: skip
+    got, want = ours.generate(audio, **settings), reference.generate(audio, **settings)
+    assert_similar_generation(got["sequences"], want["sequences"])
+    assert_close(got["token_timestamps"], want["token_timestamps"], atol=1e-4, what="token timestamps")
+    mine, theirs = got["segments"][0], want["segments"][0]
+    assert len(mine) == len(theirs) > 1
+    for a, b in zip(mine, theirs):
+        assert a["tokens"].tolist() == b["tokens"].tolist() and a["idxs"] == tuple(b["idxs"])
+        assert abs(a["start"] - float(b["start"])) < 1e-9 and abs(a["end"] - float(b["end"])) < 1e-9
+        assert_close(a["token_timestamps"], b["token_timestamps"], atol=1e-4, what="segment token times")
+    assert float(mine[-1]["token_timestamps"].max()) > 30  # the second window's offset
+
+
+def test_no_speech_threshold_skips_windows_as_reference(tmp_path: Path) -> None:
+    """A window too unlikely (logprob_threshold) whose <|nospeech|> probability is above no_speech_threshold is
+    skipped whole; the others are kept."""
+    from microformers_sdk.testing import assert_similar_generation
+
+    ours, reference, _ = generation_pair(tmp_path, 1908)
+    audio = features(batch=2, mel=80, frames=9000, seed=5)
+    mask = torch.ones(2, 9000, dtype=torch.long)
+    mask[1, 6200:] = 0
+    audio[1, :, 6200:] = 0
+    settings = {"attention_mask": mask, "temperature": 0.0, "logprob_threshold": -1.0, "no_speech_threshold": 5e-4}
+    got, want = ours.generate(audio, **settings), reference.generate(audio, **settings)
+    assert_similar_generation(got, want.long())  # the reference's rows are floats when one row lost every window
+    everything = ours.generate(audio, attention_mask=mask)
+    assert 0 < got.shape[1] < everything.shape[1]
+
+
 def test_generate_bad_settings_are_clear_errors(tmp_path: Path) -> None:
     from microformers import GenerationError
 
@@ -447,6 +511,11 @@ def test_generate_bad_settings_are_clear_errors(tmp_path: Path) -> None:
         ours.generate(features(batch=2, mel=80, frames=3100))
     with pytest.raises(GenerationError, match="return_timestamps"):
         ours.generate(mel_batch(), return_timestamps=True)  # 408 tokens: none after <|notimestamps|>
+    with pytest.raises(GenerationError, match="logprob_threshold"):
+        ours.generate(mel_batch(), no_speech_threshold=0.6)
+    del ours.generation_config.extra["alignment_heads"]
+    with pytest.raises(GenerationError, match="alignment_heads"):
+        ours.generate(mel_batch(), return_token_timestamps=True)
     del ours.generation_config.extra["no_timestamps_token_id"]
     with pytest.raises(GenerationError, match="return_timestamps"):
         ours.generate(mel_batch(), return_timestamps=True)
@@ -498,7 +567,7 @@ def test_pipeline_matches_reference(whisper_folder: Path, settings: dict[str, An
 def test_pipeline_bad_input_is_a_clear_error(whisper_folder: Path) -> None:
     import numpy as np
 
-    from microformers import pipeline
+    from microformers import GenerationError, pipeline
     from microformers.errors import ConfigError
     from microformers_audio import AudioInputError
 
@@ -507,18 +576,31 @@ def test_pipeline_bad_input_is_a_clear_error(whisper_folder: Path) -> None:
         asr(np.zeros(0, np.float32))
     with pytest.raises(AudioInputError, match="NaN"):
         asr(np.array([0.1, np.nan] * 100, np.float32))
-    with pytest.raises(ConfigError, match="word"):
+    with pytest.raises(ConfigError, match="'word'"):
+        asr(np.zeros(1600, np.float32), return_timestamps="char")
+    with pytest.raises(GenerationError, match="return_timestamps"):  # this model has no timestamp tokens
         asr(np.zeros(1600, np.float32), return_timestamps="word")
+    with pytest.raises(ConfigError, match="chunk_length_s"):
+        asr(np.zeros(16000 * 12, np.float32), return_timestamps="word", chunk_length_s=10)
 
 
 @pytest.mark.parametrize(
-    ("seconds", "settings"), [(50, {}), (5, {"return_timestamps": True}), (50, {"return_timestamps": True})]
+    ("seconds", "settings"),
+    [
+        (50, {}),
+        (5, {"return_timestamps": True}),
+        (50, {"return_timestamps": True}),
+        (5, {"return_timestamps": "word"}),  # a second window starts after the audio's end
+        (50, {"return_timestamps": "word"}),
+        (5, {"return_language": True, "return_timestamps": True}),
+        (50, {"return_language": True, "chunk_length_s": 10}),
+    ],
 )
-def test_pipeline_long_audio_and_timestamps_text_matches_reference(
+def test_pipeline_long_audio_timestamps_and_language_match_reference(
     tmp_path: Path, seconds: int, settings: dict[str, Any]
 ) -> None:
-    """Over 30 s without chunk_length_s the model decodes window by window; the text is the reference's. Segment
-    chunks come from the tokenizer's offsets (the reference's own chunk builder differs in its corner cases)."""
+    """Over 30 s without chunk_length_s the model decodes window by window; segment and word chunks (times from
+    the alignment heads) and languages are the reference's."""
     import numpy as np
     import transformers
 
@@ -528,6 +610,6 @@ def test_pipeline_long_audio_and_timestamps_text_matches_reference(
     audio = (np.random.default_rng(1).standard_normal(16000 * seconds) * 0.1).astype(np.float32)
     ours = pipeline("automatic-speech-recognition", model=str(folder))(audio.copy(), **settings)
     want = transformers.pipeline("automatic-speech-recognition", model=str(folder))(audio.copy(), **settings)
-    assert ours["text"] == want["text"]
+    assert ours == want
     if settings:
-        assert ours["chunks"] and all(len(chunk["timestamp"]) == 2 for chunk in ours["chunks"])
+        assert len(ours["chunks"]) > 1 if "return_timestamps" in settings else ours["chunks"][0]["language"]

@@ -97,17 +97,41 @@ def test_audio_classification_shapes() -> None:
 
 
 def test_window_segmentation_rules() -> None:
-    from microformers_whisper.generation_whisper import _windows_of
+    from microformers_whisper.generation_whisper import _segment_times, _windows_of
 
     begin = 100  # <|0.00|>
     # two closed pairs then a lone closing timestamp: the window is consumed whole
-    segments, advance = _windows_of([100, 5, 6, 110, 110, 7, 120], begin, 3000, 2)
-    assert segments == [[100, 5, 6, 110], [110, 7, 120]] and advance == 3000
+    tokens = [100, 5, 6, 110, 110, 7, 120]
+    slices, advance = _windows_of(tokens, begin, 3000, 2)
+    assert [tokens[a:b] for a, b in slices] == [[100, 5, 6, 110], [110, 7, 120]] and advance == 3000
+    assert _segment_times(tokens, slices, begin, 3000, 1.0, 0.02) == [(1.0, 1.2), (1.2, 1.4)]
     # ends inside a segment: resume at the last complete one's end (timestamp 10 -> 20 frames)
-    segments, advance = _windows_of([100, 5, 110, 110, 7, 8], begin, 3000, 2)
-    assert segments == [[100, 5, 110, 110]] and advance == 20
-    # no timestamp pairs: the whole window is one segment
-    assert _windows_of([5, 6, 7], begin, 1234, 2) == ([[5, 6, 7]], 1234)
+    tokens = [100, 5, 110, 110, 7, 8]
+    slices, advance = _windows_of(tokens, begin, 3000, 2)
+    assert [tokens[a:b] for a, b in slices] == [[100, 5, 110, 110]] and advance == 20
+    assert _segment_times(tokens, slices, begin, 3000, 0.0, 0.02) == [(0.0, 0.2)]
+    # no timestamp pairs: the whole window is one segment, to its last timestamp or its end
+    assert _windows_of([5, 6, 7], begin, 1234, 2) == ([(0, 3)], 1234)
+    assert _segment_times([5, 6, 7], [(0, 3)], begin, 1234, 0.0, 0.02) == [(0.0, 617 * 0.02)]
+    assert _segment_times([5, 120, 7], [(0, 3)], begin, 1234, 2.0, 0.02) == [(2.0, 2.0 + 20 * 0.02)]
+
+
+def test_dynamic_time_warping_and_median_filter() -> None:
+    import numpy as np
+
+    from microformers_whisper.alignment import dynamic_time_warping, median_filter
+
+    # cheapest cells on a staircase: token 0 on frames 0-1, token 1 on frame 2, token 2 on frames 3-5
+    cost = np.ones((3, 6))
+    for token, frames in ((0, (0, 1)), (1, (2,)), (2, (3, 4, 5))):
+        cost[token, list(frames)] = 0
+    tokens, frames = dynamic_time_warping(cost)
+    assert tokens.tolist() == [0, 0, 1, 2, 2, 2] and frames.tolist() == [0, 1, 2, 3, 4, 5]
+    values = torch.tensor([[1.0, 9.0, 2.0, 3.0, 8.0, 4.0]])
+    assert median_filter(values, 3).tolist() == [[9.0, 2.0, 3.0, 3.0, 4.0, 8.0]]  # mirrored edges
+    assert torch.equal(median_filter(values[:, :1], 3), values[:, :1])  # too short to mirror: as it is
+    with pytest.raises(Exception, match="odd"):
+        median_filter(values, 4)
 
 
 def test_generate_builds_whisper_prompt_without_reference() -> None:

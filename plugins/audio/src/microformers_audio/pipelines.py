@@ -5,8 +5,9 @@ rate, or ``{"array"/"raw": samples, "sampling_rate": rate}`` (resampled with sox
 
 Speech recognition runs CTC models (``AutoModelForCTC``): logits -> argmax ids -> the tokenizer's
 CTC decoding; and encoder-decoder speech models (``AutoModelForSpeechSeq2Seq``, Whisper): features ->
-``model.generate(**generate_kwargs)`` -> ``tokenizer.decode(skip_special_tokens=True)``, with
-``return_timestamps=True`` giving segment ``chunks`` from the tokenizer's timestamp offsets. ``chunk_length_s`` cuts long audio into overlapping windows (``stride_length_s`` of
+``model.generate(**generate_kwargs)`` -> ``tokenizer.decode(skip_special_tokens=True)``; for Whisper
+``return_timestamps=True`` gives segment ``chunks``, ``"word"`` word chunks (token times from the model's
+alignment heads) and ``return_language=True`` each chunk's language, built by the tokenizer's ``decode_asr``. ``chunk_length_s`` cuts long audio into overlapping windows (``stride_length_s`` of
 context on each side, default ``chunk_length_s / 6``) whose predictions for the context frames are
 dropped before the pieces are joined, so the text equals one pass wherever the model would have
 seen enough context (encoder-decoder windows are joined where their token sequences overlap best, as the
@@ -124,13 +125,14 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         return_timestamps: str | bool | None = None,
         generate_kwargs: dict[str, Any] | None = None,
         max_new_tokens: int | None = None,
+        return_language: bool | None = None,
         **kwargs: Any,
     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         if kwargs:
             raise ConfigError(
                 f"the automatic-speech-recognition pipeline does not take {', '.join(sorted(kwargs))} "
-                "(it takes chunk_length_s, stride_length_s, return_timestamps, generate_kwargs, max_new_tokens, "
-                "batch_size)"
+                "(it takes chunk_length_s, stride_length_s, return_timestamps, return_language, generate_kwargs, "
+                "max_new_tokens, batch_size)"
             )
         pre: dict[str, Any] = {}
         post: dict[str, Any] = {}
@@ -154,16 +156,33 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             pre["chunk_length_s"] = chunk_length_s
         if stride_length_s is not None:
             pre["stride_length_s"] = stride_length_s
-        if return_timestamps is not None and seq2seq:
-            if return_timestamps == "word":
+        whisper_like = seq2seq and hasattr(getattr(self, "tokenizer", None), "decode_asr")
+        if return_language is not None:
+            if not whisper_like:
                 raise ConfigError(
-                    "return_timestamps='word' (cross-attention alignment of each word) is not implemented for "
-                    "encoder-decoder speech models; pass return_timestamps=True for segment timestamps"
+                    "return_language=True needs a Whisper model (a tokenizer with language tokens and decode_asr); "
+                    f"this pipeline runs {type(self.model).__name__}"
                 )
-            if return_timestamps not in (True, False):
-                raise ConfigError(f"return_timestamps={return_timestamps!r}: pass True for segment timestamps")
-            forward["return_timestamps"] = bool(return_timestamps)
-            post["return_timestamps"] = bool(return_timestamps)
+            forward["return_language"] = post["return_language"] = bool(return_language)
+        if return_timestamps is not None and seq2seq:
+            if return_timestamps == "word" and not whisper_like:
+                raise ConfigError(
+                    "return_timestamps='word' needs a Whisper model (cross-attention alignment heads and a tokenizer "
+                    "with decode_asr); pass return_timestamps=True for segment timestamps"
+                )
+            if return_timestamps not in (True, False, "word"):
+                raise ConfigError(
+                    f"return_timestamps={return_timestamps!r}: pass True for segment timestamps or 'word' for word "
+                    "timestamps"
+                )
+            if return_timestamps and chunk_length_s:
+                raise ConfigError(
+                    f"return_timestamps={return_timestamps!r} with chunk_length_s is not implemented for "
+                    "encoder-decoder models; drop chunk_length_s (Whisper decodes audio over 30 s window by window "
+                    "itself) or the timestamps"
+                )
+            forward["return_timestamps"] = return_timestamps
+            post["return_timestamps"] = return_timestamps
         elif return_timestamps is not None:
             if return_timestamps not in ("char", "word"):
                 raise ConfigError(
@@ -273,9 +292,16 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         return defaults
 
     def _generate(
-        self, model_inputs: dict[str, Any], return_timestamps: bool = False, generate_kwargs: dict[str, Any] | None = None
+        self,
+        model_inputs: dict[str, Any],
+        return_timestamps: bool | str = False,
+        generate_kwargs: dict[str, Any] | None = None,
+        return_language: bool = False,
     ) -> dict[str, Any]:
-        """Encoder-decoder models: ``generate`` on the window's features; the stride stays in audio samples."""
+        """Encoder-decoder models: ``generate`` on the window's features; the stride stays in audio samples.
+
+        Word timestamps ask Whisper's generate for token timestamps (per segment, with each window's offset), and
+        the language for its segments, whose first window's tokens hold the language token."""
         model_inputs = dict(model_inputs)
         attention_mask = model_inputs.pop("attention_mask", None)
         stride = model_inputs.pop("stride", None)
@@ -288,19 +314,43 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         settings = {**self._generation_defaults(generate_kwargs or {}), **(generate_kwargs or {})}
         if return_timestamps:
             settings["return_timestamps"] = True
-        tokens = self.model.generate(**{name: values, "attention_mask": attention_mask}, **settings)
-        if not isinstance(tokens, torch.Tensor):
-            tokens = tokens["sequences"]
+        if return_timestamps == "word":
+            settings["return_token_timestamps"] = settings["return_segments"] = True
+        if return_language:
+            settings["return_segments"] = True
+        generated = self.model.generate(**{name: values, "attention_mask": attention_mask}, **settings)
+        tokens = generated if isinstance(generated, torch.Tensor) else generated["sequences"]
         out: dict[str, Any] = {"is_last": is_last, "tokens": tokens}
+        segments = generated.get("segments") if isinstance(generated, dict) else None
+        if return_timestamps == "word":
+            if segments is not None:
+                out["token_timestamps"] = [
+                    torch.cat([segment["token_timestamps"] for segment in row]) if row else torch.zeros(0)
+                    for row in segments
+                ]
+            else:
+                out["token_timestamps"] = generated["token_timestamps"]
+        if return_language and segments and segments[0]:
+            first = segments[0][0]["result"]
+            row = first["sequences"] if isinstance(first, dict) else first
+            config = settings.get("generation_config") or self.model.generation_config
+            languages = set((getattr(config, "lang_to_id", None) or {}).values())
+            found = [token for token in row.tolist() if token in languages]
+            if found:
+                out["language_id"] = found[0]
         if stride is not None:
             out["stride"] = stride
         return {**out, **model_inputs}
 
     def _forward(
-        self, model_inputs: dict[str, Any], return_timestamps: bool = False, generate_kwargs: dict[str, Any] | None = None
+        self,
+        model_inputs: dict[str, Any],
+        return_timestamps: bool | str = False,
+        generate_kwargs: dict[str, Any] | None = None,
+        return_language: bool = False,
     ) -> dict[str, Any]:
         if self.is_seq2seq:
-            return self._generate(model_inputs, return_timestamps, generate_kwargs)
+            return self._generate(model_inputs, return_timestamps, generate_kwargs, return_language)
         model_inputs = dict(model_inputs)
         attention_mask = model_inputs.pop("attention_mask", None)
         stride = model_inputs.pop("stride", None)
@@ -327,14 +377,60 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             )
         return {**out, **model_inputs}
 
-    def _postprocess_seq2seq(self, model_outputs: list[dict[str, Any]], return_timestamps: bool) -> dict[str, Any]:
+    def _time_precision(self) -> float:
+        """Seconds per timestamp token: the feature extractor's window over the encoder's positions."""
+        window = float(getattr(self.feature_extractor, "chunk_length", 30))
+        return window / int(getattr(self.model.config, "max_source_positions", 1500))
+
+    def _postprocess_whisper(
+        self, model_outputs: list[dict[str, Any]], return_timestamps: bool | str, return_language: bool
+    ) -> dict[str, Any]:
+        """Whisper's chunks from its tokenizer's ``decode_asr``: one output, or (language only) consecutive windows
+        of one language merged where they overlap."""
+        tokenizer = self.tokenizer
+        if len(model_outputs) == 1:
+            output = model_outputs[0]
+            ids = output["tokens"].reshape(-1).tolist()
+            times = None
+            if return_timestamps == "word":
+                times = [float(t) for t in torch.as_tensor(output["token_timestamps"][0]).reshape(-1).tolist()]
+            if "language_id" in output:
+                ids = [output["language_id"], *ids]
+                times = [0.0, *times] if times is not None else None
+            return tokenizer.decode_asr(
+                ids, times, return_timestamps=return_timestamps, return_language=return_language,
+                time_precision=self._time_precision(),
+            )  # fmt: skip
+        groups: list[tuple[Any, list[list[int]]]] = []
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        begin = tokenizer.timestamp_begin
+        for output in model_outputs:
+            row = [t for t in output["tokens"].reshape(-1).tolist() if t not in special and t < begin]
+            language = output.get("language_id")
+            if groups and groups[-1][0] == language:
+                groups[-1][1].append(row)
+            else:
+                groups.append((language, [row]))
+        chunks = []
+        for language, rows in groups:
+            ids = merge_overlapping_sequences(rows)
+            ids = [language, *ids] if language is not None else ids
+            chunks += tokenizer.decode_asr(ids, return_language=True)["chunks"]
+        return {"text": "".join(chunk["text"] for chunk in chunks), "chunks": chunks}
+
+    def _postprocess_seq2seq(
+        self, model_outputs: list[dict[str, Any]], return_timestamps: bool | str, return_language: bool = False
+    ) -> dict[str, Any]:
         tokenizer = self.tokenizer
         rows = [output["tokens"].reshape(-1).tolist() for output in model_outputs]
         if len(rows) > 1 and return_timestamps:
             raise ConfigError(
-                "return_timestamps=True with chunk_length_s is not implemented for encoder-decoder models; drop one "
-                "of them"
+                f"return_timestamps={return_timestamps!r} with chunk_length_s is not implemented for encoder-decoder "
+                "models; drop chunk_length_s (Whisper decodes audio over 30 s window by window itself) or the "
+                "timestamps"
             )
+        if hasattr(tokenizer, "decode_asr") and (return_timestamps or return_language):
+            return self._postprocess_whisper(model_outputs, return_timestamps, return_language)
         if len(rows) == 1:
             ids = rows[0]
         else:
@@ -352,14 +448,17 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         return result
 
     def postprocess(
-        self, model_outputs: list[dict[str, Any]], return_timestamps: str | bool | None = None
+        self,
+        model_outputs: list[dict[str, Any]],
+        return_timestamps: str | bool | None = None,
+        return_language: bool = False,
     ) -> dict[str, Any]:
         if self.is_seq2seq:
-            result = self._postprocess_seq2seq(model_outputs, bool(return_timestamps))
+            result = self._postprocess_seq2seq(model_outputs, return_timestamps or False, return_language)
             extra_seq2seq: dict[str, list[Any]] = defaultdict(list)
             for output in model_outputs:
                 for key, value in output.items():
-                    if key not in ("tokens", "is_last", "stride"):
+                    if key not in ("tokens", "is_last", "stride", "token_timestamps", "language_id"):
                         extra_seq2seq[key].append(value)
             return {**result, **extra_seq2seq}
         pieces = []

@@ -15,7 +15,14 @@ with ``pad_token_id``); ``force_unique_generate_call=True`` or ``return_dict_in_
 return what the standard generate returned. ``temperature=[0.0, 0.2, ...]`` with ``compression_ratio_threshold`` /
 ``logprob_threshold`` decodes a window again at the next temperature when its result is too repetitive or too
 unlikely; ``condition_on_prev_tokens`` puts the previous windows' text (``<|startofprev|>``, left-padded) before each
-window's prompt; ``no_speech_threshold`` is refused.
+window's prompt; with ``no_speech_threshold`` (and ``logprob_threshold``) a window too unlikely whose ``<|nospeech|>``
+probability after ``<|startoftranscript|>`` is above the threshold is skipped as silence.
+
+``return_token_timestamps=True`` times every token from the cross-attention of ``generation_config.alignment_heads``
+(see ``alignment.py``; the feature extractor's ``attention_mask`` limits it to the audio that is there) and returns
+``{"sequences", "token_timestamps"}``; ``return_segments=True`` adds each row's segments (``start``, ``end`` in
+seconds, ``tokens``, ``idxs`` into the window's output, ``result``: that output, and ``token_timestamps`` with the
+window's offset), as the reference returns them.
 """
 
 from __future__ import annotations
@@ -30,10 +37,15 @@ import torch
 
 from microformers import GenerationConfig, GenerationError, LogitsProcessor
 
+from .alignment import token_timestamps
 from .languages import TASKS, language_code
 
 if TYPE_CHECKING:
     from .modeling_whisper import WhisperForConditionalGeneration
+
+# seconds per timestamp token, and per log-mel frame
+_TIME_PRECISION = 0.02
+_TIME_PRECISION_FEATURES = 0.01
 
 __all__ = [
     "SuppressTokensAtBeginLogitsProcessor",
@@ -291,8 +303,9 @@ def _generated_only(sequences: torch.Tensor, prompt_length: int, config: Generat
 
 def _windows_of(
     sequence: list[int], timestamp_begin: int, window_frames: int, input_stride: int
-) -> tuple[list[list[int]], int]:
-    """Split one window's tokens into segments at paired timestamps; return them and how many frames to advance.
+) -> tuple[list[tuple[int, int]], int]:
+    """Split one window's tokens into segments at paired timestamps: their ``(start, stop)`` slices and how many
+    frames to advance.
 
     A window that ends with a lone timestamp (or holds no timestamp pair) is consumed whole; otherwise decoding
     resumes at the last closing timestamp, as the reference does.
@@ -301,18 +314,55 @@ def _windows_of(
     single_ending = is_time[-2:] == [False, True]
     cuts = [i + 1 for i in range(len(sequence) - 1) if is_time[i] and is_time[i + 1]]
     if not cuts:
-        return [sequence], window_frames
+        return [(0, len(sequence))], window_frames
     if single_ending:
         cuts.append(len(sequence))
     else:
         cuts[-1] += 1
-    segments, last = [], 0
+    slices, last = [], 0
     for cut in cuts:
-        segments.append(sequence[last:cut])
+        slices.append((last, cut))
         last = cut
     if single_ending:
-        return segments, window_frames
-    return segments, (sequence[last - 2] - timestamp_begin) * input_stride
+        return slices, window_frames
+    return slices, (sequence[last - 2] - timestamp_begin) * input_stride
+
+
+def _segment_times(
+    sequence: list[int],
+    slices: list[tuple[int, int]],
+    timestamp_begin: int,
+    window_frames: int,
+    time_offset: float,
+    time_precision: float,
+) -> list[tuple[float, float]]:
+    """Each segment's ``(start, end)`` in seconds: its opening and closing timestamps after the window's offset; a
+    window without timestamp pairs runs from its start to its last timestamp (or its end)."""
+    if (
+        len(slices) == 1
+        and slices[0] == (0, len(sequence))
+        and not any(
+            sequence[i] >= timestamp_begin and sequence[i + 1] >= timestamp_begin for i in range(len(sequence) - 1)
+        )
+    ):
+        times = [token for token in sequence if token >= timestamp_begin]
+        end = window_frames * _TIME_PRECISION_FEATURES / time_precision
+        end = int(end)
+        if times and times[-1] != timestamp_begin:
+            end = times[-1] - timestamp_begin
+        return [(time_offset, time_offset + end * time_precision)]
+    single_ending = [t >= timestamp_begin for t in sequence[-2:]] == [False, True]
+    found = []
+    for index, (start, stop) in enumerate(slices):
+        tokens = sequence[start:stop]
+        closing = tokens[-1] if index < len(slices) - 1 or single_ending else tokens[-2]
+        found.append(
+            (
+                time_offset + (tokens[0] - timestamp_begin) * time_precision,
+                time_offset + (closing - timestamp_begin) * time_precision,
+            )
+        )
+    return found
 
 
 def _strip_row(row: list[int], config: GenerationConfig, keep_eos: bool = False) -> list[int]:
@@ -384,8 +434,9 @@ def whisper_generate(
     compression_ratio_threshold = kwargs.pop("compression_ratio_threshold", None)
     logprob_threshold = kwargs.pop("logprob_threshold", None)
     condition_on_prev_tokens = bool(kwargs.pop("condition_on_prev_tokens", False))
-    if kwargs.pop("no_speech_threshold", None) is not None:
-        raise GenerationError("no_speech_threshold is not implemented in microformers' Whisper generate; drop it")
+    no_speech_threshold = kwargs.pop("no_speech_threshold", None)
+    return_token_timestamps = bool(kwargs.pop("return_token_timestamps", False))
+    return_segments = bool(kwargs.pop("return_segments", False))
     if kwargs.pop("prompt_condition_type", None) not in (None, "first-segment"):
         raise GenerationError(
             "prompt_condition_type='all-segments' is not implemented; the prompt conditions the first window only"
@@ -404,6 +455,30 @@ def whisper_generate(
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     if is_multilingual is not None:
         config.is_multilingual = is_multilingual
+    if compression_ratio_threshold is None:
+        compression_ratio_threshold = getattr(config, "compression_ratio_threshold", None)
+    if logprob_threshold is None:
+        logprob_threshold = getattr(config, "logprob_threshold", None)
+    if no_speech_threshold is None:
+        no_speech_threshold = getattr(config, "no_speech_threshold", None)
+    if no_speech_threshold is not None and logprob_threshold is None:
+        raise GenerationError(
+            f"no_speech_threshold={no_speech_threshold} needs logprob_threshold (a window is skipped as silence when "
+            "its <|nospeech|> probability is above no_speech_threshold and its average log-probability is below "
+            "logprob_threshold); pass both"
+        )
+    if no_speech_threshold is not None and getattr(config, "no_timestamps_token_id", None) is None:
+        raise GenerationError(
+            "no_speech_threshold needs generation_config.no_timestamps_token_id (<|nospeech|> is the token before "
+            "it); add it to generation_config.json or drop no_speech_threshold"
+        )
+    alignment_heads = getattr(config, "alignment_heads", None)
+    if return_token_timestamps and not alignment_heads:
+        raise GenerationError(
+            "return_token_timestamps=True needs generation_config.alignment_heads (the [layer, head] pairs of "
+            "cross-attention that follow the audio), which this model's generation_config.json lacks; add them or "
+            "drop return_token_timestamps"
+        )
     if long_form and return_timestamps is False:
         raise GenerationError(
             f"input_features has {input_features.shape[-1]} frames (over 30 s), which is decoded window by window "
@@ -433,6 +508,14 @@ def whisper_generate(
     for name in ("max_new_tokens", "max_length", "num_beams", "do_sample", "return_dict_in_generate"):
         if name in kwargs:
             setattr(config, name, kwargs.pop(name))
+    wants_dict = bool(config.return_dict_in_generate)
+    num_frames = None
+    if return_token_timestamps:
+        # the cross-attention weights of every step, kept by generate
+        config.return_dict_in_generate = config.output_attentions = config.output_scores = True
+        kwargs.pop("output_attentions", None)
+        if attention_mask is not None:
+            num_frames = [int(n) for n in attention_mask.sum(-1).tolist()]
     max_positions = model.config.max_target_positions
     if (config.max_new_tokens or 0) + begin > max_positions:
         raise GenerationError(
@@ -484,7 +567,10 @@ def whisper_generate(
         finally:
             model.__dict__.pop("_positions_from_decoder_mask", None)
 
-    if force_unique_generate_call or config.return_dict_in_generate or input_features is None:
+    def timestamps_of(outputs: Any, prompt_length: int, frames: list[int] | None) -> torch.Tensor:
+        return token_timestamps(outputs, alignment_heads, int(model.config.median_filter_width), prompt_length, frames)
+
+    if force_unique_generate_call or wants_dict or input_features is None:
         if long_form:
             raise GenerationError(
                 "audio over 30 s is decoded window by window; force_unique_generate_call / return_dict_in_generate "
@@ -492,6 +578,13 @@ def whisper_generate(
             )
         next_window_lengths(begin)
         outputs = decode_window(input_features, decoder_input_ids)
+        if return_token_timestamps:
+            times = timestamps_of(outputs, begin, num_frames)
+            if wants_dict:
+                return {**dict(_scores_of_kept_beams(outputs)), "token_timestamps": times}
+            if force_unique_generate_call:
+                return {"sequences": outputs.sequences, "token_timestamps": times}
+            return {"sequences": _generated_only(outputs.sequences, begin, config), "token_timestamps": times}
         if not isinstance(outputs, torch.Tensor):
             return _scores_of_kept_beams(outputs)
         if force_unique_generate_call:
@@ -501,15 +594,34 @@ def whisper_generate(
     if logprob_threshold is not None:
         config.return_dict_in_generate = True
         config.output_scores = True
+    no_speech_token = int(config.no_timestamps_token_id) - 1 if no_speech_threshold is not None else None
+
+    def no_speech_probabilities(features: torch.Tensor, prompts: torch.Tensor, mask: torch.Tensor | None) -> list:
+        """Each row's probability of ``<|nospeech|>`` right after ``<|startoftranscript|>``."""
+        start_of_transcript = prompts.shape[-1] - init.shape[-1]
+        model.__dict__["_positions_from_decoder_mask"] = mask is not None
+        try:
+            with torch.no_grad():
+                logits = model(input_features=features, decoder_input_ids=prompts, decoder_attention_mask=mask).logits
+        finally:
+            model.__dict__.pop("_positions_from_decoder_mask", None)
+        return logits[:, start_of_transcript].float().softmax(dim=-1)[:, no_speech_token].tolist()
 
     def decode_with_fallback(
-        features: torch.Tensor, prompts: torch.Tensor, mask: torch.Tensor | None, conditioned: list[bool]
-    ) -> list[list[int]]:
+        features: torch.Tensor,
+        prompts: torch.Tensor,
+        mask: torch.Tensor | None,
+        conditioned: list[bool],
+        frames_left: list[int] | None,
+    ) -> tuple[list[dict[str, Any]], list[bool]]:
         """One window for every row; rows whose result is too repetitive (``compression_ratio_threshold``) or too
-        unlikely (``logprob_threshold``) are decoded again at the next temperature (the last try is kept)."""
+        unlikely (``logprob_threshold``) are decoded again at the next temperature (the last try is kept). A row
+        too unlikely whose ``<|nospeech|>`` probability is above ``no_speech_threshold`` is silence: skipped."""
         start = prompts.shape[-1]
-        results: list[list[int]] = [[] for _ in range(features.shape[0])]
+        results: list[dict[str, Any]] = [{} for _ in range(features.shape[0])]
         pending = list(range(features.shape[0]))
+        skip = [False] * features.shape[0]
+        no_speech = no_speech_probabilities(features, prompts, mask) if no_speech_token is not None else None
         for attempt, temp in enumerate(temperatures):
             config.do_sample = temp is not None and temp > 0.0
             config.temperature = temp if config.do_sample else 1.0
@@ -518,6 +630,9 @@ def whisper_generate(
             rows_mask = mask[pending] if mask is not None else None
             outputs = decode_window(features[pending], prompts[pending], rows_mask)
             sequences = outputs if isinstance(outputs, torch.Tensor) else outputs["sequences"]
+            times = None
+            if return_token_timestamps:
+                times = timestamps_of(outputs, start, [frames_left[p] for p in pending] if frames_left else None)
             retry = []
             for k, position in enumerate(pending):
                 row = _strip_row(sequences[k, start:].tolist(), config, keep_eos=True)
@@ -527,30 +642,38 @@ def whisper_generate(
                 too_unlikely = logprob_threshold is not None and (
                     _average_logprob(outputs, k, row, temp) < logprob_threshold
                 )
-                results[position] = _strip_row(row, config)
-                # as the reference, indexed by the row's place in this window's batch
+                # as the reference, the skip flag and the no-speech probability are read at the row's place in
+                # this try's batch
+                skip[k] = bool(too_unlikely and no_speech is not None and no_speech[k] > no_speech_threshold)
+                result: Any = sequences[k]
+                if not isinstance(outputs, torch.Tensor):
+                    result = {"sequences": sequences[k]}
+                    if times is not None:
+                        result["token_timestamps"] = times[k]
+                results[position] = {"tokens": _strip_row(row, config), "result": result}
                 conditioned[position] = condition_on_prev_tokens and (temp is None or temp < 0.5)
-                if too_repetitive or too_unlikely:
+                if (too_repetitive or too_unlikely) and not skip[k]:
                     retry.append(position)
             if not retry or attempt == len(temperatures) - 1:
                 break
             pending = retry
-        return results
+        return results, skip
 
     original_suppress = list(suppress_tokens_given or [])
     prev_sot = getattr(config, "prev_sot_token_id", None)
     if prev_sot is None and len(original_suppress) >= 2:
         prev_sot = original_suppress[-2]
 
-    def previous_text(rows: list[list[list[int]] | None]) -> torch.Tensor:
+    def previous_text(rows: list[list[dict[str, Any]] | None]) -> torch.Tensor:
         """``<|startofprev|>`` and each row's latest text (half the decoder's positions at most), left-padded."""
         cut = max_positions // 2 - 1
         built = []
         for found in rows:
             tokens: list[int] = []
             for segment in found or []:
-                ends_double = len(segment) > 2 and segment[-2] >= timestamp_begin
-                tokens += segment[:-1] if ends_double else segment
+                text = segment["tokens"]
+                ends_double = len(text) > 2 and text[-2] >= timestamp_begin
+                tokens += text[:-1] if ends_double else text
             tokens = tokens[-cut:] if found else []
             built.append(([prev_sot] if prev_sot is not None else []) + tokens)
         width = max(len(row) for row in built)
@@ -568,7 +691,9 @@ def whisper_generate(
     prompt_segment = [] if prompt_ids is None else [int(t) for t in torch.as_tensor(prompt_ids).view(-1).tolist()]
     if prompt_segment and prompt_segment[0] == prev_sot:
         prompt_segment = prompt_segment[1:]
-    segments: list[list[list[int]]] = [[prompt_segment] if prompt_ids is not None else [] for _ in range(batch)]
+    segments: list[list[dict[str, Any]]] = [
+        [{"tokens": prompt_segment}] if prompt_ids is not None else [] for _ in range(batch)
+    ]
     conditioned = [condition_on_prev_tokens] * batch
     while any(seek[i] < max_frames[i] for i in range(batch)):
         active = [i for i in range(batch) if seek[i] < max_frames[i]]
@@ -584,16 +709,50 @@ def whisper_generate(
             if hasattr(processor, "set_begin_index"):
                 processor.set_begin_index(prompts.shape[-1])
         next_window_lengths(prompts.shape[-1])
-        rows = decode_with_fallback(features, prompts, mask, conditioned)
-        for row, i, n in zip(rows, active, lengths):
-            found, advance = _windows_of(row, timestamp_begin, n, input_stride)
-            segments[i] += found
+        frames_left = [num_frames[i] - seek[i] for i in active] if num_frames is not None else None
+        rows, skip = decode_with_fallback(features, prompts, mask, conditioned, frames_left)
+        for k, (found, i, n) in enumerate(zip(rows, active, lengths)):
+            if skip[k]:
+                seek[i] += n
+                continue
+            tokens, start = found["tokens"], prompts.shape[-1]
+            slices, advance = _windows_of(tokens, timestamp_begin, n, input_stride)
+            offset = seek[i] * _TIME_PRECISION / input_stride
+            times = _segment_times(tokens, slices, timestamp_begin, n, offset, _TIME_PRECISION)
+            for (a, b), (begins, ends) in zip(slices, times):
+                segment = {"start": begins, "end": ends, "tokens": tokens[a:b], "idxs": (start + a, start + b)}
+                segment["result"] = found["result"]
+                if return_token_timestamps:
+                    segment["token_timestamps"] = found["result"]["token_timestamps"][start + a : start + b] + offset
+                segments[i].append(segment)
             seek[i] += advance
     if prompt_ids is not None:
         segments = [found[1:] for found in segments]
-    rows = [torch.tensor([t for segment in found for t in segment], dtype=torch.long) for found in segments]
-    width = max(len(row) for row in rows)
     pad = config.pad_token_id if config.pad_token_id is not None else 0
-    return torch.stack([torch.nn.functional.pad(row, (0, width - len(row)), value=pad) for row in rows]).to(
-        model.device
-    )
+    rows_out = [
+        torch.tensor([t for segment in found for t in segment["tokens"]], dtype=torch.long) for found in segments
+    ]
+    width = max(len(row) for row in rows_out)
+    sequences = torch.stack([torch.nn.functional.pad(row, (0, width - len(row)), value=pad) for row in rows_out])
+    sequences = sequences.to(model.device)
+    if not return_token_timestamps and not return_segments:
+        return sequences
+    result: dict[str, Any] = {"sequences": sequences}
+    if return_token_timestamps:
+        # as the reference: each window's own times (without the window's offset) joined
+        times = []
+        for found in segments:
+            row = [s["result"]["token_timestamps"][s["idxs"][0] : s["idxs"][1]] for s in found]
+            times.append(torch.cat(row) if row else torch.zeros(0))
+        result["token_timestamps"] = torch.stack(
+            [
+                torch.nn.functional.pad(row, (0, width - len(row)), value=float(row[-1]) if len(row) else 0.0)
+                for row in times
+            ]
+        )
+    if return_segments:
+        for found in segments:
+            for segment in found:
+                segment["tokens"] = torch.tensor(segment["tokens"], dtype=torch.long)
+        result["segments"] = segments
+    return result

@@ -255,6 +255,28 @@ class WhisperTokenizerFast(PreTrainedTokenizerFast):
         return [self.decode(row, skip_special_tokens, clean_up_tokenization_spaces, **kwargs)
                 for row in _as_list(sequences)]  # fmt: skip
 
+    def decode_asr(
+        self,
+        token_ids: Any,
+        token_timestamps: Any = None,
+        *,
+        return_timestamps: bool | str = False,
+        return_language: bool = False,
+        time_precision: float = 0.02,
+    ) -> dict[str, Any]:
+        """The speech-recognition pipeline's result for one generated row: ``{"text"}``, plus ``"chunks"`` (segments,
+        or words with ``return_timestamps="word"`` and the generate's ``token_timestamps``) when timestamps or the
+        language are asked for. See :mod:`microformers_whisper.asr_chunks`."""
+        from .asr_chunks import decode_asr
+
+        if return_timestamps == "word" and token_timestamps is None:
+            raise InputError("decode_asr(return_timestamps='word') needs token_timestamps (one time per token)")
+        times = None if token_timestamps is None else [float(t) for t in _as_list(token_timestamps)]
+        return decode_asr(
+            self, _as_list(token_ids), times, return_timestamps=return_timestamps, return_language=return_language,
+            time_precision=time_precision,
+        )  # fmt: skip
+
     # -- saving ---------------------------------------------------------------------------------------
     def _config_to_save(self) -> dict[str, Any]:
         config = super()._config_to_save()
