@@ -78,3 +78,15 @@ def test_all_is_every_installed_integration(args_factory: Any) -> None:
     assert args_factory(report_to="all").report_to == installed
     with pytest.raises(ConfigError, match="'none' cannot be combined"):
         args_factory(report_to=["none", "jsonl"])
+
+
+@pytest.mark.parametrize(("name", "install"), [("wandb", "pip install wandb"), ("mlflow", "pip install mlflow-skinny")])
+def test_a_known_integration_without_its_library_says_what_to_install(
+    args_factory: Any, monkeypatch: pytest.MonkeyPatch, name: str, install: str
+) -> None:
+    import microformers
+
+    # as discovery sees it when the library is not installed: the plugin registers only jsonl
+    monkeypatch.setattr(microformers.registry, "names", lambda kind: ["jsonl"])
+    with pytest.raises(ConfigError, match=f"report_to='{name}'\\): its library is not installed; {install}"):
+        args_factory(report_to=name)
