@@ -22,6 +22,21 @@ TOKENIZER_CLASSES: tuple[str, ...] = (
     "LlamaTokenizerFast",
     "Qwen2Tokenizer",
     "Qwen2TokenizerFast",
+    "RobertaTokenizer",
+    "RobertaTokenizerFast",
+)
+
+# Top-level names (``from microformers import BertTokenizer``): the classes with a model's behaviour fixed.
+EXPORTS: tuple[str, ...] = (
+    "PreTrainedTokenizerFast",
+    "BertTokenizer",
+    "BertTokenizerFast",
+    "DistilBertTokenizer",
+    "DistilBertTokenizerFast",
+    "GPT2Tokenizer",
+    "GPT2TokenizerFast",
+    "RobertaTokenizer",
+    "RobertaTokenizerFast",
 )
 
 
@@ -33,3 +48,9 @@ def register_tokenizers(register: Any) -> None:
         tokenizer_classes=TOKENIZER_CLASSES,
         priority=0,
     )
+
+
+@hookimpl
+def register_exports(register: Any) -> None:
+    for name in EXPORTS:
+        register(name, f"microformers_tokenizers:{name}")

@@ -324,6 +324,8 @@ class PreTrainedTokenizerFast:
             )
         if not class_name and model_config.get("model_type") in MODEL_TYPE_CLASSES:
             class_name = MODEL_TYPE_CLASSES[model_config["model_type"]]
+        if getattr(cls, "class_name", ""):  # BertTokenizer.from_pretrained(...): that class's behaviour, as asked
+            class_name = cls.class_name
         config.pop("init_inputs", None)
         config.pop("auto_map", None)
         tokenizer_text = files.get(_files.TOKENIZER_FILE)
@@ -388,7 +390,12 @@ class PreTrainedTokenizerFast:
                 profile.set_pipeline(backend, config)
         else:
             backend = _backend_from_json(tokenizer_text, where)
-        return cls(tokenizer_object=backend, profile=profile, **config)
+        target = cls
+        if cls is PreTrainedTokenizerFast:  # AutoTokenizer: an instance of the class the config names, if one is here
+            from .model_tokenizers import model_tokenizer_class
+
+            target = model_tokenizer_class(class_name) or cls
+        return target(tokenizer_object=backend, profile=profile, **config)
 
     # -- special tokens -----------------------------------------------------------------------
     def _token(self, name: str) -> str | None:
