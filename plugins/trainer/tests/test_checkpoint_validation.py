@@ -123,25 +123,33 @@ def test_garbage_trainer_state_is_refused_naming_it(saved_checkpoint: Path, tmp_
         _resume(folder)
 
 
-@pytest.mark.parametrize("escape", ["../outside.safetensors", "ABSOLUTE", "sub/model.safetensors"])
-def test_a_shard_index_cannot_point_outside_the_checkpoint(saved_checkpoint: Path, tmp_path: Path, escape: str) -> None:
-    folder = _copy(saved_checkpoint, tmp_path)
-    outside = tmp_path / "outside.safetensors"
-    (folder / "model.safetensors").rename(outside)
-    name = str(outside) if escape == "ABSOLUTE" else escape
-    if escape.startswith("sub/"):
-        (folder / "sub").mkdir()
-        outside.rename(folder / name)
-    elif escape.startswith(".."):
-        outside.rename(folder.parent / "outside.safetensors")
+def _index_to(folder: Path, name: str) -> None:
     from safetensors import safe_open
 
     with safe_open(str(folder / name), "pt") as f:
         keys = list(f.keys())
     index = {"metadata": {}, "weight_map": dict.fromkeys(keys, name)}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("escape", ["../outside.safetensors", "ABSOLUTE", "sub/../../outside.safetensors"])
+def test_a_shard_index_cannot_point_outside_the_checkpoint(saved_checkpoint: Path, tmp_path: Path, escape: str) -> None:
+    folder = _copy(saved_checkpoint, tmp_path)
+    outside = folder.parent / "outside.safetensors"
+    (folder / "model.safetensors").rename(outside)
+    name = str(outside) if escape == "ABSOLUTE" else escape
+    (folder / "sub").mkdir()
+    _index_to(folder, name)
     with pytest.raises(CheckpointError, match="not a file inside"):
         _resume(folder)
+
+
+def test_a_shard_in_a_subfolder_of_the_checkpoint_is_read(saved_checkpoint: Path, tmp_path: Path) -> None:
+    folder = _copy(saved_checkpoint, tmp_path)
+    (folder / "sub").mkdir()
+    (folder / "model.safetensors").rename(folder / "sub" / "model.safetensors")
+    _index_to(folder, "sub/model.safetensors")
+    assert _resume(folder).global_step == 5
 
 
 def test_an_intact_checkpoint_still_resumes(saved_checkpoint: Path, tmp_path: Path) -> None:

@@ -226,12 +226,12 @@ def shard_files(index: Path) -> list[str]:
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{index} has no 'weight_map' of tensor names to file names; the checkpoint is corrupt")
-    folder = index.parent.resolve()
+    folder = index.parent
     files = sorted(set(weight_map.values()))
     for name in files:
-        path = Path(name)
-        inside = (folder / path).resolve()
-        if not name or path.is_absolute() or ".." in path.parts or inside.parent != folder:
+        # read as written (no resolving): relative, and no ".." part that could climb out of the folder
+        parts = Path(name.replace("\\", "/")).parts
+        if not name or os.path.isabs(name) or Path(name).is_absolute() or ".." in parts or not parts:
             raise CheckpointError(
                 f"{index} names the weight file {name!r}, which is not a file inside {folder}; a checkpoint reads "
                 "only its own files — the index is damaged or was edited"
