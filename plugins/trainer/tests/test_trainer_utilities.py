@@ -141,6 +141,15 @@ def test_debug_underflow_overflow_names_the_first_module_with_inf(capsys: pytest
     assert not torch.isfinite(model(torch.ones(2, 4))).any()  # hooks gone: the overflow runs through
 
 
+def test_debug_traces_chosen_batches_and_aborts_after_one(capsys: pytest.CaptureFixture[str]) -> None:
+    model = _Overflowing()
+    microformers.DebugUnderflowOverflow(model, trace_batch_nums=[0], abort_after_batch_num=0)
+    with pytest.raises(UnderflowOverflowError, match="stopped after batch 0"):
+        model(torch.ones(2, 4))  # batch 0 is traced (printed, not judged), then the run stops
+    report = capsys.readouterr().out
+    assert all(f" {name} Linear" in report for name in ("first", "second", "third")) and "Detected" not in report
+
+
 def test_debug_training_argument_installs_the_detector(args_factory: Any) -> None:
     model = tiny_gpt2()
     with torch.no_grad():
@@ -260,6 +269,27 @@ def test_the_trainer_steps_a_metric_schedule_after_each_evaluation(args_factory:
     trainer.train()
     rates = [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
     assert rates[0] == pytest.approx(1e-2) and rates[-1] < rates[0]  # halved after evaluations, not per step
+
+
+def test_a_metric_schedule_resumes_from_its_checkpoint(args_factory: Any) -> None:
+    def make(max_steps: int) -> Trainer:
+        args = args_factory(
+            max_steps=max_steps,
+            eval_strategy="steps",
+            eval_steps=1,
+            save_strategy="steps",
+            save_steps=3,
+            lr_scheduler_type="greedy",
+            lr_scheduler_kwargs={"patience": 0, "factor": 0.5, "min_lr": 1e-4, "mode": "max"},
+        )
+        return Trainer(model=tiny_gpt2(), args=args, train_dataset=lm_rows(24), eval_dataset=lm_rows(4, seed=1))
+
+    straight = make(5)
+    straight.train()
+    resumed = make(5)
+    resumed.train(resume_from_checkpoint=str(Path(straight.args.output_dir) / "checkpoint-3"))
+    assert resumed.optimizer.param_groups[0]["lr"] == straight.optimizer.param_groups[0]["lr"] < 1e-2
+    assert resumed.lr_scheduler.state_dict() == straight.lr_scheduler.state_dict()
 
 
 def test_torch_distributed_zero_first_orders_the_first_process_before_the_others(
