@@ -49,11 +49,11 @@ def check_report_to(names: list[str]) -> list[str]:
     them, as the reference; ``"none"``: none); a name nothing provides is a ``ConfigError`` saying why."""
     from microformers import registry
 
-    installed = sorted(registry.names("callbacks"))
-    if names == ["none"] or "none" in names:
+    if "none" in names:
         if len(names) > 1:
             raise ConfigError(f"TrainingArguments(report_to={names}): 'none' cannot be combined with other names")
         return ["none"]
+    installed = sorted(registry.names("callbacks"))
     if "all" in names:
         return installed or ["none"]
     for name in names:
