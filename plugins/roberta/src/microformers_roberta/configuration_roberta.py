@@ -3,7 +3,7 @@
 Imports no torch, so ``AutoConfig`` stays cheap. RoBERTa's position ids count from its padding index,
 so ``pad_token_id`` must be a token of the vocabulary and a row of the position table; that, the
 sizes and the head count are checked here, so a bad file is refused naming the field (and, through
-``from_pretrained``, the file). Settings this plugin cannot honour (decoder / cross-attention use,
+``from_pretrained``, the file). Settings this plugin cannot honour (cross-attention,
 relative position embeddings) are refused by name.
 """
 
