@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from microformers_vision.image_processing_utils import BaseImageProcessor
-from microformers_vision.image_utils import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, PILImageResampling
+from microformers_vision import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, BaseImageProcessor, PILImageResampling
 
 __all__ = ["CLIPImageProcessor"]
 

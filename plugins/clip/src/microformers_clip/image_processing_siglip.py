@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from microformers_vision.image_processing_utils import BaseImageProcessor
-from microformers_vision.image_utils import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, PILImageResampling
+from microformers_vision import IMAGENET_STANDARD_MEAN, IMAGENET_STANDARD_STD, BaseImageProcessor, PILImageResampling
 
 __all__ = ["SiglipImageProcessor"]
 

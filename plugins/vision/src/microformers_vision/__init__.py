@@ -19,12 +19,17 @@ _LAZY: dict[str, str] = {
     "ImageClassificationPipeline": "pipelines",
     "ImageFeatureExtractionPipeline": "pipelines",
     "ZeroShotImageClassificationPipeline": "pipelines",
+    # Named one by one (not in the tables below) so other plugins' imports of them can be checked.
+    "PILImageResampling": "image_utils",
+    "IMAGENET_STANDARD_MEAN": "image_utils",
+    "IMAGENET_STANDARD_STD": "image_utils",
+    "OPENAI_CLIP_MEAN": "image_utils",
+    "OPENAI_CLIP_STD": "image_utils",
     **{
         name: "image_utils"
         for name in (
             "ChannelDimension",
             "ImageInputError",
-            "PILImageResampling",
             "infer_channel_dimension_format",
             "load_image",
             "make_flat_list_of_images",
