@@ -1,4 +1,4 @@
-.PHONY: install install-test test test-portability chat lint bench mutation
+.PHONY: install install-test test test-portability chat lint bench mutation dist
 
 install:
 	scripts/install.sh
@@ -29,3 +29,8 @@ bench: install-test
 # MODULES="microformers/plugins.py ..." picks modules; docs/reliability.md has the scores.
 mutation: install-test
 	scripts/mutation.sh $(MODULES)
+
+# Every distribution's wheel and sdist in dist/, with a PEP 503 index in dist/simple/ (scripts/dist.py).
+dist: install
+	.venv/bin/python -m pip install --disable-pip-version-check -q build
+	.venv/bin/python scripts/dist.py

@@ -131,3 +131,32 @@ def test_a_command_without_help_is_listed_by_name_alone(commands: Registry, caps
     assert cli_module.main([]) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     assert "three" in lines and "refused" in lines  # no help text after the names
+
+
+@pytest.mark.parametrize(
+    ("command", "distribution", "extra"),
+    [("chat", "microformers-chat", "chat"), ("serve", "microformers-serve", "serve"),
+     ("run", "microformers-pipelines", "pipelines"), ("export", "microformers-onnx", "export")],
+)  # fmt: skip
+def test_a_known_command_that_is_not_installed_names_its_distribution(
+    commands: Registry, capsys: pytest.CaptureFixture[str], command: str, distribution: str, extra: str
+) -> None:
+    assert cli_module.main([command, "--flag", "y"]) == 2
+    assert capsys.readouterr().err == (
+        f"microformers: the '{command}' command is not installed: it comes with {distribution} "
+        f'(pip install {distribution}, or pip install "microformers[{extra}]")\n'
+    )
+
+
+def test_every_named_distribution_and_extra_exists() -> None:
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    names = {
+        tomllib.loads(path.read_text())["project"]["name"]
+        for path in [root / "sdk/pyproject.toml", *root.glob("plugins/*/pyproject.toml")]
+    }
+    extras = tomllib.loads((root / "kernel/pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for distribution, extra in cli_module.COMMAND_DISTRIBUTIONS.values():
+        assert distribution in names and extra in extras
