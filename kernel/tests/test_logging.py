@@ -203,3 +203,54 @@ def test_progress_bar_switches_return_booleans(fresh: _Records) -> None:
     assert logging.is_progress_bar_enabled() is False
     logging.enable_progress_bar()
     assert logging.is_progress_bar_enabled() is True
+
+
+class _Terminal:
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        pass
+
+
+def test_progress_line_on_a_terminal_counts_to_the_end_and_ends_its_line(restore_verbosity) -> None:
+    terminal = _Terminal(tty=True)
+    progress = logging.ProgressLine("Loading weights", 4, stream=terminal)
+    for _ in range(4):
+        progress.update()
+    progress.close()
+    assert terminal.text.startswith("\rLoading weights: 1/4 (25%)")
+    assert terminal.text.endswith("\rLoading weights: 4/4 (100%)\rLoading weights: 4/4 (100%)\n")
+
+
+def test_progress_line_is_silent_off_a_terminal_switched_off_or_at_error_verbosity(restore_verbosity) -> None:
+    for tty, enabled, verbosity in [(False, True, logging.WARNING), (True, False, logging.WARNING),
+                                    (True, True, logging.ERROR)]:  # fmt: skip
+        terminal = _Terminal(tty)
+        (logging.enable_progress_bar if enabled else logging.disable_progress_bar)()
+        logging.set_verbosity(verbosity)
+        progress = logging.ProgressLine("Loading weights", 3, stream=terminal)
+        progress.update(3)
+        progress.close()
+        assert terminal.text == ""
+    logging.enable_progress_bar()
+
+
+def test_from_pretrained_draws_the_loading_line_on_a_terminal(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, restore_verbosity
+) -> None:
+    import microformers
+
+    config = microformers.AutoConfig.for_model("toy")
+    microformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "toy")
+    terminal = _Terminal(tty=True)
+    monkeypatch.setattr(sys, "stderr", terminal)
+    logging.enable_progress_bar()
+    microformers.AutoModelForCausalLM.from_pretrained(tmp_path / "toy")
+    assert terminal.text.startswith("\rLoading weights: ") and terminal.text.endswith("(100%)\n")

@@ -11,7 +11,9 @@ import logging
 import os
 import sys
 import threading
+import time
 from logging import CRITICAL, DEBUG, ERROR, FATAL, INFO, NOTSET, WARN, WARNING  # noqa: F401
+from typing import Any
 
 LEVELS = {"debug": DEBUG, "info": INFO, "warning": WARNING, "error": ERROR, "critical": CRITICAL}
 _lock = threading.Lock()
@@ -120,3 +122,39 @@ def enable_progress_bar() -> None:
 def disable_progress_bar() -> None:
     global _progress_bars
     _progress_bars = False
+
+
+class ProgressLine:
+    """A one-line progress display on stderr ("Loading weights: 120/272 (44%)"), rewritten in place.
+
+    Shown only where it helps and harms nothing: stderr is a terminal (logs and pipes get no carriage returns),
+    progress bars are enabled (``MICROFORMERS_NO_PROGRESS_BAR``, :func:`disable_progress_bar`) and the verbosity is
+    warning or more talkative. Redrawn at most ten times a second; :meth:`close` ends the line.
+    """
+
+    def __init__(self, label: str, total: int, stream: Any = None) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self.stream = stream if stream is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.shown = bool(
+            total > 0 and is_progress_bar_enabled() and get_verbosity() <= WARNING and isatty is not None and isatty()
+        )
+        self._drawn_at = 0.0
+
+    def update(self, count: int = 1) -> None:
+        self.done += count
+        if self.shown and (time.monotonic() - self._drawn_at >= 0.1 or self.done >= self.total):
+            self._draw()
+
+    def _draw(self) -> None:
+        self._drawn_at = time.monotonic()
+        share = min(self.done, self.total) * 100 // self.total
+        self.stream.write(f"\r{self.label}: {self.done}/{self.total} ({share}%)")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = False

@@ -25,6 +25,7 @@ from .devices import check_device, check_device_map, device_map_entries
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
 from .hub import resolve_file, split_hub_kwargs, staged_folder
+from .logging import ProgressLine
 from .model_helpers import (
     disable_input_require_grads,
     enable_input_require_grads,
@@ -510,48 +511,53 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         missing: list[str] = []
         state = self.state_dict(keep_vars=True)
         filled: set[int] = set()
-        for name, current in state.items():
-            if name in tied or id(current) in filled:
-                continue  # tied, or another path to a module already listed (one module shared by two owners)
-            filled.add(id(current))
-            key = key_map.get(name)
-            if key is None:
-                missing.append(name)
-                continue
-            tensor = source[key]
-            target = placement(name) if placement is not None else None
-            if target is not None and tensor.device != target:
-                tensor = tensor.to(target)
-            if tuple(tensor.shape) != tuple(current.shape):
-                if not ignore_mismatched_sizes:
-                    raise ShapeMismatchError(
-                        f"tensor '{key}' in {file_of(key)} has shape "
-                        f"{tuple(tensor.shape)}, but the model built from config.json expects {tuple(current.shape)} "
-                        "for it. The config does not match the weights; fix config.json, or pass "
-                        "ignore_mismatched_sizes=True to re-initialise this tensor."
-                    )
-                mismatched.append((name, tuple(tensor.shape), tuple(current.shape)))
-                missing.append(name)
-                continue
-            if current.is_floating_point() and not tensor.is_floating_point():
-                raise CheckpointError(
-                    f"tensor '{key}' in {file_of(key)} is stored as "
-                    f"{tensor.dtype}, but the model's '{name}' holds floating-point values; the checkpoint is "
-                    "corrupt or was converted wrongly. Re-save it with floating-point weights."
-                )
-            if tensor.is_floating_point() and current.is_floating_point():
-                tensor = tensor.to(dtype) if isinstance(current, nn.Parameter) else tensor.to(current.dtype)
-            elif not current.is_floating_point() and tensor.dtype != current.dtype:
-                # The reference casts to the model's integer dtype; a cast that changes a value is refused instead.
-                cast = tensor.to(current.dtype)
-                if not torch.equal(cast, tensor):  # compares values, promoting both dtypes
+        progress = ProgressLine("Loading weights", len(state))
+        try:
+            for name, current in state.items():
+                progress.update()
+                if name in tied or id(current) in filled:
+                    continue  # tied, or another path to a module already listed (one module shared by two owners)
+                filled.add(id(current))
+                key = key_map.get(name)
+                if key is None:
+                    missing.append(name)
+                    continue
+                tensor = source[key]
+                target = placement(name) if placement is not None else None
+                if target is not None and tensor.device != target:
+                    tensor = tensor.to(target)
+                if tuple(tensor.shape) != tuple(current.shape):
+                    if not ignore_mismatched_sizes:
+                        raise ShapeMismatchError(
+                            f"tensor '{key}' in {file_of(key)} has shape "
+                            f"{tuple(tensor.shape)}, but the model built from config.json expects {tuple(current.shape)} "
+                            "for it. The config does not match the weights; fix config.json, or pass "
+                            "ignore_mismatched_sizes=True to re-initialise this tensor."
+                        )
+                    mismatched.append((name, tuple(tensor.shape), tuple(current.shape)))
+                    missing.append(name)
+                    continue
+                if current.is_floating_point() and not tensor.is_floating_point():
                     raise CheckpointError(
-                        f"tensor '{key}' in {file_of(key)} is stored as {tensor.dtype} with values that "
-                        f"{current.dtype}, the dtype of the model's '{name}', cannot hold exactly; the checkpoint "
-                        f"is corrupt or was converted wrongly. Re-save it with {current.dtype} values."
+                        f"tensor '{key}' in {file_of(key)} is stored as "
+                        f"{tensor.dtype}, but the model's '{name}' holds floating-point values; the checkpoint is "
+                        "corrupt or was converted wrongly. Re-save it with floating-point weights."
                     )
-                tensor = cast
-            self._set_tensor(name, tensor)
+                if tensor.is_floating_point() and current.is_floating_point():
+                    tensor = tensor.to(dtype) if isinstance(current, nn.Parameter) else tensor.to(current.dtype)
+                elif not current.is_floating_point() and tensor.dtype != current.dtype:
+                    # The reference casts to the model's integer dtype; a cast that changes a value is refused instead.
+                    cast = tensor.to(current.dtype)
+                    if not torch.equal(cast, tensor):  # compares values, promoting both dtypes
+                        raise CheckpointError(
+                            f"tensor '{key}' in {file_of(key)} is stored as {tensor.dtype} with values that "
+                            f"{current.dtype}, the dtype of the model's '{name}', cannot hold exactly; the checkpoint "
+                            f"is corrupt or was converted wrongly. Re-save it with {current.dtype} values."
+                        )
+                    tensor = cast
+                self._set_tensor(name, tensor)
+        finally:  # the line ends even when a tensor is refused
+            progress.close()
 
         ignore_missing = [re.compile(p) for p in self._keys_to_ignore_on_load_missing]
         reported = [m for m in missing if not any(p.search(m) for p in ignore_missing)]
