@@ -1,7 +1,7 @@
 """CLIP and SigLIP against the reference on tiny random checkpoints: two-tower outputs within 1e-4 at several image
 sizes (interpolated positions included), hidden states and attentions, both losses, every tower class, checkpoints
-both ways; image processors within 1e-6; CLIP's tokenizer ids and text; processors' files both ways; the
-zero-shot-image-classification pipeline's labels and scores."""
+both ways; image processors within 1e-6; CLIP's and SigLIP's tokenizer ids and text; processors' files both ways;
+the zero-shot-image-classification pipeline's labels and scores."""
 
 from __future__ import annotations
 
@@ -339,7 +339,26 @@ def test_clip_tokenizer_ids_and_text_match(tmp_path: Path) -> None:
     assert back(TEXTS, padding=True)["input_ids"] == ids
 
 
-def _reference_processor(kind: str) -> Any:
+def _siglip_spm(folder: Path) -> Path:
+    """A tiny SentencePiece Unigram model with SigLIP's ids (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2)."""
+    import sentencepiece
+
+    if not (folder / "m.model").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        texts = ["a photo of a cat", "two dogs playing in the snow", "the quick brown fox jumps over the lazy dog",
+                 "hello world it is 42 degrees", "a car on the road at night"]  # fmt: skip
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts * 20), model_prefix=str(folder / "m"), model_type="unigram", vocab_size=90,
+            hard_vocab_limit=False, minloglevel=2, num_threads=1, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+        )  # fmt: skip
+    return folder / "m.model"
+
+
+def _reference_siglip_tokenizer(tmp_path: Path) -> Any:
+    return reference_module().SiglipTokenizer(vocab_file=str(_siglip_spm(tmp_path / "spm")))
+
+
+def _reference_processor(kind: str, tmp_path: Path) -> Any:
     transformers = reference_module()
     if kind == "clip":
         from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
@@ -349,61 +368,60 @@ def _reference_processor(kind: str) -> Any:
     from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
     image_processor = SiglipImageProcessorPil(size={"height": 24, "width": 24})
-    return transformers.SiglipProcessor(image_processor=image_processor, tokenizer=_reference_clip_tokenizer(64))
+    return transformers.SiglipProcessor(image_processor=image_processor, tokenizer=_reference_siglip_tokenizer(tmp_path))
+
+
+SIGLIP_TEXTS = ["A photo of a cat.", "Two  DOGS,playing!! in snow", "  naïve café ☕ x ", "it's 42°C — “quoted”",
+                "a</s>b", "</s> start", "ｆｕｌｌ！"]  # fmt: skip
+
+
+def test_siglip_tokenizer_ids_and_text_match(tmp_path: Path) -> None:
+    from microformers import AutoTokenizer
+
+    reference = _reference_siglip_tokenizer(tmp_path)
+    reference.save_pretrained(tmp_path / "theirs")
+    ours = AutoTokenizer.from_pretrained(str(tmp_path / "theirs"))
+    assert type(ours).__name__ == "SiglipTokenizer"
+    for text in SIGLIP_TEXTS:
+        assert ours(text)["input_ids"] == reference(text)["input_ids"], text
+    options = {"padding": "max_length", "max_length": 12, "truncation": True}
+    got, want = ours(SIGLIP_TEXTS, **options), reference(SIGLIP_TEXTS, **options)
+    assert got["input_ids"] == want["input_ids"] and got["attention_mask"] == want["attention_mask"]
+    ids = reference(SIGLIP_TEXTS)["input_ids"]
+    for skip in (False, True):
+        assert ours.batch_decode(ids, skip_special_tokens=skip) == reference.batch_decode(ids, skip_special_tokens=skip)
+    start, end = next(span for span in ours("  a cat", return_offsets_mapping=True)["offset_mapping"] if span[1] > 0)
+    assert "  a cat"[start:end] == "a"  # offsets point into the original text, leading spaces included
+    ours.save_pretrained(tmp_path / "ours")
+    back = reference_module().AutoTokenizer.from_pretrained(str(tmp_path / "ours"))
+    assert back(SIGLIP_TEXTS)["input_ids"] == ids
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "ours"))(SIGLIP_TEXTS)["input_ids"] == ids
 
 
 @pytest.mark.parametrize("kind", ["clip", "siglip"])
 def test_processors_match_and_files_load_both_ways(tmp_path: Path, kind: str) -> None:
-    import microformers_clip
     from microformers import AutoProcessor
 
-    reference = _reference_processor(kind)
-    if kind == "clip":
-        reference.save_pretrained(tmp_path / "theirs")
-        ours = AutoProcessor.from_pretrained(str(tmp_path / "theirs"))
-        assert type(ours).__name__ == "CLIPProcessor"
-    else:  # SigLIP's SentencePiece tokenizer is not implemented: the processor is built around a tokenizer object
-        ours = microformers_clip.SiglipProcessor(
-            image_processor=microformers_clip.SiglipImageProcessor(size={"height": 24, "width": 24}),
-            tokenizer=_our_tokenizer(tmp_path, 64),
-        )
+    reference = _reference_processor(kind, tmp_path)
+    reference.save_pretrained(tmp_path / "theirs")
+    ours = AutoProcessor.from_pretrained(str(tmp_path / "theirs"))
+    assert type(ours).__name__ == type(reference).__name__
     images = _images()[:2]
+    texts = TEXTS[:2] if kind == "clip" else SIGLIP_TEXTS[:2]
     options = {"padding": "max_length", "max_length": 14, "truncation": True}
-    got = ours(images=images, text=TEXTS[:2], return_tensors="pt", **options)
-    want = reference(images=images, text=TEXTS[:2], return_tensors="pt", **options)
+    got = ours(images=images, text=texts, return_tensors="pt", **options)
+    want = reference(images=images, text=texts, return_tensors="pt", **options)
     assert sorted(got.keys()) == sorted(want.keys())
     assert torch.equal(got["input_ids"], want["input_ids"])
     assert_close(got["pixel_values"], want["pixel_values"], atol=1e-6, what="pixel_values")
     ours.save_pretrained(tmp_path / "ours")
     back = reference_module().AutoProcessor.from_pretrained(str(tmp_path / "ours"))
     assert type(back).__name__ == type(reference).__name__
-    again = back(images=images, text=TEXTS[:2], return_tensors="pt", **options)
+    again = back(images=images, text=texts, return_tensors="pt", **options)
     assert torch.equal(again["input_ids"], want["input_ids"])
     assert_close(again["pixel_values"], want["pixel_values"], atol=1e-6, what="pixel_values from our files")
     with pytest.raises(Exception, match="neither"):
-        ours(text=TEXTS[:1], not_an_option=True)
-
-
-def _our_tokenizer(tmp_path: Path, model_max_length: int = 16) -> Any:
-    from microformers import AutoTokenizer
-
-    folder = tmp_path / f"tokenizer-{model_max_length}"
-    _reference_clip_tokenizer(model_max_length).save_pretrained(folder)
-    return AutoTokenizer.from_pretrained(str(folder))
-
-
-def test_siglip_tokenizer_is_refused_clearly(siglip: tuple[Path, Any, Any], tmp_path: Path) -> None:
-    import json
-
-    from microformers import AutoTokenizer
-    from microformers.errors import ConfigError
-
-    folder = tmp_path / "siglip-tokenizer"
-    folder.mkdir()
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "SiglipTokenizer"}))
-    (folder / "spiece.model").write_bytes(b"not read")
-    with pytest.raises(ConfigError, match="SiglipTokenizer .* not implemented"):
-        AutoTokenizer.from_pretrained(str(folder))
+        ours(text=texts[:1], not_an_option=True)
 
 
 # -- zero-shot-image-classification ------------------------------------------------------------------------
@@ -422,18 +440,17 @@ def test_zero_shot_pipeline_matches_reference(kind: str, tmp_path: Path) -> None
         _, reference_model = make_reference_checkpoint(
             "SiglipConfig", "SiglipModel", tmp_path, text_config=text, vision_config=VISION
         )
-    reference = _reference_processor(kind)
+    reference = _reference_processor(kind, tmp_path)
     model_folder = tmp_path / "model"
     reference_model.save_pretrained(model_folder)
-    reference.image_processor.save_pretrained(model_folder)
+    reference.save_pretrained(model_folder)
     theirs = reference_module().pipeline(
         "zero-shot-image-classification",
         model=reference_model,
         tokenizer=reference.tokenizer,
         image_processor=reference.image_processor,
     )
-    tokenizer = _our_tokenizer(tmp_path, 16 if kind == "clip" else 64)
-    ours = pipeline("zero-shot-image-classification", model=str(model_folder), tokenizer=tokenizer)
+    ours = pipeline("zero-shot-image-classification", model=str(model_folder))  # processor files from the folder
     image = _images()[0]
     path = tmp_path / "image.png"
     image.save(path)

@@ -1,5 +1,4 @@
-"""microformers-clip: CLIP and SigLIP (models, image processors, CLIP's tokenizer, processors, the
-zero-shot-image-classification pipeline). Importing the package is cheap; classes load torch on access."""
+"""microformers-clip: CLIP and SigLIP (models, image processors, tokenizers, processors). Importing the package is cheap; classes load torch on access."""
 
 from __future__ import annotations
 
@@ -42,6 +41,7 @@ _LAZY: dict[str, str] = {
     "SiglipImageProcessor": "image_processing_siglip",
     "CLIPTokenizer": "tokenization_clip",
     "CLIPTokenizerFast": "tokenization_clip",
+    "SiglipTokenizer": "tokenization_siglip",
     "CLIPProcessor": "processing_clip",
     "SiglipProcessor": "processing_clip",
     "AutoModelForZeroShotImageClassification": "auto",

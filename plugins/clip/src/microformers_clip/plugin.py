@@ -1,5 +1,5 @@
-"""Entry point ``clip``: the CLIP and SigLIP configs and heads, their image processors, processors and CLIP's
-tokenizer.
+"""Entry point ``clip``: the CLIP and SigLIP configs and heads, their image processors, processors and
+tokenizers.
 
 Everything is registered as ``"module:Name"`` strings, so discovery imports neither torch nor the models.
 """
@@ -87,6 +87,7 @@ EXPORTS: dict[str, str] = {
     "SiglipImageProcessor": f"{_P}.image_processing_siglip:SiglipImageProcessor",
     "CLIPTokenizer": f"{_P}.tokenization_clip:CLIPTokenizer",
     "CLIPTokenizerFast": f"{_P}.tokenization_clip:CLIPTokenizerFast",
+    "SiglipTokenizer": f"{_P}.tokenization_siglip:SiglipTokenizer",
     "CLIPProcessor": f"{_P}.processing_clip:CLIPProcessor",
     "SiglipProcessor": f"{_P}.processing_clip:SiglipProcessor",
     "AutoModelForZeroShotImageClassification": f"{_P}.auto:AutoModelForZeroShotImageClassification",
@@ -115,8 +116,8 @@ def register_tokenizers(register: Any) -> None:
     )
     register(
         "siglip",
-        f"{_P}.processing_clip:SiglipTokenizerUnavailable",
-        tokenizer_classes=("SiglipTokenizer", "SiglipTokenizerFast"),
+        f"{_P}.tokenization_siglip:SiglipTokenizer",
+        tokenizer_classes=("SiglipTokenizer",),
         priority=-10,
     )
 

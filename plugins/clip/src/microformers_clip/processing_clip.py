@@ -4,11 +4,8 @@
 tokenizer returns one) and ``pixel_values``; keyword arguments go to whichever of the two takes them, and one that
 neither takes is an error. Files: ``processor_config.json`` with the image settings nested under
 ``image_processor`` (as the reference writes it) plus the tokenizer's files; folders that instead hold
-``preprocessor_config.json`` load too.
-
-SigLIP's own tokenizer (``SiglipTokenizer``, SentencePiece with SigLIP's text canonicalisation) is not implemented:
-loading a folder that names it is an error that says so. A ``SiglipProcessor`` can still be built from a SigLIP
-image processor and any tokenizer object (``SiglipProcessor(image_processor=..., tokenizer=...)``).
+``preprocessor_config.json`` load too. The tokenizer is whatever ``AutoTokenizer`` loads for the folder
+(``CLIPTokenizerFast``, ``SiglipTokenizer``).
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from microformers_sdk.processing import PROCESSOR_NAME, BatchFeature
 from .image_processing_clip import CLIPImageProcessor
 from .image_processing_siglip import SiglipImageProcessor
 
-__all__ = ["CLIPProcessor", "SiglipProcessor", "SiglipTokenizerUnavailable"]
+__all__ = ["CLIPProcessor", "SiglipProcessor"]
 
 
 def _parameters(function: Any) -> set[str]:
@@ -152,35 +149,9 @@ class CLIPProcessor:
 
 
 class SiglipProcessor(CLIPProcessor):
-    """SigLIP's image processor and a tokenizer as one object (see the module note on ``SiglipTokenizer``).
+    """SigLIP's image processor and tokenizer (``SiglipImageProcessor`` + ``SiglipTokenizer``) as one object.
 
     SigLIP was trained on texts padded to 64 tokens: pass ``padding="max_length"`` as the reference's model card does.
     """
 
     image_processor_class: ClassVar[type] = SiglipImageProcessor
-
-
-class SiglipTokenizerUnavailable:
-    """The tokenizer backend registered for ``tokenizer_class: SiglipTokenizer``: it refuses with a clear error
-    instead of letting another SentencePiece backend load the folder with different ids."""
-
-    @staticmethod
-    def can_load(path: str | os.PathLike[str]) -> bool:
-        return False
-
-    @staticmethod
-    def _refuse(where: Any) -> ConfigError:
-        return ConfigError(
-            f"{where}: tokenizer_class SiglipTokenizer (SentencePiece with SigLIP's text canonicalisation) is not "
-            "implemented in microformers yet. Use SigLIP's image side (SiglipImageProcessor, "
-            "SiglipVisionModel, get_image_features) and tokenize texts elsewhere, or build "
-            "SiglipProcessor(image_processor=..., tokenizer=...) with a tokenizer object that gives SigLIP's ids."
-        )
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], *inputs: Any, **kwargs: Any) -> Any:
-        raise cls._refuse(path)
-
-    @classmethod
-    def from_files(cls, files: Any, *inputs: Any, **kwargs: Any) -> Any:
-        raise cls._refuse("<in-memory files>")
