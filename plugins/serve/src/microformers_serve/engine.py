@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import ctypes
 import os
 import threading
 import time
@@ -150,6 +151,7 @@ class RaggedCache(Cache):
         self._rows: list[_RowBuffers] = []
         self._active: list[_RowBuffers] = []
         self._fresh: tuple[torch.Tensor, torch.Tensor, int] | None = None
+        self._prefilling: _RowBuffers | None = None
         self.stacked = False
         self.updates = 0
         self.hits = 0
@@ -166,6 +168,8 @@ class RaggedCache(Cache):
         return [row.length for row in self._rows]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
+        if self._prefilling is not None:
+            return 0
         return max((row.length for row in self._active or self._rows), default=0)
 
     def nbytes(self) -> int:
@@ -189,6 +193,33 @@ class RaggedCache(Cache):
         self._rows.append(row)
         return len(self._rows) - 1
 
+    def begin_prefill(self, limit: int) -> None:
+        """The next forward prefills one new sequence: each layer's states go straight into buffers of that
+        row's own (no second copy of the prompt's cache), sized for at most ``limit`` positions."""
+        self._prefilling = _RowBuffers(0, limit)
+
+    def end_prefill(self, keep: bool) -> int | None:
+        """Add the prefilled row (``keep``; returns its index) or drop it (the forward failed)."""
+        row, self._prefilling = self._prefilling, None
+        if not keep or row is None or not row.keys:
+            return None
+        self._rows.append(row)
+        return len(self._rows) - 1
+
+    def _prefill(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        row = self._prefilling
+        assert row is not None
+        if key.shape[0] != 1 or layer_idx != len(row.keys):
+            raise RuntimeError("a serving prefill writes each layer once, for one sequence")
+        length = key.shape[2]
+        row.length, row.limit = length, max(row.limit, length + 1)
+        capacity = min(length + ROW_GROWTH, row.limit)
+        for source, store in ((key, row.keys), (value, row.values)):
+            buffer = source.new_empty(1, source.shape[1], capacity, source.shape[3])
+            buffer[:, :, :length].copy_(source)
+            store.append(buffer)
+        return key, value
+
     def remove_row(self, row: int) -> None:
         """Drop ``row`` and its buffers; the rows after it move up one index."""
         del self._rows[row]
@@ -209,6 +240,8 @@ class RaggedCache(Cache):
     def update(
         self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._prefilling is not None:
+            return self._prefill(key, value, layer_idx)
         rows = self._active
         if key.shape[2] != 1 or key.shape[0] != len(rows):
             raise RuntimeError("RaggedCache takes one new token per running row per step")
@@ -525,6 +558,8 @@ class Engine:
                 self._retire_cancelled()
                 if self._running:
                     self._step()
+                    if not self._running:
+                        _return_freed_memory()
 
     def _guarded(self, request: GenerationRequest, fn: Callable[[GenerationRequest], None]) -> None:
         try:
@@ -544,22 +579,26 @@ class Engine:
         if request.seed is not None:
             request.generator = torch.Generator().manual_seed(request.seed)
         ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=self.device)
-        prefilled = DynamicCache()
         positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)
         _STEP.lengths = None
         self._stepping = [request]
+        self._cache.begin_prefill(request.reserved or self.cache_tokens(ids.shape[1], request.max_new_tokens))
+        added = None
         try:
             outputs = self.model(
-                input_ids=ids, position_ids=positions, past_key_values=prefilled, use_cache=True,
+                input_ids=ids, position_ids=positions, past_key_values=self._cache, use_cache=True,
                 logits_to_keep=1, return_dict=True,
             )  # fmt: skip
+            added = self._cache.end_prefill(keep=True)
         finally:
             self._stepping = []
+            if added is None:
+                self._cache.end_prefill(keep=False)
+        if added is None:
+            raise RuntimeError("the model wrote nothing into the serving cache during the prefill")
         logits = outputs.logits[:, -1, :].to(dtype=torch.float32)
         del outputs
         request.length = ids.shape[1]
-        self._cache.add_row(prefilled, request.reserved or self.cache_tokens(request.length, request.max_new_tokens))
-        del prefilled
         self._running.append(request)
         token = self._choose(request, logits[0])
         self._accept(request, token)
@@ -721,6 +760,22 @@ class Engine:
 def _unusable_rows(logits: torch.Tensor) -> torch.Tensor:
     """Rows of ``(rows, vocab)`` scores nothing can be chosen from: a NaN, a +inf, or all -inf."""
     return torch.isnan(logits).any(dim=-1) | torch.isposinf(logits).any(dim=-1) | torch.isneginf(logits).all(dim=-1)
+
+
+def _return_freed_memory() -> None:
+    """Hand the heap pages freed by finished rows back to the system: glibc's allocator keeps them otherwise,
+    so an idle server would go on holding its busiest moment's cache. A no-op without glibc."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM: Any = None
 
 
 def _close_at_exit(engine_ref: weakref.ref[Engine]) -> None:
