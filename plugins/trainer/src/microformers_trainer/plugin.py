@@ -38,7 +38,6 @@ EXPORTS: dict[str, str] = {
     **{
         n: "trainer_utils"
         for n in (
-            "set_seed",
             "enable_full_determinism",
             "BestRun",
             "default_compute_objective",

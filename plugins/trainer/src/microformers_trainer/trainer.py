@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
-from microformers import ConfigError, InputError, MicroformersError, PluginError, registry
+from microformers import ConfigError, InputError, MicroformersError, PluginError, registry, set_seed
 from microformers.hub import staged_folder
 
 from . import checkpointing as ckpt
@@ -45,7 +45,6 @@ from .trainer_utils import (
     default_hp_space_optuna,
     enable_full_determinism,
     neftune_post_forward_hook,
-    set_seed,
 )
 from .training_args import TrainingArguments
 

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 from torch import nn
 
-from microformers import ConfigError
-
-
-def set_seed(seed: int, deterministic: bool = False) -> None:
-    """Seed python, numpy and torch (every CUDA device too); ``deterministic=True`` also makes torch use
-    deterministic algorithms only (``torch.use_deterministic_algorithms(True)``: an op without one raises)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    torch.cuda.manual_seed_all(seed)  # does nothing without CUDA
-    if deterministic:
-        torch.use_deterministic_algorithms(True)
+from microformers import ConfigError, set_seed
 
 
 def enable_full_determinism(seed: int, warn_only: bool = False) -> None:
