@@ -15,7 +15,6 @@ import torch
 from trainer_helpers import lm_rows, tiny_gpt2
 
 import microformers
-import microformers_trainer
 from microformers import ConfigError, Trainer
 from microformers_trainer.debug_utils import UnderflowOverflowError
 
@@ -41,8 +40,7 @@ def test_set_seed_repeats_every_generator_and_deterministic_mode(restore_determi
     transformers.set_seed(123)
     assert _draws() == first  # the same generators seeded the same way as the reference
     assert not torch.are_deterministic_algorithms_enabled()
-    # the plugin's set_seed (``from microformers import set_seed`` is the kernel's, which has no ``deterministic``)
-    microformers_trainer.set_seed(123, deterministic=True)
+    microformers.set_seed(123, deterministic=True)
     assert _draws() == first
     assert torch.are_deterministic_algorithms_enabled()
 
