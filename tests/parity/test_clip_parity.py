@@ -372,7 +372,7 @@ def _reference_processor(kind: str, tmp_path: Path) -> Any:
 
 
 SIGLIP_TEXTS = ["A photo of a cat.", "Two  DOGS,playing!! in snow", "  naïve café ☕ x ", "it's 42°C — “quoted”",
-                "a</s>b", "</s> start", "ｆｕｌｌ！"]  # fmt: skip
+                "a</s>b", "</s> start", "ｆｕｌｌ！", "a cat </s>", "</s>", "a cat</s></s>"]  # fmt: skip
 
 
 def test_siglip_tokenizer_ids_and_text_match(tmp_path: Path) -> None:
@@ -387,6 +387,8 @@ def test_siglip_tokenizer_ids_and_text_match(tmp_path: Path) -> None:
     options = {"padding": "max_length", "max_length": 12, "truncation": True}
     got, want = ours(SIGLIP_TEXTS, **options), reference(SIGLIP_TEXTS, **options)
     assert got["input_ids"] == want["input_ids"] and got["attention_mask"] == want["attention_mask"]
+    pairs = (["a dog", "  the cat"], ["b</s>", "snow"])
+    assert ours(*pairs)["input_ids"] == reference(*pairs)["input_ids"]
     ids = reference(SIGLIP_TEXTS)["input_ids"]
     for skip in (False, True):
         assert ours.batch_decode(ids, skip_special_tokens=skip) == reference.batch_decode(ids, skip_special_tokens=skip)

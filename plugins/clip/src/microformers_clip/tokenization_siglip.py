@@ -88,6 +88,9 @@ class SiglipTokenizer(T5Tokenizer):
     def _encode(self, text: Any, text_pair: Any, *args: Any, **kwargs: Any) -> Any:
         text, shifts = _without_leading_space(text)
         text_pair, pair_shifts = _without_leading_space(text_pair)
+        if kwargs.get("add_special_tokens", True):
+            # The reference adds </s> only to a text that does not already end with it.
+            text, text_pair = self._without_final_eos(text), self._without_final_eos(text_pair)
         wants_offsets = bool(kwargs.get("return_offsets_mapping"))
         if wants_offsets and any(pair_shifts):
             raise InputError(
@@ -109,6 +112,19 @@ class SiglipTokenizer(T5Tokenizer):
                 "whitespace is not supported; strip the texts first"
             )
         return encoding
+
+    def _without_final_eos(self, texts: Any) -> Any:
+        eos = str(self.eos_token)
+
+        def cut(text: str) -> str:
+            trimmed = text.rstrip()
+            return trimmed[: -len(eos)] if trimmed.endswith(eos) else text
+
+        if isinstance(texts, str):
+            return cut(texts)
+        if isinstance(texts, (list, tuple)) and all(isinstance(t, str) for t in texts):
+            return [cut(t) for t in texts]
+        return texts
 
     def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs: Any) -> list[str]:
         return super().tokenize(
