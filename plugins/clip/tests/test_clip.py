@@ -150,6 +150,10 @@ def test_logits_are_scaled_cosine_similarities() -> None:
     torch.testing.assert_close(out.text_embeds.norm(dim=-1), torch.ones(2))
     expected = out.text_embeds @ out.image_embeds.t() * model.logit_scale.exp()
     torch.testing.assert_close(out.logits_per_text, expected)
+    with torch.no_grad():
+        plain = model(input_ids=_ids(2), pixel_values=_pixels(3), return_dict=False)
+    assert isinstance(plain, tuple) and isinstance(plain[-1], tuple)  # the towers' outputs are tuples too
+    torch.testing.assert_close(plain[0], out.logits_per_image)
 
 
 def test_bad_inputs_are_clear_errors() -> None:

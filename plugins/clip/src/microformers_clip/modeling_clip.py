@@ -74,6 +74,10 @@ class CLIPOutput(ModelOutput):
     text_model_output: Any
     vision_model_output: Any
 
+    def to_tuple(self) -> tuple[Any, ...]:
+        """The towers' outputs become tuples too, as the reference returns them with ``return_dict=False``."""
+        return tuple(v.to_tuple() if isinstance(v, ModelOutput) else v for v in self.values())
+
 
 class CLIPTextModelOutput(ModelOutput):
     text_embeds: Any
