@@ -156,3 +156,27 @@ def test_the_stop_string_hold_back_equals_the_plain_definition() -> None:
             continue
         plain = next((n for n in range(min(len(stop) - 1, len(text)), 0, -1) if text.endswith(stop[:n])), 0)
         assert _partial_stop(text, stop, _prefix_table(stop)) == plain, (text, stop)
+
+
+def test_a_model_that_attends_by_itself_gets_padded_states_and_still_equals_generate(engine_model: Any) -> None:
+    # GPT-2 with reorder_and_upcast_attn computes attention itself instead of through the attention function:
+    # the engine notices (its per-row states never reached ragged attention) and hands it zero-padded rows
+    tokenizer = engine_model[0]
+    torch.manual_seed(0)
+    config = microformers.AutoConfig.for_model(
+        "gpt2", vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=256,
+        reorder_and_upcast_attn=True, eos_token_id=2, bos_token_id=1,
+    )  # fmt: skip
+    model = microformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.2)
+    reference_model = microformers.AutoModelForCausalLM.from_config(config).eval()
+    reference_model.load_state_dict(model.state_dict())
+    engine = Engine(model, tokenizer, max_batch_size=4)
+    jobs = [request([5, 6, 7], 20), request([8, 9], 15), request([10, 11, 12, 13], 25)]
+    run_all(engine, jobs)
+    assert engine._cache.stacked
+    for job, collector in jobs:
+        assert_like_alone((tokenizer, reference_model), job, collector)
+    engine.drain()
