@@ -265,7 +265,7 @@ def test_chunk_size_must_be_a_non_negative_integer() -> None:
 
 
 def test_apply_chunking_to_forward_and_prune_linear_layer_match_reference() -> None:
-    from microformers_bert import apply_chunking_to_forward, prune_linear_layer
+    from microformers_sdk.pytorch_utils import apply_chunking_to_forward, prune_linear_layer
 
     reference = reference_module().pytorch_utils
     generator = torch.Generator().manual_seed(0)

@@ -11,6 +11,8 @@ The encoder families write their attention, layers, base model and heads out in 
 - ``mirror_output_bias``: the masked-LM output bias under both of its checkpoint names.
 - ``classifier_dropout``, ``require_two_labels``, ``question_answering_output``: the task heads' settings
   and extractive-QA output.
+- ``flatten_choices``, ``multiple_choice_output``: a multiple-choice head's ``(batch, num_choices, length)`` inputs
+  as one row per choice, and its scores back as ``(batch, num_choices)`` logits with the loss.
 
 Errors are raised as the caller's ``InputError`` subclass (``error``) where one is given.
 """
@@ -23,14 +25,16 @@ import torch
 
 from microformers.errors import ConfigError, InputError
 
-from .losses import span_loss
-from .outputs import QuestionAnsweringModelOutput
+from .losses import span_loss, token_cross_entropy
+from .outputs import MultipleChoiceModelOutput, QuestionAnsweringModelOutput
 
 __all__ = [
     "check_one_input",
     "classifier_dropout",
+    "flatten_choices",
     "layer_head_masks",
     "mirror_output_bias",
+    "multiple_choice_output",
     "prune_model_heads",
     "question_answering_output",
     "require_two_labels",
@@ -116,3 +120,32 @@ def require_two_labels(config: Any, head: str) -> None:
             f"{head} needs num_labels=2 (start and end logits) but the config has num_labels={config.num_labels}; "
             "drop num_labels/id2label from config.json or set num_labels=2"
         )
+
+
+def flatten_choices(tensor: torch.Tensor | None, name: str, error: type[InputError] = InputError) -> torch.Tensor | None:
+    """``(batch, num_choices, length[, hidden])`` -> ``(batch * num_choices, length[, hidden])``: every choice is a row."""
+    if tensor is None:
+        return None
+    if name == "position_ids" and tensor.dim() == 2:  # one row of positions for every choice (broadcast)
+        return tensor
+    want = 4 if name == "inputs_embeds" else 3
+    if tensor.dim() != want:
+        shape = "(batch, num_choices, length, hidden_size)" if want == 4 else "(batch, num_choices, length)"
+        raise error(
+            f"{name} has shape {tuple(tensor.shape)} but a multiple-choice head takes {shape}: one row of "
+            "tokens per choice (tokenize each (context, choice) pair and stack them per example)"
+        )
+    return tensor.reshape(-1, *tensor.shape[2:])
+
+
+def multiple_choice_output(
+    scores: torch.Tensor, num_choices: int, labels: torch.Tensor | None, encoded: Any
+) -> MultipleChoiceModelOutput:
+    """One score per flattened row -> ``(batch, num_choices)`` logits; the loss is cross-entropy over the choices."""
+    logits = scores.view(-1, num_choices)
+    return MultipleChoiceModelOutput(
+        loss=token_cross_entropy(logits, labels) if labels is not None else None,
+        logits=logits,
+        hidden_states=encoded.hidden_states,
+        attentions=encoded.attentions,
+    )

@@ -186,3 +186,12 @@ class Seq2SeqQuestionAnsweringModelOutput(ModelOutput):
     encoder_last_hidden_state: Any
     encoder_hidden_states: Any
     encoder_attentions: Any
+
+
+class MultipleChoiceModelOutput(ModelOutput):
+    """``logits`` ``(batch, num_choices)``: one score per choice; ``loss`` the cross-entropy over the choices."""
+
+    loss: Any
+    logits: Any
+    hidden_states: Any
+    attentions: Any

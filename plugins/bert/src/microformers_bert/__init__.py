@@ -23,16 +23,11 @@ _LAZY: dict[str, str] = {
     "BertForQuestionAnswering": "modeling_bert",
     "BertForMultipleChoice": "modeling_bert",
     "BertLMHeadModel": "modeling_bert",
-    "MultipleChoiceModelOutput": "model_utils",
-    "apply_chunking_to_forward": "model_utils",
-    "prune_linear_layer": "model_utils",
     "BertInputError": "modeling_bert",
     # building blocks other plugins derive from (microformers-roberta)
     "BertEmbeddings": "modeling_bert",
     "BertEncoder": "modeling_bert",
     "BertPooler": "modeling_bert",
-    "flatten_choices": "modeling_bert",
-    "multiple_choice_output": "modeling_bert",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -38,8 +38,10 @@ from microformers_sdk.decoder_heads import keep_logits_positions
 from microformers_sdk.encoder import (
     check_one_input,
     classifier_dropout,
+    flatten_choices,
     layer_head_masks,
     mirror_output_bias,
+    multiple_choice_output,
     prune_model_heads,
     question_answering_output,
     require_two_labels,
@@ -51,15 +53,16 @@ from microformers_sdk.outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
     MaskedLMOutput,
+    MultipleChoiceModelOutput,
     NextSentencePredictorOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from microformers_sdk.pytorch_utils import apply_chunking_to_forward, prune_linear_layer
 from microformers_sdk.weights import KeyRenamer
 
 from .configuration_bert import BertConfig
-from .model_utils import MultipleChoiceModelOutput, apply_chunking_to_forward, prune_linear_layer
 
 __all__ = [
     "BertConfig",
@@ -75,11 +78,6 @@ __all__ = [
     "BertLMHeadModel",
     "BertModel",
     "BertPreTrainedModel",
-    "MultipleChoiceModelOutput",
-    "apply_chunking_to_forward",
-    "flatten_choices",
-    "multiple_choice_output",
-    "prune_linear_layer",
 ]
 
 logger = logging.get_logger(__name__)
@@ -830,35 +828,6 @@ class BertForSequenceClassification(BertPreTrainedModel):
             attentions=encoded.attentions,
         )
         return self._returned(output, return_dict)
-
-
-def flatten_choices(tensor: torch.Tensor | None, name: str, error: type[InputError] = InputError) -> torch.Tensor | None:
-    """``(batch, num_choices, length[, hidden])`` -> ``(batch * num_choices, length[, hidden])``: every choice is a row."""
-    if tensor is None:
-        return None
-    if name == "position_ids" and tensor.dim() == 2:  # one row of positions for every choice (broadcast)
-        return tensor
-    want = 4 if name == "inputs_embeds" else 3
-    if tensor.dim() != want:
-        shape = "(batch, num_choices, length, hidden_size)" if want == 4 else "(batch, num_choices, length)"
-        raise error(
-            f"{name} has shape {tuple(tensor.shape)} but a multiple-choice head takes {shape}: one row of "
-            "tokens per choice (tokenize each (context, choice) pair and stack them per example)"
-        )
-    return tensor.reshape(-1, *tensor.shape[2:])
-
-
-def multiple_choice_output(
-    scores: torch.Tensor, num_choices: int, labels: torch.Tensor | None, encoded: Any
-) -> MultipleChoiceModelOutput:
-    """One score per flattened row -> ``(batch, num_choices)`` logits; the loss is cross-entropy over the choices."""
-    logits = scores.view(-1, num_choices)
-    return MultipleChoiceModelOutput(
-        loss=token_cross_entropy(logits, labels) if labels is not None else None,
-        logits=logits,
-        hidden_states=encoded.hidden_states,
-        attentions=encoded.attentions,
-    )
 
 
 class BertForMultipleChoice(BertPreTrainedModel):

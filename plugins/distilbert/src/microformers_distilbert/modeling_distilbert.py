@@ -35,17 +35,25 @@ from microformers import PreTrainedModel
 from microformers.errors import InputError
 from microformers.outputs import ModelOutput
 from microformers_sdk.attention import AttentionFunction, eager_attention, get_attention_function
-from microformers_sdk.encoder import check_one_input, question_answering_output, require_two_labels
+from microformers_sdk.encoder import (
+    check_one_input,
+    flatten_choices,
+    multiple_choice_output,
+    question_answering_output,
+    require_two_labels,
+)
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import sequence_classification_loss, token_cross_entropy
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import (
     BaseModelOutput,
     MaskedLMOutput,
+    MultipleChoiceModelOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from microformers_sdk.pytorch_utils import apply_chunking_to_forward
 
 from .configuration_distilbert import DistilBertConfig
 
@@ -58,19 +66,9 @@ __all__ = [
     "DistilBertForTokenClassification",
     "DistilBertModel",
     "DistilBertPreTrainedModel",
-    "MultipleChoiceModelOutput",
 ]
 
 LAYER_NORM_EPS = 1e-12  # fixed in DistilBERT, not a config setting
-
-class MultipleChoiceModelOutput(ModelOutput):
-    """``logits`` ``(batch, num_choices)``: one score per choice; ``loss`` the cross-entropy over the choices."""
-
-    loss: Any
-    logits: Any
-    hidden_states: Any
-    attentions: Any
-
 
 # What a block returns: its hidden states and, with ``output_attentions``, its attention probabilities.
 LayerOutput = tuple[torch.Tensor, torch.Tensor | None]
@@ -180,10 +178,7 @@ class DistilBertFFN(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        size = self.chunk_size_feed_forward
-        if 0 < size < hidden_states.shape[1]:  # positions are independent here: same result, one chunk alive
-            return torch.cat([self.chunk(part) for part in hidden_states.split(size, dim=1)], dim=1)
-        return self.chunk(hidden_states)
+        return apply_chunking_to_forward(self.chunk, self.chunk_size_feed_forward, 1, hidden_states)
 
     def chunk(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.lin2(self.activation(self.lin1(hidden_states))))
@@ -517,32 +512,12 @@ class DistilBertForMultipleChoice(DistilBertPreTrainedModel):
         check_one_input(self, input_ids, inputs_embeds)
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
         encoded = self.distilbert(
-            _flatten_choices(input_ids, "input_ids"),
-            _flatten_choices(attention_mask, "attention_mask"),
-            _flatten_choices(position_ids, "position_ids"),
-            _flatten_choices(inputs_embeds, "inputs_embeds"),
+            flatten_choices(input_ids, "input_ids"),
+            flatten_choices(attention_mask, "attention_mask"),
+            flatten_choices(position_ids, "position_ids"),
+            flatten_choices(inputs_embeds, "inputs_embeds"),
             output_attentions, output_hidden_states, return_dict=True, **kwargs,
         )  # fmt: skip
         pooled = torch.relu(self.pre_classifier(encoded.last_hidden_state[:, 0]))
-        logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)
-        output = MultipleChoiceModelOutput(
-            loss=token_cross_entropy(logits, labels) if labels is not None else None,
-            logits=logits,
-            hidden_states=encoded.hidden_states,
-            attentions=encoded.attentions,
-        )
-        return self._returned(output, return_dict)
-
-
-def _flatten_choices(tensor: torch.Tensor | None, name: str) -> torch.Tensor | None:
-    """``(batch, num_choices, length[, dim])`` -> ``(batch * num_choices, length[, dim])``: every choice is a row."""
-    if tensor is None or (name == "position_ids" and tensor.dim() == 2):  # 2-D positions: shared by every row
-        return tensor
-    want = 4 if name == "inputs_embeds" else 3
-    if tensor.dim() != want:
-        shape = "(batch, num_choices, length, dim)" if want == 4 else "(batch, num_choices, length)"
-        raise InputError(
-            f"{name} has shape {tuple(tensor.shape)} but a multiple-choice head takes {shape}: one row of "
-            "tokens per choice (tokenize each (context, choice) pair and stack them per example)"
-        )
-    return tensor.reshape(-1, *tensor.shape[2:])
+        scores = self.classifier(self.dropout(pooled))
+        return self._returned(multiple_choice_output(scores, num_choices, labels, encoded), return_dict)

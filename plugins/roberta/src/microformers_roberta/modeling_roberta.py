@@ -48,16 +48,15 @@ from microformers_bert import (
     BertModel,
     BertPooler,
     BertPreTrainedModel,
-    MultipleChoiceModelOutput,
-    flatten_choices,
-    multiple_choice_output,
 )
 from microformers_sdk.cache import Cache
 from microformers_sdk.decoder_heads import keep_logits_positions
 from microformers_sdk.encoder import (
     check_one_input,
     classifier_dropout,
+    flatten_choices,
     mirror_output_bias,
+    multiple_choice_output,
     prune_model_heads,
     require_two_labels,
 )
@@ -67,6 +66,7 @@ from microformers_sdk.outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
     MaskedLMOutput,
+    MultipleChoiceModelOutput,
     SequenceClassifierOutput,
 )
 

@@ -1,33 +1,17 @@
-"""Model-building helpers the reference keeps in ``modeling_outputs`` / ``pytorch_utils``, for any encoder plugin.
-
-``MultipleChoiceModelOutput`` (the multiple-choice heads' output), ``apply_chunking_to_forward`` (feed-forward
-chunking) and ``prune_linear_layer`` (what head pruning does to a projection). They live here until the SDK
-offers them (``microformers_sdk.outputs`` / a module-utilities module is their natural home); the names are
-re-exported by ``microformers_bert``.
-"""
+"""Module helpers the reference keeps in ``pytorch_utils``: ``apply_chunking_to_forward`` (feed-forward chunking)
+and ``prune_linear_layer`` (what head pruning does to a projection)."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
 
 from microformers.errors import InputError
-from microformers.outputs import ModelOutput
 
-__all__ = ["MultipleChoiceModelOutput", "apply_chunking_to_forward", "prune_linear_layer"]
-
-
-class MultipleChoiceModelOutput(ModelOutput):
-    """``logits`` ``(batch, num_choices)``: one score per choice; ``loss`` the cross-entropy over the choices."""
-
-    loss: Any
-    logits: Any
-    hidden_states: Any
-    attentions: Any
+__all__ = ["apply_chunking_to_forward", "prune_linear_layer"]
 
 
 def apply_chunking_to_forward(
