@@ -525,7 +525,7 @@ def reference_outputs(
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """The exporters print progress and warn about graph details; keep the user's terminal for our summary."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         previous = logging.getLogger("torch").level
         logging.getLogger("torch").setLevel(logging.ERROR)
@@ -601,11 +601,6 @@ def _torch_export(
     )
 
 
-# Model classes whose forward checks input values (data-dependent for torch.export): exported with draft_export
-# directly after the first failure, instead of failing again.
-_NEEDS_DRAFT: set[type] = set()
-
-
 def _dynamo_export(
     graph: TaskGraph,
     args: tuple[torch.Tensor, ...],
@@ -616,22 +611,26 @@ def _dynamo_export(
 ) -> tuple[Any, str]:
     """The dynamo exporter's ONNX program and its name for the report.
 
-    Where our models check input values (``bool(tensor.any())``: data-dependent for ``torch.export``),
-    ``torch.export.draft_export`` captures the graph instead, taking those checks as they went on the
-    sample inputs (as tracing would); the graph is then exported from that program ("dynamo-draft").
+    The graph is captured with ``torch.export.export(strict=False)`` as ``torch.onnx.export`` itself does
+    (size-oblivious reasoning about sizes). Where our models check input values (``bool(tensor.any())``:
+    data-dependent for ``torch.export``), ``torch.export.draft_export`` captures it instead, taking those
+    checks as they went on the sample inputs, as tracing would ("dynamo-draft").
     """
-    names = {"input_names": list(input_names), "output_names": list(output_names), "opset_version": opset}
-    model_class = type(graph.model)
-    if model_class not in _NEEDS_DRAFT:
+    capture = {"dynamic_shapes": dynamic_shapes, "strict": False}
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
         try:
-            program = torch.onnx.export(graph, args, dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False, **names)
-            return program, "dynamo"
+            exported = torch.export.export(graph, args, **capture)
+            used = "dynamo"
         except Exception as exc:
             if "data-dependent" not in str(exc):
                 raise
-        _NEEDS_DRAFT.add(model_class)
-    exported = torch.export.draft_export(graph, args, dynamic_shapes=dynamic_shapes, strict=False)
-    return torch.onnx.export(exported, args, dynamo=True, verbose=False, **names), "dynamo-draft"
+            exported = torch.export.draft_export(graph, args, **capture)
+            used = "dynamo-draft"
+    program = torch.onnx.export(
+        exported, args, input_names=list(input_names), output_names=list(output_names), opset_version=opset,
+        dynamo=True, verbose=False,
+    )  # fmt: skip
+    return program, used
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,247 @@
+"""ONNX export (microformers-onnx) on tiny random checkpoints: the graphs ONNX Runtime runs against the reference.
+
+Each task is exported once per module (exports take seconds) from a checkpoint the reference implementation
+made; the export itself checks ONNX Runtime against our PyTorch model (the reported difference is asserted
+here), and the tests compare the ONNX Runtime model classes with the reference on new inputs: encoder heads
+on a padded batch, causal LMs through ``generate``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import microformers
+from microformers import cli
+from parity.harness import (
+    assert_close,
+    assert_generation_matches,
+    make_reference_checkpoint,
+    padded_batch,
+    random_ids,
+)
+
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+
+from microformers_onnx import export_onnx
+from microformers_onnx.export import OnnxExportError
+
+BERT: dict[str, Any] = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "intermediate_size": 37,
+    "max_position_embeddings": 64,
+    "pad_token_id": 0,
+}
+DISTILBERT: dict[str, Any] = {
+    "vocab_size": 99,
+    "dim": 32,
+    "n_layers": 1,
+    "n_heads": 4,
+    "hidden_dim": 37,
+    "max_position_embeddings": 64,
+    "pad_token_id": 0,
+}
+LLAMA: dict[str, Any] = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,  # int8 quantization needs multiples of 32
+    "max_position_embeddings": 64,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+GPT2: dict[str, Any] = {
+    "vocab_size": 99,
+    "n_embd": 32,
+    "n_layer": 1,
+    "n_head": 4,
+    "n_positions": 64,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+# task -> (config, reference class, ORT class, outputs compared). DistilBERT exports with torch.export; BERT (whose
+# forward checks token_type_ids' values) with draft_export, through the CLI, with segment ids as an input.
+ENCODER_TASKS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "feature-extraction": ("DistilBertConfig", "DistilBertModel", "ORTModelForFeatureExtraction", ("last_hidden_state",)),
+    "text-classification": ("DistilBertConfig", "DistilBertForSequenceClassification", "ORTModelForSequenceClassification", ("logits",)),
+    "token-classification": ("DistilBertConfig", "DistilBertForTokenClassification", "ORTModelForTokenClassification", ("logits",)),
+    "fill-mask": ("DistilBertConfig", "DistilBertForMaskedLM", "ORTModelForMaskedLM", ("logits",)),
+    "question-answering": ("BertConfig", "BertForQuestionAnswering", "ORTModelForQuestionAnswering", ("start_logits", "end_logits")),
+}  # fmt: skip
+VOCAB_FILE = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"
+CLI_TASK = "question-answering"
+
+
+@pytest.fixture(scope="module")
+def encoder_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
+    """task -> (ONNX folder, reference model); question-answering goes through the CLI."""
+    built: dict[str, tuple[Path, Any]] = {}
+    for task, (config_name, class_name, _, _) in ENCODER_TASKS.items():
+        root = tmp_path_factory.mktemp(task)
+        sizes = BERT if config_name == "BertConfig" else DISTILBERT
+        folder, reference = make_reference_checkpoint(config_name, class_name, root, **sizes)
+        (folder / "vocab.txt").write_text(VOCAB_FILE)  # a tokenizer file, to be copied beside the graph
+        output = root / "onnx"
+        if task == CLI_TASK:
+            output.mkdir()
+            (output / "notes.txt").write_text("mine")
+            assert cli.main(["export", "onnx", str(folder), str(output), "--task", task]) == 0
+        else:
+            export_onnx(folder, output, task=task)
+        built[task] = (output, reference)
+    return built
+
+
+@pytest.mark.parametrize("task", list(ENCODER_TASKS))
+def test_encoder_graph_matches_reference_on_a_padded_batch(encoder_exports, task: str) -> None:
+    folder, reference = encoder_exports[task]
+    config_name, _, ort_class, outputs = ENCODER_TASKS[task]
+    info = json.loads((folder / "onnx_export.json").read_text())
+    assert info["max_difference"] <= 1e-4  # the export's own check: ONNX Runtime against our PyTorch model
+    assert tuple(info["output_names"]) == outputs
+    model = getattr(microformers, ort_class).from_pretrained(folder)
+    ids, mask = padded_batch(BERT["vocab_size"], [11, 6, 1], side="right", seed=3)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if config_name == "BertConfig":
+        assert tuple(info["input_names"]) == ("input_ids", "attention_mask", "token_type_ids")
+        inputs["token_type_ids"] = (torch.arange(ids.shape[1]) >= 4).long().expand_as(ids) * mask  # a 2nd segment
+    else:
+        assert tuple(info["input_names"]) == ("input_ids", "attention_mask")
+    got = model(**inputs)
+    with torch.no_grad():
+        want = reference(**inputs)
+    for name in outputs:
+        # per-token outputs are compared on real tokens (padding positions carry no meaning)
+        keep = None if task == "text-classification" else mask
+        assert_close(getattr(got, name), getattr(want, name), atol=1e-4, what=f"{task} {name}", mask=keep)
+
+
+def test_cli_export_keeps_other_files_and_writes_config_tokenizer_and_report(encoder_exports) -> None:
+    folder = encoder_exports[CLI_TASK][0]
+    names = {path.name for path in folder.iterdir()}
+    assert {"model.onnx", "config.json", "vocab.txt", "onnx_export.json", "notes.txt"} <= names
+    assert (folder / "notes.txt").read_text() == "mine"
+    info = json.loads((folder / "onnx_export.json").read_text())
+    assert info["task"] == CLI_TASK and info["exporter"] == "dynamo-draft"
+    assert info["max_difference"] <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def llama_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
+    root = tmp_path_factory.mktemp("llama")
+    folder, reference = make_reference_checkpoint("LlamaConfig", "LlamaForCausalLM", root, **LLAMA)
+    result = export_onnx(folder, root / "onnx")  # the task comes from config.architectures
+    return root / "onnx", reference, result
+
+
+def test_with_past_graph_has_the_ort_names_and_dynamic_axes(llama_export) -> None:
+    _, _, result = llama_export
+    layers = LLAMA["num_hidden_layers"]
+    assert result.task == "text-generation-with-past"
+    past = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    present = [f"present.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    assert result.input_names == ("input_ids", "attention_mask", "position_ids", *past)
+    assert result.output_names == ("logits", *present)
+    assert result.max_difference is not None and result.max_difference <= 1e-4
+
+
+@pytest.mark.parametrize("settings", [{"do_sample": False}, {"num_beams": 3, "do_sample": False}], ids=["greedy", "beam"])
+def test_ort_causal_lm_generates_as_the_reference(llama_export, settings: dict[str, Any]) -> None:
+    folder, reference, _ = llama_export
+    model = microformers.ORTModelForCausalLM.from_pretrained(folder)
+    ids, mask = padded_batch(LLAMA["vocab_size"], [6, 3], seed=2)
+    kwargs = {"attention_mask": mask, "max_new_tokens": 8, "output_scores": True, "return_dict_in_generate": True}
+    got = model.generate(ids, **settings, **kwargs)
+    with torch.no_grad():
+        want = reference.generate(ids, **settings, **kwargs)
+    assert_generation_matches(got, want, prompt_length=ids.shape[1], what=f"ORT {settings}")
+
+
+def test_text_generation_graph_without_past_generates_as_the_reference(tmp_path: Path) -> None:
+    folder, reference = make_reference_checkpoint("GPT2Config", "GPT2LMHeadModel", tmp_path, **GPT2)
+    result = export_onnx(folder, tmp_path / "onnx", task="text-generation")
+    assert result.input_names == ("input_ids", "attention_mask", "position_ids")
+    assert result.output_names == ("logits",)
+    assert result.max_difference is not None and result.max_difference <= 1e-4
+    model = microformers.ORTModelForCausalLM.from_pretrained(tmp_path / "onnx")
+    ids = random_ids(GPT2["vocab_size"], batch=2, length=5, seed=1, low=3)
+    got = model.generate(ids, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        want = reference.generate(ids, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    assert_generation_matches(got, want, prompt_length=ids.shape[1], what="ORT gpt2 without past")
+    with pytest.raises(microformers.GenerationError, match="text-generation-with-past"):
+        model(ids, use_cache=True)
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llama_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder, _ = make_reference_checkpoint("LlamaConfig", "LlamaForCausalLM", tmp_path_factory.mktemp("src"), **LLAMA)
+    return folder
+
+
+def test_task_the_model_has_no_head_for_is_refused_naming_the_task(llama_checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(OnnxExportError, match="question-answering.*Choose another --task"):
+        export_onnx(llama_checkpoint, tmp_path / "out", task="question-answering")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(OnnxExportError, match="unknown task 'summarize'"):
+        export_onnx(llama_checkpoint, tmp_path / "out", task="summarize")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"opset": 99}, "opset=99"),
+        ({"dtype": "int4"}, "dtype='int4'"),
+        ({"quantize": "int4"}, "quantize='int4'"),
+        ({"quantize": "int8", "dtype": "fp16"}, "quantizes a float32 graph"),
+        ({"exporter": "jit"}, "exporter='jit'"),
+    ],
+)
+def test_bad_options_are_refused_before_loading(llama_checkpoint: Path, tmp_path: Path, options, message) -> None:
+    with pytest.raises(OnnxExportError, match=message):
+        export_onnx(llama_checkpoint, tmp_path / "out", **options)
+
+
+def test_output_path_that_is_a_file_is_refused(llama_checkpoint: Path, tmp_path: Path) -> None:
+    target = tmp_path / "model.onnx"
+    target.write_text("not a folder")
+    with pytest.raises(OnnxExportError, match="it is a file, not a folder"):
+        export_onnx(llama_checkpoint, target)
+    assert target.read_text() == "not a folder"
+
+
+def test_quantized_model_is_refused_with_the_fix(llama_checkpoint: Path, tmp_path: Path) -> None:
+    pytest.importorskip("microformers_quant")
+    model = microformers.AutoModelForCausalLM.from_pretrained(
+        llama_checkpoint, quantization_config={"quant_method": "int8"}
+    )
+    with pytest.raises(OnnxExportError, match="quantized.*--quantize int8"):
+        export_onnx(model, tmp_path / "out")
+    with pytest.raises(OnnxExportError, match="export the float checkpoint instead"):
+        export_onnx(model, tmp_path / "out", quantize="int8")
+
+
+def test_cli_reports_an_error_in_one_line(llama_checkpoint: Path, tmp_path: Path, capsys) -> None:
+    code = cli.main(["export", "onnx", str(llama_checkpoint), str(tmp_path / "out"), "--task", "fill-mask"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "microformers export: error:" in err and "fill-mask" in err
+
+
+def test_ort_model_refuses_a_graph_of_another_task(encoder_exports) -> None:
+    folder = encoder_exports["fill-mask"][0]
+    with pytest.raises(OnnxExportError, match="exported for task 'fill-mask'"):
+        microformers.ORTModelForCausalLM.from_pretrained(folder)
