@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -133,6 +134,7 @@ def test_fused_experts_source_slices_stacked_tensors() -> None:
         (0, 0, False, "must be positive"),
         (-1, 2, False, "num_local_experts=-1 .* non-negative"),
         (True, 1, False, "num_local_experts=True"),
+        (100_000, 2, False, "num_local_experts=100000 .* more experts than any mixture-of-experts model has"),
     ],
 )
 def test_expert_counts_are_checked(experts: object, top_k: object, allow_zero: bool, message: str) -> None:
@@ -144,6 +146,23 @@ def test_expert_counts_are_checked(experts: object, top_k: object, allow_zero: b
 def test_expert_counts_accepted() -> None:
     check_expert_counts(SimpleNamespace(num_experts=4, num_experts_per_tok=4), "num_experts")
     check_expert_counts(SimpleNamespace(num_experts=0, num_experts_per_tok=0), "num_experts", allow_zero=True)
+    check_expert_counts(SimpleNamespace(num_experts=4096, num_experts_per_tok=8), "num_experts")  # the bound itself
+
+
+def test_a_config_file_with_a_hostile_expert_count_fails_before_building(tmp_path: Path) -> None:
+    import json
+
+    import microformers
+
+    config = microformers.AutoConfig.for_model(
+        "mixtral", vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, num_local_experts=2, num_experts_per_tok=1,
+    )  # fmt: skip
+    config.save_pretrained(tmp_path)
+    values = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**values, "num_local_experts": 100_000}))
+    with pytest.raises(ConfigError, match="num_local_experts=100000"):  # reading the config: no expert is built
+        microformers.AutoConfig.from_pretrained(tmp_path)
 
 
 # From test_moe_mutants.py: ``microformers_sdk.moe`` behaviour the mutation pass found unasserted

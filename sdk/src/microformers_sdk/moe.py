@@ -32,6 +32,9 @@ from microformers.errors import ConfigError
 
 from .layers import apply_linear
 
+#: The most experts a config may declare: building each one's layers takes time and memory before any weight is read.
+MAX_EXPERTS = 4096
+
 
 def check_expert_counts(
     config: Any, experts_field: str, top_k_field: str = "num_experts_per_tok", *, allow_zero: bool = False
@@ -46,6 +49,11 @@ def check_expert_counts(
     for field, value in ((experts_field, experts), (top_k_field, top_k)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{field}={value!r} in {name} must be a non-negative integer; fix config.json")
+    if experts > MAX_EXPERTS:  # checked before a module is built: each expert is its own set of layers
+        raise ConfigError(
+            f"{experts_field}={experts} in {name} is more experts than any mixture-of-experts model has (at most "
+            f"{MAX_EXPERTS} here; released ones route over a few hundred); the file is damaged. Fix config.json"
+        )
     if experts == 0 and allow_zero:
         return
     if experts == 0 or top_k == 0:
