@@ -580,8 +580,6 @@ def test_pipeline_bad_input_is_a_clear_error(whisper_folder: Path) -> None:
         asr(np.zeros(1600, np.float32), return_timestamps="char")
     with pytest.raises(GenerationError, match="return_timestamps"):  # this model has no timestamp tokens
         asr(np.zeros(1600, np.float32), return_timestamps="word")
-    with pytest.raises(ConfigError, match="chunk_length_s"):
-        asr(np.zeros(16000 * 12, np.float32), return_timestamps="word", chunk_length_s=10)
 
 
 @pytest.mark.parametrize(
@@ -593,14 +591,16 @@ def test_pipeline_bad_input_is_a_clear_error(whisper_folder: Path) -> None:
         (5, {"return_timestamps": "word"}),  # a second window starts after the audio's end
         (50, {"return_timestamps": "word"}),
         (5, {"return_language": True, "return_timestamps": True}),
-        (50, {"return_language": True, "chunk_length_s": 10}),
+        (20, {"return_language": True, "chunk_length_s": 10}),
+        # overlapping pieces: timestamps inside a piece's strides are not cut at, texts joined where they overlap
+        (10, {"return_timestamps": "word", "chunk_length_s": 6, "stride_length_s": (2, 1), "batch_size": 2}),
     ],
 )
 def test_pipeline_long_audio_timestamps_and_language_match_reference(
     tmp_path: Path, seconds: int, settings: dict[str, Any]
 ) -> None:
     """Over 30 s without chunk_length_s the model decodes window by window; segment and word chunks (times from
-    the alignment heads) and languages are the reference's."""
+    the alignment heads) and languages are the reference's, also from overlapping pieces (chunk_length_s)."""
     import numpy as np
     import transformers
 

@@ -175,12 +175,6 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
                     f"return_timestamps={return_timestamps!r}: pass True for segment timestamps or 'word' for word "
                     "timestamps"
                 )
-            if return_timestamps and chunk_length_s:
-                raise ConfigError(
-                    f"return_timestamps={return_timestamps!r} with chunk_length_s is not implemented for "
-                    "encoder-decoder models; drop chunk_length_s (Whisper decodes audio over 30 s window by window "
-                    "itself) or the timestamps"
-                )
             forward["return_timestamps"] = return_timestamps
             post["return_timestamps"] = return_timestamps
         elif return_timestamps is not None:
@@ -385,52 +379,41 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
     def _postprocess_whisper(
         self, model_outputs: list[dict[str, Any]], return_timestamps: bool | str, return_language: bool
     ) -> dict[str, Any]:
-        """Whisper's chunks from its tokenizer's ``decode_asr``: one output, or (language only) consecutive windows
-        of one language merged where they overlap."""
-        tokenizer = self.tokenizer
-        if len(model_outputs) == 1:
-            output = model_outputs[0]
-            ids = output["tokens"].reshape(-1).tolist()
-            times = None
-            if return_timestamps == "word":
-                times = [float(t) for t in torch.as_tensor(output["token_timestamps"][0]).reshape(-1).tolist()]
-            if "language_id" in output:
-                ids = [output["language_id"], *ids]
-                times = [0.0, *times] if times is not None else None
-            return tokenizer.decode_asr(
-                ids, times, return_timestamps=return_timestamps, return_language=return_language,
-                time_precision=self._time_precision(),
-            )  # fmt: skip
-        groups: list[tuple[Any, list[list[int]]]] = []
-        special = set(getattr(tokenizer, "all_special_ids", []) or [])
-        begin = tokenizer.timestamp_begin
+        """Whisper's text and chunks from its tokenizer's ``decode_asr`` over the outputs in order (strides in
+        seconds), as the reference pipeline builds them."""
+        rate = self.feature_extractor.sampling_rate
+        rows = []
         for output in model_outputs:
-            row = [t for t in output["tokens"].reshape(-1).tolist() if t not in special and t < begin]
-            language = output.get("language_id")
-            if groups and groups[-1][0] == language:
-                groups[-1][1].append(row)
-            else:
-                groups.append((language, [row]))
-        chunks = []
-        for language, rows in groups:
-            ids = merge_overlapping_sequences(rows)
-            ids = [language, *ids] if language is not None else ids
-            chunks += tokenizer.decode_asr(ids, return_language=True)["chunks"]
-        return {"text": "".join(chunk["text"] for chunk in chunks), "chunks": chunks}
+            row: dict[str, Any] = {"tokens": output["tokens"].reshape(-1).tolist()}
+            if return_timestamps == "word":
+                times = output["token_timestamps"]
+                times = times[0] if isinstance(times, (list, tuple)) else times
+                row["token_timestamps"] = [float(t) for t in torch.as_tensor(times).reshape(-1).tolist()]
+            if output.get("language_id") is not None:
+                # generate drops the prompt the language token was in: put it back in front (with no time)
+                row["tokens"] = [int(output["language_id"]), *row["tokens"]]
+                if "token_timestamps" in row:
+                    row["token_timestamps"] = [0.0, *row["token_timestamps"]]
+            if output.get("stride") is not None:
+                row["stride"] = tuple(value / rate for value in output["stride"])
+            rows.append(row)
+        return self.tokenizer.decode_asr(
+            rows, return_timestamps=return_timestamps, return_language=return_language,
+            time_precision=self._time_precision(),
+        )  # fmt: skip
 
     def _postprocess_seq2seq(
         self, model_outputs: list[dict[str, Any]], return_timestamps: bool | str, return_language: bool = False
     ) -> dict[str, Any]:
         tokenizer = self.tokenizer
+        if hasattr(tokenizer, "decode_asr"):
+            return self._postprocess_whisper(model_outputs, return_timestamps, return_language)
         rows = [output["tokens"].reshape(-1).tolist() for output in model_outputs]
         if len(rows) > 1 and return_timestamps:
             raise ConfigError(
-                f"return_timestamps={return_timestamps!r} with chunk_length_s is not implemented for encoder-decoder "
-                "models; drop chunk_length_s (Whisper decodes audio over 30 s window by window itself) or the "
-                "timestamps"
+                f"return_timestamps={return_timestamps!r} with chunk_length_s needs a tokenizer with decode_asr "
+                f"(Whisper's); {type(tokenizer).__name__} has none: drop one of them"
             )
-        if hasattr(tokenizer, "decode_asr") and (return_timestamps or return_language):
-            return self._postprocess_whisper(model_outputs, return_timestamps, return_language)
         if len(rows) == 1:
             ids = rows[0]
         else:

@@ -20,7 +20,7 @@ from typing import Any
 
 from .languages import LANGUAGES
 
-__all__ = ["decode_asr", "words_of"]
+__all__ = ["decode_asr", "merge_overlaps", "words_of"]
 
 _OPENING = "\"'“¡¿([{-"
 _CLOSING = "\"'.。,，!！?？:：”)]}、"
@@ -80,10 +80,47 @@ def words_of(tokenizer: Any, tokens: list[int], language: str | None = None) -> 
     return [(text, span) for text, span in zip(texts, spans) if text and span]
 
 
+def merge_overlaps(
+    sequences: list[list[int]], spans: list[list[tuple[float, float]]] | None = None
+) -> tuple[list[int], list[tuple[float, float]]]:
+    """Join the token sequences of overlapping windows (and their token time spans alike): each next one is
+    aligned to the end of what came before at the offset with the largest share of equal tokens (more than one;
+    with spans, equal tokens whose span does not go back in time), ties to longer overlaps, and the two are cut in
+    the middle of that overlap."""
+    left = list(sequences[0])
+    left_spans = list(spans[0]) if spans else []
+    merged: list[int] = []
+    merged_spans: list[tuple[float, float]] = []
+    for index, right in enumerate(sequences[1:], start=1):
+        best, cut = 0.0, (len(left), len(left), 0, 0)
+        for shift in range(1, len(left) + len(right)):
+            left_start, left_stop = max(0, len(left) - shift), min(len(left), len(left) + len(right) - shift)
+            right_start, right_stop = max(0, shift - len(left)), min(len(right), shift)
+            pairs = range(left_stop - left_start)
+            if spans:
+                matches = sum(
+                    1
+                    for k in pairs
+                    if left[left_start + k] == right[right_start + k]
+                    and left_spans[left_start + k] <= spans[index][right_start + k]
+                )
+            else:
+                matches = sum(1 for k in pairs if left[left_start + k] == right[right_start + k])
+            score = matches / shift + shift / 10000.0
+            if matches > 1 and score > best:
+                best, cut = score, (left_start, left_stop, right_start, right_stop)
+        left_middle, right_middle = (cut[0] + cut[1]) // 2, (cut[2] + cut[3]) // 2
+        merged += left[:left_middle]
+        left = list(right[right_middle:])
+        if spans:
+            merged_spans += left_spans[:left_middle]
+            left_spans = list(spans[index][right_middle:])
+    return merged + left, merged_spans + left_spans
+
+
 def decode_asr(
     tokenizer: Any,
-    tokens: Sequence[int],
-    token_timestamps: Sequence[float] | None = None,
+    outputs: Sequence[dict[str, Any]],
     *,
     return_timestamps: bool | str = False,
     return_language: bool = False,
@@ -91,9 +128,13 @@ def decode_asr(
     segment_size: int = 1500,
 ) -> dict[str, Any]:
     """``{"text"}`` and, with timestamps or language asked for, ``"chunks"``: segments ``{"text", "timestamp"}``
-    (``"language"`` with ``return_language``), or words when ``return_timestamps="word"`` (which needs the
-    generate's ``token_timestamps``, one per token)."""
-    tokens = tokenizer._strip_prompt(list(tokens))
+    (``"language"`` with ``return_language``), or words when ``return_timestamps="word"``.
+
+    ``outputs``: the generated rows in order, each ``{"tokens": [...]}`` with ``"token_timestamps"`` (one time per
+    token, for words) and, for overlapping pieces of one recording, ``"stride": (length, left, right)`` in seconds.
+    Timestamps inside a piece's strides are not cut at (the neighbour sees that audio with more context); the
+    pieces' text between cuts is joined where it overlaps.
+    """
     word_level = return_timestamps == "word"
     timestamp_begin = tokenizer.timestamp_begin
     special = set(tokenizer.all_special_ids)
@@ -103,12 +144,9 @@ def decode_asr(
     def new_chunk() -> dict[str, Any]:
         return {"language": language, "timestamp": [None, None], "text": ""}
 
-    chunk = new_chunk()
-    text_tokens: list[int] = []
-    spans: list[tuple[float, float]] = []
-
-    def close(chunk: dict[str, Any]) -> None:
-        chunk["text"] = tokenizer.decode(text_tokens)
+    def close(chunk: dict[str, Any], pieces: list[list[int]], piece_spans: list[list[tuple[float, float]]]) -> None:
+        tokens, spans = merge_overlaps(pieces, piece_spans if word_level else None)
+        chunk["text"] = tokenizer.decode(tokens)
         if word_level:
             chunk["words"] = [
                 {
@@ -116,43 +154,81 @@ def decode_asr(
                     "timestamp": (spans[indices[0]][0], spans[indices[-1]][1]),
                     **({"language": language} if return_language else {}),
                 }
-                for word, indices in words_of(tokenizer, text_tokens, language)
+                for word, indices in words_of(tokenizer, tokens, language)
             ]
         chunks.append(chunk)
 
-    window_max, before_max, windows_before = 0.0, 0.0, 0.0
-    for index, token in enumerate(tokens):
-        if token in special:
-            name = LANGUAGES.get(tokenizer.decode([token])[2:-2])
-            if name is not None:
-                chunk["language"] = language = name
-        elif token >= timestamp_begin:
-            time = float((token - timestamp_begin) * time_precision)
-            if time < window_max:  # the next window's first timestamp
-                lone_ending = index >= 2 and not (
-                    tokens[index - 1] >= timestamp_begin and tokens[index - 2] >= timestamp_begin
-                )
-                if lone_ending:
-                    windows_before += time_precision * segment_size
-                else:
-                    window_max = before_max
-                    windows_before += before_max
-            before_max, window_max = window_max, time
-            time = round((token - timestamp_begin) * time_precision + windows_before, 2)
-            if chunk["timestamp"][0] is None:
-                chunk["timestamp"][0] = time
-            elif time != chunk["timestamp"][0]:  # equal: a repeated opening timestamp, still the start
-                chunk["timestamp"][1] = time
-                close(chunk)
-                text_tokens, spans = [], []
-                chunk = new_chunk()
-        else:
-            text_tokens.append(token)
-            if word_level:
-                start = 0.0 if index == 0 else token_timestamps[index - 1]
-                spans.append((round(start, 2), round(token_timestamps[index], 2)))
-    if text_tokens:
-        close(chunk)
+    chunk = new_chunk()
+    pieces: list[list[int]] = []  # text of the open chunk, one list per output
+    piece_spans: list[list[tuple[float, float]]] = []
+    time_offset, skip = 0.0, False
+    for output in outputs:
+        tokens = tokenizer._strip_prompt([int(t) for t in output["tokens"]])
+        times = output.get("token_timestamps")
+        last_timestamp, first_timestamp = None, float(timestamp_begin)
+        window_max, before_max, windows_before = 0.0, 0.0, 0.0
+        stride = output.get("stride")
+        if stride is not None:
+            length, left, right = stride
+            time_offset -= left
+            if left:
+                first_timestamp = left / time_precision + timestamp_begin
+            if right:
+                # the last timestamp of the right stride and those after it are not cut at
+                for token in reversed(tokens):
+                    if token >= timestamp_begin:
+                        if last_timestamp is not None and (token - timestamp_begin) * time_precision < length - right:
+                            break
+                        last_timestamp = token
+        text_tokens: list[int] = []
+        spans: list[tuple[float, float]] = []
+        for index, token in enumerate(tokens):
+            if token in special:
+                name = LANGUAGES.get(tokenizer.decode([token])[2:-2])
+                if name is not None:
+                    if language and name != language and not return_timestamps:
+                        close(chunk, [*pieces, text_tokens], [])
+                        pieces, text_tokens = [], []
+                        chunk = new_chunk()
+                    chunk["language"] = language = name
+            elif token >= timestamp_begin:
+                time = float((token - timestamp_begin) * time_precision)
+                if time < window_max:  # the next window's first timestamp
+                    lone_ending = index >= 2 and not (
+                        tokens[index - 1] >= timestamp_begin and tokens[index - 2] >= timestamp_begin
+                    )
+                    if lone_ending:
+                        windows_before += time_precision * segment_size
+                    else:
+                        window_max = before_max
+                        windows_before += before_max
+                before_max, window_max = window_max, time
+                time = round((token - timestamp_begin) * time_precision + time_offset + windows_before, 2)
+                if last_timestamp and token >= last_timestamp:
+                    skip = True  # in the right stride: this one and the next (a pair) are not cut at
+                elif skip or (pieces and token < first_timestamp):
+                    skip = False
+                elif chunk["timestamp"][0] is None:
+                    chunk["timestamp"][0] = time
+                elif time != chunk["timestamp"][0]:  # equal: a repeated opening timestamp, still the start
+                    chunk["timestamp"][1] = time
+                    close(chunk, [*pieces, text_tokens], [*piece_spans, spans])
+                    pieces, piece_spans, text_tokens, spans = [], [], [], []
+                    chunk = new_chunk()
+            else:
+                text_tokens.append(token)
+                if word_level:
+                    start = 0.0 if index == 0 else times[index - 1]
+                    spans.append((round(start + time_offset, 2), round(times[index] + time_offset, 2)))
+        if stride is not None:
+            time_offset += stride[0] - stride[2]
+        if text_tokens:
+            pieces.append(text_tokens)
+            piece_spans.append(spans)
+        elif not any(pieces):
+            chunk, pieces, piece_spans = new_chunk(), [], []
+    if pieces:
+        close(chunk, pieces, piece_spans)
     result: dict[str, Any] = {"text": "".join(item["text"] for item in chunks)}
     if not (return_timestamps or return_language):
         return result

@@ -257,23 +257,30 @@ class WhisperTokenizerFast(PreTrainedTokenizerFast):
 
     def decode_asr(
         self,
-        token_ids: Any,
-        token_timestamps: Any = None,
+        outputs: list[dict[str, Any]],
         *,
         return_timestamps: bool | str = False,
         return_language: bool = False,
         time_precision: float = 0.02,
     ) -> dict[str, Any]:
-        """The speech-recognition pipeline's result for one generated row: ``{"text"}``, plus ``"chunks"`` (segments,
-        or words with ``return_timestamps="word"`` and the generate's ``token_timestamps``) when timestamps or the
-        language are asked for. See :mod:`microformers_whisper.asr_chunks`."""
+        """The speech-recognition pipeline's result from its generated rows in order (``{"tokens",
+        "token_timestamps", "stride"}`` each): ``{"text"}``, plus ``"chunks"`` (segments, or words with
+        ``return_timestamps="word"``) when timestamps or the language are asked for. See
+        :mod:`microformers_whisper.asr_chunks`."""
         from .asr_chunks import decode_asr
 
-        if return_timestamps == "word" and token_timestamps is None:
-            raise InputError("decode_asr(return_timestamps='word') needs token_timestamps (one time per token)")
-        times = None if token_timestamps is None else [float(t) for t in _as_list(token_timestamps)]
+        rows = []
+        for output in outputs:
+            row = {"tokens": [int(t) for t in _as_list(output["tokens"])]}
+            if output.get("token_timestamps") is not None:
+                row["token_timestamps"] = [float(t) for t in _as_list(output["token_timestamps"])]
+            elif return_timestamps == "word":
+                raise InputError("decode_asr(return_timestamps='word') needs each output's token_timestamps")
+            if output.get("stride") is not None:
+                row["stride"] = tuple(output["stride"])
+            rows.append(row)
         return decode_asr(
-            self, _as_list(token_ids), times, return_timestamps=return_timestamps, return_language=return_language,
+            self, rows, return_timestamps=return_timestamps, return_language=return_language,
             time_precision=time_precision,
         )  # fmt: skip
 
