@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,31 @@ def test_unknown_language_and_task_are_clear_errors(tmp_path: Path) -> None:
     tokenizer.language = None
     with pytest.raises(InputError, match="task="):
         tokenizer.set_prefix_tokens(task="summarize")
+
+
+def test_decode_asr_builds_segment_and_word_chunks(tmp_path: Path) -> None:
+    ids = build_tokenizer(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    begin = ids["<|0.00|>"]
+
+    def words(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False).input_ids
+
+    first, second = words(" hello world,"), words(" the (lazy) dog")
+    tokens = [begin, *first, begin + 50, begin + 50, *second, begin + 100, *words(" fox")]
+    segments = tokenizer.decode_asr([{"tokens": tokens}], return_timestamps=True)
+    assert segments["text"] == " hello world, the (lazy) dog fox"
+    assert segments["chunks"] == [
+        {"text": " hello world,", "timestamp": (0.0, 1.0)},
+        {"text": " the (lazy) dog", "timestamp": (1.0, 2.0)},
+        {"text": " fox", "timestamp": (None, None)},  # after the last pair, no timestamp of its own
+    ]
+    # one time per token: text token i spans (time of token i - 1, time of token i)
+    times = [0.1 * index for index in range(len(tokens))]
+    found = tokenizer.decode_asr([{"tokens": tokens, "token_timestamps": times}], return_timestamps="word")
+    assert [word["text"] for word in found["chunks"]] == [" hello", " world,", " the", " (lazy)", " dog", " fox"]
+    spans = [word["timestamp"] for word in found["chunks"]]
+    assert spans[0][0] == 0.0 and all(a[1] <= b[0] + 1e-9 for a, b in itertools.pairwise(spans))
+    assert spans[-1][1] == round(times[-1], 2)
+    english = tokenizer.decode_asr([{"tokens": [ids["<|en|>"], *first]}], return_language=True)
+    assert english["chunks"] == [{"text": " hello world,", "language": "english"}]

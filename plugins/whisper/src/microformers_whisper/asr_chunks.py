@@ -1,10 +1,12 @@
-"""The speech-recognition pipeline's ``chunks`` from one Whisper output: segments or words, with times and language.
+"""The speech-recognition pipeline's ``chunks`` from Whisper's outputs: segments or words, with times and language.
 
 One pass over the generated tokens: a language token names the language of what follows; a timestamp token opens
 a segment, the next one (at a different time) closes it; text tokens collect in between. Times keep rising across
 30 s windows of long-form output (a timestamp lower than the one before starts a window, which begins where the
 last complete segment ended, or 30 s later after a lone closing timestamp). Text after the last closing timestamp
-becomes a segment of its own, its end unknown (``None``), as the reference pipeline reports it.
+becomes a segment of its own, its end (and its start, when no timestamp opened it) ``None``, as the reference
+pipeline reports it. Several overlapping pieces of one recording (the pipeline's ``chunk_length_s``) are read in
+order, their times shifted by their strides and their text joined where it overlaps.
 
 Words (``return_timestamps="word"``) group the text tokens of each segment: a word starts at a token that decodes
 with a leading space or is punctuation, and runs until the next such token (tokens that decode to part of a UTF-8
