@@ -245,3 +245,24 @@ def test_several_files_are_refused(valid_file: Path) -> None:
 def test_bad_dtype(valid_file: Path) -> None:
     with pytest.raises(CheckpointError, match="not a floating-point torch dtype"):
         GGUF_FORMAT.load([valid_file], dtype="int8")
+
+
+@pytest.mark.parametrize("architecture", ["llama", "phi3"])
+def test_a_zero_head_count_is_a_clear_error_not_a_division_by_zero(tmp_path: Path, architecture: str) -> None:
+    path = tmp_path / "zero-heads.gguf"
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_uint32(f"{architecture}.block_count", 1)
+    writer.add_uint32(f"{architecture}.context_length", 64)
+    writer.add_uint32(f"{architecture}.embedding_length", 32)
+    writer.add_uint32(f"{architecture}.feed_forward_length", 64)
+    writer.add_uint32(f"{architecture}.attention.head_count", 0)
+    writer.add_float32(f"{architecture}.attention.layer_norm_rms_epsilon", 1e-5)
+    writer.add_uint32(f"{architecture}.vocab_size", 10)
+    writer.add_tensor("token_embd.weight", np.zeros((10, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ConfigError, match=rf"{architecture}\.attention\.head_count=0 must be a positive integer") as info:
+        GGUF_FORMAT.load_config([path])
+    assert str(path) in str(info.value)

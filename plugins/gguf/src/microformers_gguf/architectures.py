@@ -219,6 +219,13 @@ def _build_config(gguf: GGUFFile) -> tuple[dict[str, Any], dict[str, str]]:
         token_id = md.get(f"tokenizer.ggml.{key}_token_id")
         if isinstance(token_id, int) and not isinstance(token_id, bool):
             config[f"{name}_token_id"] = token_id
+    for field in ("num_attention_heads", "num_key_value_heads", "num_hidden_layers", "hidden_size"):
+        value = config.get(field)  # sizes that divide and multiply below: 0 would be a division by zero
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ConfigError(
+                f"GGUF file {gguf.path}: {sources.get(field, field)}={value!r} must be a positive integer; the file is "
+                "corrupt. Re-convert it with a current llama.cpp."
+            )
     _check_against_tensors(gguf, arch, config, sources)
     if arch.adjust_config is not None:
         resolve_ref(arch.adjust_config)(config, _View(gguf, arch))
