@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -108,6 +109,7 @@ def prepare(
         input_ids, model_kwargs = prepare_inputs(model, inputs, config, model_kwargs)
         prompt_ids = input_ids
     expand = max(config.num_beams, config.num_return_sequences)
+    check_rows_fit(model, config, input_ids.shape[0] * expand, input_ids.shape[1])
     if expand > 1:
         input_ids = input_ids.repeat_interleave(expand, dim=0)
         if model_kwargs.get("attention_mask") is not None:
@@ -167,6 +169,42 @@ def check_settings(config: GenerationConfig, model_kwargs: dict[str, Any] | None
             f"num_return_sequences={num_return} is larger than num_beams={num_beams}: beam search can return at "
             f"most num_beams sequences; raise num_beams to at least {num_return}"
         )
+
+
+def _memory_bytes(device: torch.device) -> int | None:
+    """The memory of ``device`` (the machine's RAM for the CPU), or None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_rows_fit(model: Any, config: GenerationConfig, rows: int, prompt_length: int) -> None:
+    """Refuse a batch x num_beams / num_return_sequences whose first step alone (the prompt's key/value cache and one
+    step's scores for every row) could not fit the device's memory, before anything is expanded: a clear error
+    instead of the allocator's. Later growth is not counted (``max_time`` or an end token may stop it)."""
+    model_config = getattr(model, "config", None)
+    vocab = getattr(model_config, "vocab_size", None) or 0
+    layers = getattr(model_config, "num_hidden_layers", None) or 0
+    heads = getattr(model_config, "num_attention_heads", None) or 0
+    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
+    head_dim = getattr(model_config, "head_dim", None) or (
+        (getattr(model_config, "hidden_size", 0) or 0) // heads if heads else 0
+    )
+    per_row = 4 * vocab * 2 + 2 * layers * kv_heads * head_dim * 4 * prompt_length  # float32 at most
+    device = _model_device(model)
+    available = _memory_bytes(device)
+    if available is None or rows * per_row <= available:
+        return
+    gib = 1024**3
+    raise GenerationError(
+        f"num_beams={config.num_beams} / num_return_sequences={config.num_return_sequences} over a batch makes "
+        f"{rows} rows, whose first step alone (the prompt's key/value cache and the scores) needs about "
+        f"{rows * per_row / gib:.1f} GiB, more than the {available / gib:.1f} GiB of {device}; lower num_beams, "
+        "num_return_sequences or the batch"
+    )
 
 
 def check_streamer(streamer: Any, config: GenerationConfig) -> None:

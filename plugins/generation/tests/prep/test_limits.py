@@ -35,3 +35,12 @@ def test_max_time_stops_every_strategy_and_nothing_is_sized_for_max_new_tokens(u
     out = unbounded_model.generate(ids, max_new_tokens=10**9, max_time=0.3, **settings)
     rows = 2 * settings.get("num_return_sequences", 1)
     assert out.shape[0] == rows and 3 < out.shape[1] < 10**6
+
+
+@pytest.mark.parametrize("settings", [{"num_beams": 10**9}, {"do_sample": True, "num_return_sequences": 10**9}])
+def test_rows_that_cannot_fit_in_memory_are_refused_before_expanding(unbounded_model, settings):
+    from microformers import GenerationError
+
+    ids = torch.tensor([[3, 4, 5]])
+    with pytest.raises(GenerationError, match=r"makes 1000000000 rows, whose first step alone .* GiB, more than"):
+        unbounded_model.generate(ids, max_new_tokens=2, **settings)
