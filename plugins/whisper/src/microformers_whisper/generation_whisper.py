@@ -743,7 +743,7 @@ def whisper_generate(
         times = []
         for found in segments:
             row = [s["result"]["token_timestamps"][s["idxs"][0] : s["idxs"][1]] for s in found]
-            times.append(torch.cat(row) if row else torch.zeros(0))
+            times.append(torch.cat(row) if row else torch.zeros(0, device=sequences.device))
         result["token_timestamps"] = torch.stack(
             [
                 torch.nn.functional.pad(row, (0, width - len(row)), value=float(row[-1]) if len(row) else 0.0)
