@@ -245,3 +245,10 @@ def test_ort_model_refuses_a_graph_of_another_task(encoder_exports) -> None:
     folder = encoder_exports["fill-mask"][0]
     with pytest.raises(OnnxExportError, match="exported for task 'fill-mask'"):
         microformers.ORTModelForCausalLM.from_pretrained(folder)
+
+
+def test_opset_too_old_for_the_graph_is_refused_not_ignored(tmp_path: Path) -> None:
+    folder, _ = make_reference_checkpoint("DistilBertConfig", "DistilBertModel", tmp_path, **DISTILBERT)
+    with pytest.raises(OnnxExportError, match="opset 14 is too old.*--opset 18"):
+        export_onnx(folder, tmp_path / "out", task="feature-extraction", opset=14)
+    assert not (tmp_path / "out").exists()

@@ -559,9 +559,16 @@ def _torch_export(
             with _quiet():
                 program, used = _dynamo_export(graph, args, input_names, output_names, dynamic_shapes, opset)
                 program.save(str(path), external_data=large)
-            return used
         except Exception as exc:
             failures.append(f"dynamo exporter: {type(exc).__name__}: {_first_line(exc)}")
+        else:
+            written = _graph_opset(path)
+            if written != opset:  # torch.onnx keeps its own opset when ONNX's version converter fails
+                raise OnnxExportError(
+                    f"opset {opset} is too old for an operator of this model's graph (ONNX's version converter could "
+                    f"not take it from opset {written} to {opset}); use --opset {DEFAULT_OPSET} or newer"
+                )
+            return used
     if exporter in ("auto", "torchscript"):
         axes: dict[str, dict[int, str]] = {}
         for name in input_names:
@@ -631,6 +638,13 @@ def _dynamo_export(
         dynamo=True, verbose=False,
     )  # fmt: skip
     return program, used
+
+
+def _graph_opset(path: Path) -> int:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), 0)
 
 
 def _first_line(exc: BaseException) -> str:
