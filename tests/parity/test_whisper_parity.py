@@ -580,6 +580,9 @@ def test_pipeline_bad_input_is_a_clear_error(whisper_folder: Path) -> None:
         asr(np.zeros(1600, np.float32), return_timestamps="char")
     with pytest.raises(GenerationError, match="return_timestamps"):  # this model has no timestamp tokens
         asr(np.zeros(1600, np.float32), return_timestamps="word")
+    del asr.model.generation_config.extra["alignment_heads"]
+    with pytest.raises(ConfigError, match="alignment_heads"):
+        asr(np.zeros(1600, np.float32), return_timestamps="word")
 
 
 @pytest.mark.parametrize(

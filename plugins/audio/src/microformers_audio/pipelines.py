@@ -170,6 +170,13 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
                     "return_timestamps='word' needs a Whisper model (cross-attention alignment heads and a tokenizer "
                     "with decode_asr); pass return_timestamps=True for segment timestamps"
                 )
+            heads = getattr(getattr(self.model, "generation_config", None), "alignment_heads", None)
+            if return_timestamps == "word" and not heads:
+                raise ConfigError(
+                    "return_timestamps='word' times words from the cross-attention of "
+                    "generation_config.alignment_heads, which this model's generation_config.json lacks; add the "
+                    "checkpoint's alignment heads or pass return_timestamps=True for segment timestamps"
+                )
             if return_timestamps not in (True, False, "word"):
                 raise ConfigError(
                     f"return_timestamps={return_timestamps!r}: pass True for segment timestamps or 'word' for word "

@@ -10,6 +10,7 @@ eos, which no step attended from) repeats the time of the one before, as the ref
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,7 +135,9 @@ def token_timestamps(
         if matrix.shape[-1] == 0:
             token_path, frame_path = np.arange(matrix.shape[-2]), np.full(matrix.shape[-2], -1)
         else:
-            std = torch.std(matrix, dim=-2, keepdim=True, unbiased=False)
+            with warnings.catch_warnings():  # one token: a zero deviation (and NaN weights), as in the reference
+                warnings.simplefilter("ignore", UserWarning)
+                std = torch.std(matrix, dim=-2, keepdim=True, unbiased=False)
             mean = torch.mean(matrix, dim=-2, keepdim=True)
             matrix = median_filter((matrix - mean) / std, median_filter_width).mean(dim=0)
             token_path, frame_path = dynamic_time_warping(-matrix.cpu().double().numpy())
