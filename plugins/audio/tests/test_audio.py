@@ -221,6 +221,8 @@ def test_asr_pipeline_inputs_agree_and_bad_arguments(asr_folder: Path, tmp_path:
         asr(audio, return_timestamps=True)
     with pytest.raises(ConfigError, match="does not take max_new_tokens"):
         asr(audio, max_new_tokens=3)
+    with pytest.raises(ConfigError, match="return_language=True needs a Whisper model"):
+        asr(audio, return_language=True)
     with pytest.raises(ConfigError, match="longer than the two strides"):
         asr(audio, chunk_length_s=0.1, stride_length_s=0.1)
 
