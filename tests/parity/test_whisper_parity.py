@@ -437,9 +437,9 @@ def test_long_form_conditioning_and_prompts_match_reference(tmp_path: Path, sett
 @pytest.mark.parametrize(
     "settings",
     [
-        {"force_unique_generate_call": True},  # one call, the prompt's tokens at 0 s
         {"return_timestamps": True, "with_mask": True},  # windows, aligned within the audio's frames
-        {"num_beams": 3, "language": "en", "force_unique_generate_call": True},  # weights follow the kept beams
+        # one call (the prompt's tokens at 0 s); the weights follow the kept beams
+        {"num_beams": 3, "language": "en", "force_unique_generate_call": True},
     ],
 )
 def test_token_timestamps_match_reference(tmp_path: Path, settings: dict[str, Any]) -> None:
