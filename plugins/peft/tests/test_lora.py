@@ -262,3 +262,29 @@ def test_load_adapter_refuses_placement_arguments_it_would_ignore(base_folder: P
     assert not fresh.__dict__.get("_adapter_manager") or not fresh.active_adapters()
     fresh.load_adapter(tmp_path / "adapter", device_map=None, low_cpu_mem_usage=True, local_files_only=True)
     assert fresh.active_adapters() == ["default"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"target_modules": r"((\w|\w\w|\.)+)+y"}, r"target_modules .* takes over 0.01 s to match the module path"),
+        ({"target_modules": ["q_proj"], "exclude_modules": r"((\w|\w\w|\.)+)+y"}, r"exclude_modules .* takes over"),
+        ({"target_modules": r"(q_proj"}, r"target_modules '\(q_proj' is not a valid regular expression"),
+        ({"target_modules": ["q_proj"], "rank_pattern": {"(q_proj": 2}}, r"rank_pattern key .* not a valid regular"),
+    ],
+)
+def test_runaway_or_broken_patterns_from_an_adapter_config_are_clear_errors(
+    settings: dict[str, object], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from microformers_peft import lora
+
+    # nested repetition backtracks exponentially: ~2 s on a 30-character module path here, 200x the bound
+    monkeypatch.setattr(lora, "PATTERN_TIMEOUT", 0.01)
+    with pytest.raises(MicroformersError, match=message):
+        _llama().add_adapter(LoraConfig(r=2, **settings))
+
+
+def test_patterns_that_only_look_dangerous_still_match_fast() -> None:
+    model = _llama()
+    model.add_adapter(LoraConfig(r=2, target_modules=r"(.*)*q_proj"))  # nested stars: no runaway in this engine
+    assert sum(".lora_A.default." in name for name, _ in model.named_parameters()) == 2

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
+import regex
 import torch
 from torch import nn
 
@@ -50,9 +50,29 @@ def _as_list(names: str | list[str] | tuple[str, ...]) -> list[str]:
     return [names] if isinstance(names, str) else list(names)
 
 
-def _name_matches(targets: str | list[str], path: str) -> bool:
+#: Seconds one pattern from an adapter config may take to match one module path.
+PATTERN_TIMEOUT = 1.0
+
+
+def _pattern_match(pattern: str, path: str, setting: str, *, full: bool = True) -> regex.Match[str] | None:
+    """``pattern`` (from an adapter config, i.e. from a file) matched against ``path``: with the ``regex`` engine,
+    which avoids most runaway backtracking, under a time bound for what remains; a bad or runaway pattern is a
+    ``ConfigError`` naming the setting."""
+    try:
+        match = regex.fullmatch if full else regex.match
+        return match(pattern, path, timeout=PATTERN_TIMEOUT)
+    except regex.error as exc:
+        raise ConfigError(f"{setting} {pattern!r} is not a valid regular expression ({exc}); fix adapter_config.json") from exc
+    except TimeoutError as exc:
+        raise ConfigError(
+            f"{setting} {pattern!r} takes over {PATTERN_TIMEOUT:g} s to match the module path {path!r} (nested "
+            "repetition that backtracks without end); use a simpler pattern or a list of module names"
+        ) from exc
+
+
+def _name_matches(targets: str | list[str], path: str, setting: str = "target_modules") -> bool:
     if isinstance(targets, str):
-        return re.fullmatch(targets, path) is not None
+        return _pattern_match(targets, path, setting) is not None
     return any(path == t or path.endswith("." + t) for t in targets)
 
 
@@ -60,7 +80,7 @@ def _saved_module_matches(names: str | list[str], path: str) -> bool:
     """``modules_to_save``: peft wraps every module whose path ends with a listed name (no ``.`` boundary:
     ``"layer_norm"`` takes ``self_attn_layer_norm`` too); a string is a regex matched against the full path."""
     if isinstance(names, str):
-        return re.fullmatch(names, path) is not None
+        return _pattern_match(names, path, "modules_to_save") is not None
     return any(path.endswith(name) for name in names)
 
 
@@ -89,11 +109,11 @@ def _condense_targets(targets: list[str], others: list[str]) -> list[str]:
     return sorted(chosen) if chosen and len(chosen) < len(set(targets)) else targets
 
 
-def _pattern_value(patterns: Mapping[str, Any], path: str, default: Any) -> Any:
+def _pattern_value(patterns: Mapping[str, Any], path: str, default: Any, setting: str) -> Any:
     if path in patterns:
         return patterns[path]
     for pattern, value in patterns.items():
-        if re.match(rf"(.*\.)?({pattern})$", path):
+        if _pattern_match(rf"(.*\.)?({pattern})$", path, f"{setting} key", full=False):
             return value
     return default
 
@@ -105,7 +125,7 @@ def _layer_index_ok(config: LoraConfig, path: str) -> bool:
     wanted = [wanted] if isinstance(wanted, int) else list(wanted)
     patterns = _as_list(config.layers_pattern) if config.layers_pattern else [r"[^.]*"]
     for pattern in patterns:
-        match = re.match(rf".*\.{pattern}\.(\d+)\.", path)
+        match = _pattern_match(rf".*\.{pattern}\.(\d+)\.", path, "layers_pattern", full=False)
         if match:
             return int(match.group(1)) in wanted
     return False
@@ -183,7 +203,7 @@ class LoraAdapters:
         for path, module in self._modules():
             if not _name_matches(targets, path) or not _layer_index_ok(config, path):
                 continue
-            if config.exclude_modules and _name_matches(config.exclude_modules, path):
+            if config.exclude_modules and _name_matches(config.exclude_modules, path, "exclude_modules"):
                 continue
             if not is_linear_like(module):
                 raise AdapterError(
@@ -245,8 +265,8 @@ class LoraAdapters:
                 layer.active_adapters = list(self._active)
                 layer.disabled = not self._enabled
                 self._replace(path, layer)
-            r = int(_pattern_value(config.rank_pattern, path, config.r))
-            alpha = float(_pattern_value(config.alpha_pattern, path, config.lora_alpha))
+            r = int(_pattern_value(config.rank_pattern, path, config.r, "rank_pattern"))
+            alpha = float(_pattern_value(config.alpha_pattern, path, config.lora_alpha, "alpha_pattern"))
             layer.add(name, r, config.scaling(r, alpha), float(config.lora_dropout), config.init_lora_weights)
         for path, module in list(self._modules()):
             if config.modules_to_save and _saved_module_matches(config.modules_to_save, path):
