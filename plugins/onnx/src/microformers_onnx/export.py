@@ -256,7 +256,8 @@ def export_onnx(
     ``quantize="int8"`` writes a graph with int8 weights (ONNX Runtime dynamic quantization) after
     validating the float one. ``exporter`` is ``"auto"`` (dynamo, else TorchScript), ``"dynamo"`` or
     ``"torchscript"``. Raises :class:`OnnxExportError` on an unsupported task, bad option, or a
-    graph whose outputs differ from PyTorch's by more than ``atol``.
+    graph whose outputs differ from PyTorch's by more than ``atol``. A model object given with
+    ``dtype="fp16"`` is converted in place (``model.to(torch.float16)``), as ``model.half()`` would.
     """
     _check_options(opset, dtype, quantize, atol, exporter)
     if task is not None and task not in TASKS:
