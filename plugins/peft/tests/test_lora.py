@@ -288,3 +288,16 @@ def test_patterns_that_only_look_dangerous_still_match_fast() -> None:
     model = _llama()
     model.add_adapter(LoraConfig(r=2, target_modules=r"(.*)*q_proj"))  # nested stars: no runaway in this engine
     assert sum(".lora_A.default." in name for name, _ in model.named_parameters()) == 2
+
+
+@pytest.mark.parametrize("damage", [{"r": 10**9}, {"rank_pattern": {"q_proj": 10**9}}])
+def test_a_damaged_rank_is_refused_before_any_lora_matrix_is_built(tmp_path: Path, damage: dict[str, object]) -> None:
+    llama = _llama()
+    llama.add_adapter(LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    llama.save_pretrained(tmp_path / "adapter")
+    config_file = tmp_path / "adapter" / "adapter_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), **damage}))
+    fresh = _llama()
+    with pytest.raises(AdapterError, match=r"ask for rank 1000000000, but the adapter weights hold ranks up to 4"):
+        fresh.load_adapter(tmp_path / "adapter")  # a 10**9-row matrix per layer would be tried first otherwise
+    assert not any("lora_" in n for n in fresh.state_dict())

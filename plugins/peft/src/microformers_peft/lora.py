@@ -118,6 +118,20 @@ def _pattern_value(patterns: Mapping[str, Any], path: str, default: Any, setting
     return default
 
 
+def _check_ranks_against_weights(config: LoraConfig, weights: Mapping[str, torch.Tensor], where: str) -> None:
+    """Refuse a config whose ranks (``r``, ``rank_pattern``) exceed every rank the weights hold, before any LoRA
+    matrix is built: a damaged ``r`` would otherwise size the new layers (10**9 rows) before the shapes are compared."""
+    file_ranks = [int(t.shape[0]) for k, t in weights.items() if ".lora_A." in k and t.dim() >= 1]
+    if not file_ranks:
+        return  # no lora_A tensors: _copy_weights names what is missing
+    configured = max([int(config.r), *(int(v) for v in (config.rank_pattern or {}).values())])
+    if configured > max(file_ranks):
+        raise AdapterError(
+            f"{where}: r/rank_pattern ask for rank {configured}, but the adapter weights hold ranks up to "
+            f"{max(file_ranks)}; adapter_config.json does not belong to these weights (or is damaged). Fix r/rank_pattern"
+        )
+
+
 def _layer_index_ok(config: LoraConfig, path: str) -> bool:
     wanted = config.layers_to_transform
     if wanted is None:
@@ -333,6 +347,7 @@ class LoraAdapters:
             self.configs[name] = attrs.evolve(self.configs[name], inference_mode=not is_trainable)
             self._mark_trainable()
         else:
+            _check_ranks_against_weights(config, adapter_state_dict, where)
             self.configs[name] = self._inject(config, name, where)
             try:
                 self._copy_weights(name, adapter_state_dict, where)
