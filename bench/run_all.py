@@ -54,6 +54,9 @@ def main() -> None:
         run("train.py", "--model", args.model, *(["--quick"] if args.quick else [])),
         run("asr.py", *repeats, *(["--seconds", "10"] if args.quick else [])),
         run("seq2seq.py", *(["--sentences", "16", "--new-tokens", "16"] if args.quick else [])),
+        run("whisper.py", *repeats, *(["--seconds", "30"] if args.quick else [])),
+        run("vision.py", *(["--quick"] if args.quick else [])),
+        run("onnx.py", *(["--sentences", "16", "--new-tokens", "16"] if args.quick else [])),
     ]
     print(f"\nall benchmarks took {time.perf_counter() - started:.0f}s", flush=True)
     sys.exit(max(codes))
