@@ -387,14 +387,70 @@ class SequenceFeatureExtractor(FeatureExtractionMixin):
         return features
 
 
-class ProcessorMixin:
+class ProcessorBase:
+    """Two components used as one: a feature extractor or image processor (``attributes[0]``) and a tokenizer
+    (``attributes[1]``). Shared by every processor: decoding through the tokenizer and the files
+    (``processor_config.json`` plus the tokenizer's). Subclasses write ``__init__``, ``__call__`` and
+    ``from_pretrained`` for their inputs (:class:`ProcessorMixin` for audio)."""
+
+    attributes: ClassVar[list[str]] = ["feature_extractor", "tokenizer"]
+    tokenizer: Any
+
+    def batch_decode(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tokenizer.batch_decode(*args, **kwargs)
+
+    def decode(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tokenizer.decode(*args, **kwargs)
+
+    # -- files --------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """``processor_config.json``: the first component's settings nested under its name, and the class."""
+        name = self.attributes[0]
+        settings = getattr(self, name).to_dict()
+        settings.pop("processor_class", None)
+        return {name: settings, "processor_class": type(self).__name__}
+
+    def save_pretrained(self, save_directory: str | os.PathLike[str], **kwargs: Any) -> list[str]:
+        """Write ``processor_config.json`` (see :meth:`to_dict`) and the tokenizer's files, atomically."""
+        from microformers.hub import staged_folder
+
+        if kwargs.pop("push_to_hub", False):
+            raise ConfigError("push_to_hub is not supported by microformers; upload the folder with huggingface_hub")
+        if kwargs:
+            raise ConfigError(f"{type(self).__name__}.save_pretrained() got unexpected arguments {sorted(kwargs)}")
+        target = Path(save_directory)
+        if target.is_file():
+            raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")
+        with staged_folder(target) as staging:
+            previous = getattr(self.tokenizer, "processor_class", None)
+            try:
+                if hasattr(self.tokenizer, "processor_class"):
+                    self.tokenizer.processor_class = type(self).__name__
+                self.tokenizer.save_pretrained(staging)
+            finally:
+                if hasattr(self.tokenizer, "processor_class"):
+                    self.tokenizer.processor_class = previous
+            text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+            (staging / PROCESSOR_NAME).write_text(text, encoding="utf-8")
+            written = sorted(p.name for p in staging.iterdir())
+        return [str(target / name) for name in written]
+
+    @classmethod
+    def _component_class(cls, ref: Any, what: str) -> Any:
+        if isinstance(ref, str):
+            from microformers.plugins import registry
+
+            return registry.require("processors", ref, what=what)
+        return ref
+
+
+class ProcessorMixin(ProcessorBase):
     """A feature extractor and a tokenizer used as one: audio in, token ids out, text back from ids.
 
     Subclasses set ``feature_extractor_class`` (the class, or its name in the processors registry) and
     optionally ``tokenizer_class`` (default: whatever ``AutoTokenizer`` picks for the folder).
     """
 
-    attributes: ClassVar[list[str]] = ["feature_extractor", "tokenizer"]
     feature_extractor_class: ClassVar[Any] = None
     tokenizer_class: ClassVar[Any] = None
 
@@ -463,51 +519,6 @@ class ProcessorMixin:
             return labels
         input_features["labels"] = labels["input_ids"]
         return input_features
-
-    def batch_decode(self, *args: Any, **kwargs: Any) -> Any:
-        return self.tokenizer.batch_decode(*args, **kwargs)
-
-    def decode(self, *args: Any, **kwargs: Any) -> Any:
-        return self.tokenizer.decode(*args, **kwargs)
-
-    # -- files --------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        feature_extractor = self.feature_extractor.to_dict()
-        feature_extractor.pop("processor_class", None)
-        return {"feature_extractor": feature_extractor, "processor_class": type(self).__name__}
-
-    def save_pretrained(self, save_directory: str | os.PathLike[str], **kwargs: Any) -> list[str]:
-        """Write ``processor_config.json`` (feature extractor settings nested) and the tokenizer's files, atomically."""
-        from microformers.hub import staged_folder
-
-        if kwargs.pop("push_to_hub", False):
-            raise ConfigError("push_to_hub is not supported by microformers; upload the folder with huggingface_hub")
-        if kwargs:
-            raise ConfigError(f"{type(self).__name__}.save_pretrained() got unexpected arguments {sorted(kwargs)}")
-        target = Path(save_directory)
-        if target.is_file():
-            raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")
-        with staged_folder(target) as staging:
-            previous = getattr(self.tokenizer, "processor_class", None)
-            try:
-                if hasattr(self.tokenizer, "processor_class"):
-                    self.tokenizer.processor_class = type(self).__name__
-                self.tokenizer.save_pretrained(staging)
-            finally:
-                if hasattr(self.tokenizer, "processor_class"):
-                    self.tokenizer.processor_class = previous
-            text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-            (staging / PROCESSOR_NAME).write_text(text, encoding="utf-8")
-            written = sorted(p.name for p in staging.iterdir())
-        return [str(target / name) for name in written]
-
-    @classmethod
-    def _component_class(cls, ref: Any, what: str) -> Any:
-        if isinstance(ref, str):
-            from microformers.plugins import registry
-
-            return registry.require("processors", ref, what=what)
-        return ref
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str], **kwargs: Any) -> Any:

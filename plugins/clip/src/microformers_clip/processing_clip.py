@@ -11,13 +11,11 @@ neither takes is an error. Files: ``processor_config.json`` with the image setti
 from __future__ import annotations
 
 import inspect
-import json
 import os
-from pathlib import Path
 from typing import Any, ClassVar
 
 from microformers.errors import ConfigError, InputError
-from microformers_sdk.processing import PROCESSOR_NAME, BatchFeature
+from microformers_sdk.processing import BatchFeature, ProcessorBase
 
 from .image_processing_clip import CLIPImageProcessor
 from .image_processing_siglip import SiglipImageProcessor
@@ -33,7 +31,7 @@ def _parameters(function: Any) -> set[str]:
     return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
 
 
-class CLIPProcessor:
+class CLIPProcessor(ProcessorBase):
     """CLIP's image processor and tokenizer as one object (``CLIPImageProcessor`` + ``CLIPTokenizerFast``)."""
 
     image_processor_class: ClassVar[type] = CLIPImageProcessor
@@ -91,43 +89,6 @@ class CLIPProcessor:
         if encoding is None:
             return pixels
         return BatchFeature(data={**dict(encoding), **dict(pixels)})
-
-    def batch_decode(self, *args: Any, **kwargs: Any) -> Any:
-        return self.tokenizer.batch_decode(*args, **kwargs)
-
-    def decode(self, *args: Any, **kwargs: Any) -> Any:
-        return self.tokenizer.decode(*args, **kwargs)
-
-    # -- files --------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        image_processor = self.image_processor.to_dict()
-        image_processor.pop("processor_class", None)
-        return {"image_processor": image_processor, "processor_class": type(self).__name__}
-
-    def save_pretrained(self, save_directory: str | os.PathLike[str], **kwargs: Any) -> list[str]:
-        """Write ``processor_config.json`` (image settings nested) and the tokenizer's files, atomically."""
-        from microformers.hub import staged_folder
-
-        if kwargs.pop("push_to_hub", False):
-            raise ConfigError("push_to_hub is not supported by microformers; upload the folder with huggingface_hub")
-        if kwargs:
-            raise ConfigError(f"{type(self).__name__}.save_pretrained() got unexpected arguments {sorted(kwargs)}")
-        target = Path(save_directory)
-        if target.is_file():
-            raise ConfigError(f"save_pretrained: {target} is a file; pass a folder")
-        with staged_folder(target) as staging:
-            previous = getattr(self.tokenizer, "processor_class", None)
-            try:
-                if hasattr(self.tokenizer, "processor_class"):
-                    self.tokenizer.processor_class = type(self).__name__
-                self.tokenizer.save_pretrained(staging)
-            finally:
-                if hasattr(self.tokenizer, "processor_class"):
-                    self.tokenizer.processor_class = previous
-            text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-            (staging / PROCESSOR_NAME).write_text(text, encoding="utf-8")
-            written = sorted(p.name for p in staging.iterdir())
-        return [str(target / name) for name in written]
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str], **kwargs: Any) -> Any:
