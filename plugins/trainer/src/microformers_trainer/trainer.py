@@ -28,6 +28,7 @@ from microformers import ConfigError, InputError, MicroformersError, PluginError
 from microformers.hub import staged_folder
 
 from . import checkpointing as ckpt
+from . import fsdp as fsdp_utils
 from .data_collator import DataCollatorWithPadding, default_data_collator
 from .optimization import METRIC_SCHEDULES, Adafactor, get_scheduler
 from .trainer_callback import (
@@ -194,6 +195,12 @@ class Trainer:
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
+        if self.args.fsdp and self.optimizer is not None:
+            raise ConfigError(
+                "Trainer(optimizers=...) with TrainingArguments(fsdp=...): sharding replaces the model's parameters, "
+                "so an optimizer built beforehand would not step them; leave optimizers unset (the Trainer builds "
+                "them after sharding from optim/learning_rate/...)"
+            )
         forward = inspect.signature(self.model.forward).parameters
         self._forward_params = list(forward)
         self.model_accepts_loss_kwargs = getattr(
@@ -235,8 +242,16 @@ class Trainer:
             set_seed(self.args.seed)
 
     def _setup_distributed(self) -> None:
+        import os
+
         self.is_distributed = self.args.world_size > 1
-        if self.is_distributed and not torch.distributed.is_initialized():
+        if self.args.fsdp and not self.is_distributed and "MASTER_ADDR" not in os.environ:
+            raise ConfigError(
+                "TrainingArguments(fsdp=...) shards the model over the processes of a torchrun launch: run "
+                "`torchrun --nproc_per_node N your_script.py` (gloo on CPU, nccl on GPUs), or drop fsdp"
+            )
+        needs_group = self.is_distributed or bool(self.args.fsdp)
+        if needs_group and not torch.distributed.is_initialized():
             backend = "nccl" if self.args.device.type == "cuda" else "gloo"
             torch.distributed.init_process_group(backend=backend)
 
@@ -534,6 +549,11 @@ class Trainer:
                 )
             enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
         if resume is not None:
+            if args.fsdp and fsdp_utils.is_sharded(self.model):
+                raise ConfigError(
+                    "train(resume_from_checkpoint=...) with fsdp: this Trainer's model is already sharded by an earlier "
+                    "train() call; build a new Trainer (with an unsharded model) to resume"
+                )
             ckpt.load_model_weights(self.model, resume)
         neftune = self._activate_neftune() if args.neftune_noise_alpha is not None else None
         debug = None
@@ -566,7 +586,8 @@ class Trainer:
         """Both files checked against this optimizer and schedule before either is loaded."""
         optimizer_file, scheduler_file = folder / ckpt.OPTIMIZER_NAME, folder / ckpt.SCHEDULER_NAME
         optimizer_state = ckpt.load_torch_file(optimizer_file)
-        ckpt.check_optimizer_state(optimizer_state, self.optimizer, optimizer_file)
+        if not self.args.fsdp:  # an fsdp checkpoint's state is keyed by parameter name, checked as it loads
+            ckpt.check_optimizer_state(optimizer_state, self.optimizer, optimizer_file)
         scheduler_state = ckpt.load_torch_file(scheduler_file)
         ckpt.check_scheduler_state(scheduler_state, self.lr_scheduler, scheduler_file)
         for target, state, path in (
@@ -574,7 +595,10 @@ class Trainer:
             (self.lr_scheduler, scheduler_state, scheduler_file),
         ):
             try:
-                target.load_state_dict(state)
+                if self.args.fsdp and target is self.optimizer:
+                    fsdp_utils.load_full_optimizer_state_dict(self.model, self.optimizer, state)
+                else:
+                    target.load_state_dict(state)
             except (KeyError, TypeError, ValueError, RuntimeError) as exc:
                 raise ckpt.CheckpointError(
                     f"{path} could not be loaded into the {type(target).__name__} ({type(exc).__name__}: {exc}); "
@@ -695,7 +719,10 @@ class Trainer:
 
     def _wrap_model(self) -> nn.Module:
         model: nn.Module = self.model
-        if self.is_distributed and not isinstance(self.model_wrapped, nn.parallel.DistributedDataParallel):
+        if self.args.fsdp:
+            if not fsdp_utils.is_sharded(model):
+                fsdp_utils.shard_model(model, self.args.fsdp_config, self.args.device, self.args.world_size)
+        elif self.is_distributed and not isinstance(self.model_wrapped, nn.parallel.DistributedDataParallel):
             device_ids = [self.args.device.index] if self.args.device.type == "cuda" else None
             model = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
         elif isinstance(self.model_wrapped, nn.parallel.DistributedDataParallel):
@@ -765,8 +792,12 @@ class Trainer:
 
         if getattr(self, "_created_scheduler", False):  # a new run gets a schedule for its own length
             self.lr_scheduler, self._created_scheduler = None, False
-        self.create_optimizer()
-        model = self._wrap_model()
+        if args.fsdp:  # the optimizer must hold the sharded parameters
+            model = self._wrap_model()
+            self.create_optimizer()
+        else:
+            self.create_optimizer()
+            model = self._wrap_model()
         self.model_wrapped = model
         self.create_scheduler(max_steps)
         restore_rng = None
@@ -825,8 +856,11 @@ class Trainer:
                     sync = (step + 1) % ga == 0 or step + 1 == batches_per_epoch or i == len(batches) - 1
                     if step % ga == 0:
                         self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
+                    last = i == len(batches) - 1
+                    if args.fsdp:  # reduce-scatter the gradients once, after the last micro-batch
+                        model.set_requires_gradient_sync(last)
                     no_sync = getattr(model, "no_sync", None)
-                    context = no_sync() if no_sync is not None and i != len(batches) - 1 else contextlib.nullcontext()
+                    context = no_sync() if no_sync is not None and not last else contextlib.nullcontext()
                     with context:
                         loss = self.training_step(model, inputs, num_items)
                     self._track_loss(loss)
@@ -882,7 +916,8 @@ class Trainer:
         if scaler is not None:
             scaler.unscale_(self.optimizer)  # clipping and the callbacks see the true gradients
         if args.max_grad_norm is not None and args.max_grad_norm > 0 and params:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm))
+            norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         self.control = self.callback_handler.on_pre_optimizer_step(args, self.state, self.control)
         if scaler is None:
             self.optimizer.step()
@@ -999,13 +1034,20 @@ class Trainer:
         if rng_states and self.is_distributed:  # every rank's generators, written by rank 0 in the same folder
             rng_states = [None] * args.world_size
             torch.distributed.all_gather_object(rng_states, ckpt.rng_state())
+        state_dict = optimizer_state = None
+        if args.fsdp:  # gathered by every process, written by rank 0
+            state_dict = fsdp_utils.full_state_dict(self.model)
+            if not args.save_only_model:
+                optimizer_state = fsdp_utils.full_optimizer_state_dict(self.model, self.optimizer)
+        elif not args.save_only_model and args.should_save:
+            optimizer_state = self.optimizer.state_dict()
         if args.should_save:
             ckpt.remove_stale_staging(args.output_dir)
             # replace="*": the new folder holds only what this save writes, never an earlier run's files
             with staged_folder(folder, replace=("*",)) as staging:
-                self._save(staging)
+                self._save(staging) if state_dict is None else self._save(staging, state_dict)
                 if not args.save_only_model:
-                    torch.save(self.optimizer.state_dict(), staging / ckpt.OPTIMIZER_NAME)
+                    torch.save(optimizer_state, staging / ckpt.OPTIMIZER_NAME)
                     torch.save(self.lr_scheduler.state_dict(), staging / ckpt.SCHEDULER_NAME)
                 for rank, state in enumerate(rng_states):
                     torch.save(state, staging / ckpt.rng_file_name(rank, len(rng_states)))
@@ -1014,25 +1056,32 @@ class Trainer:
         if self.is_distributed:
             torch.distributed.barrier()
 
-    def _save(self, folder: Path) -> None:
+    def _save(self, folder: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         model = self.model
         if hasattr(model, "save_pretrained"):
-            model.save_pretrained(folder)
+            with fsdp_utils.unwrapped_class(model) if self.args.fsdp else contextlib.nullcontext():
+                model.save_pretrained(folder, state_dict=state_dict)
         else:
             from safetensors.torch import save_file
 
-            save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+            tensors = state_dict if state_dict is not None else model.state_dict()
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(folder)
         (folder / ckpt.ARGS_NAME).write_text(self.args.to_json_string() + "\n", encoding="utf-8")
 
     def save_model(self, output_dir: str | None = None) -> None:
-        """Save the model (and the processing class) to ``output_dir`` (default ``args.output_dir``), atomically."""
-        if not self.args.should_save:
-            return
-        target = Path(output_dir if output_dir is not None else self.args.output_dir)
-        with staged_folder(target) as staging:
-            self._save(staging)
+        """Save the model (and the processing class) to ``output_dir`` (default ``args.output_dir``), atomically.
+        Under ``fsdp`` every process must call it: the full weights are gathered, rank 0 writes them, and the
+        call returns on every process once the folder is complete."""
+        gathered = self.args.fsdp and fsdp_utils.is_sharded(self.model)
+        state_dict = fsdp_utils.full_state_dict(self.model) if gathered else None
+        if self.args.should_save:
+            target = Path(output_dir if output_dir is not None else self.args.output_dir)
+            with staged_folder(target) as staging:
+                self._save(staging) if state_dict is None else self._save(staging, state_dict)
+        if gathered:
+            torch.distributed.barrier()
 
     # -- logging -----------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

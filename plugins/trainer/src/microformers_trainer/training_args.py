@@ -34,6 +34,103 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+FSDP_OPTIONS = ("full_shard", "shard_grad_op", "auto_wrap")
+FSDP_REFUSED = {
+    "offload": "CPU offload of parameters is not implemented",
+    "no_shard": "no_shard is plain data parallelism: run without fsdp (torchrun gives DistributedDataParallel)",
+    "hybrid_shard": "hybrid sharding exists only in the legacy FSDP1 engine; FSDP2 here shards within one group",
+    "hybrid_shard_zero2": "hybrid sharding exists only in the legacy FSDP1 engine; FSDP2 here shards within one group",
+}
+# fsdp_config keys that are accepted only at the value this Trainer implements
+FSDP_FIXED = {
+    "version": (2, "only FSDP2 (torch.distributed.fsdp.fully_shard) is implemented"),
+    "auto_wrap_policy": ("TRANSFORMER_BASED_WRAP", "layers are wrapped by class (transformer_layer_cls_to_wrap)"),
+    "min_num_params": (0, "size-based wrapping is not implemented"),
+    "state_dict_type": ("FULL_STATE_DICT", "checkpoints hold the full, gathered state dicts"),
+    "cpu_offload": (False, "CPU offload of parameters is not implemented"),
+    "activation_checkpointing": (False, "use TrainingArguments(gradient_checkpointing=True) instead"),
+    "cpu_ram_efficient_loading": (False, "every process loads the full model before sharding"),
+    "xla": (False, "XLA is not supported"),
+}
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"TrainingArguments(fsdp_config={{{name!r}: {value!r}}}): use True or False")
+
+
+def _check_fsdp(fsdp: Any, config: Any) -> tuple[list[str], dict[str, Any]]:
+    """``fsdp`` as the list of options in force ([] when off) and ``fsdp_config`` normalised; what is not
+    implemented raises ``ConfigError``."""
+    if fsdp is None or fsdp is False or fsdp == "":
+        items: list[str] = []
+    elif fsdp is True:
+        items = ["full_shard"]
+    elif isinstance(fsdp, str):
+        items = fsdp.split()
+    elif isinstance(fsdp, (list, tuple)):
+        items = [str(getattr(item, "value", item)) for item in fsdp]
+    else:
+        raise ConfigError(f"TrainingArguments(fsdp={fsdp!r}): use True, 'full_shard', 'shard_grad_op' or a list of them")
+    for item in items:
+        if item in FSDP_REFUSED:
+            raise ConfigError(f"TrainingArguments(fsdp={fsdp!r}): {item!r} is refused: {FSDP_REFUSED[item]}")
+        if item not in FSDP_OPTIONS:
+            raise ConfigError(
+                f"TrainingArguments(fsdp={fsdp!r}): unknown option {item!r}; use one of "
+                f"{', '.join(map(repr, FSDP_OPTIONS))}"
+            )
+    if "full_shard" in items and "shard_grad_op" in items:
+        raise ConfigError(f"TrainingArguments(fsdp={fsdp!r}): pick one of 'full_shard' and 'shard_grad_op'")
+    if items and not {"full_shard", "shard_grad_op"} & set(items):
+        items.insert(0, "full_shard")
+    if config is None:
+        config = {}
+    elif isinstance(config, (str, os.PathLike)):
+        try:
+            config = json.loads(open(config, encoding="utf-8").read())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"TrainingArguments(fsdp_config={config!r}): cannot read it as JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(f"TrainingArguments(fsdp_config=...): pass a dict or a JSON file; got {type(config).__name__}")
+    config = {(k[5:] if k.startswith("fsdp_") else k): v for k, v in config.items()}
+    if config and not items:
+        raise ConfigError("TrainingArguments(fsdp_config=...) is set but fsdp is off; pass fsdp='full_shard' too")
+    if not items:
+        return [], {}
+    known = {*FSDP_FIXED, "reshard_after_forward", "transformer_layer_cls_to_wrap"}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ConfigError(
+            f"TrainingArguments(fsdp_config=...): {unknown} are not supported; the keys are {sorted(known)}"
+        )
+    for key, (value, why) in FSDP_FIXED.items():
+        given = config.get(key, value)
+        if isinstance(value, bool):
+            given = _as_bool(key, given)
+        elif isinstance(value, int):
+            given = int(given) if str(given).lstrip("-").isdigit() else given
+        elif isinstance(given, str):
+            given = given.upper()
+        if given != value:
+            raise ConfigError(f"TrainingArguments(fsdp_config={{{key!r}: {config[key]!r}}}): {why}; use {value!r}")
+        config[key] = value
+    default = "shard_grad_op" not in items
+    config["reshard_after_forward"] = _as_bool("reshard_after_forward", config.get("reshard_after_forward", default))
+    layers = config.get("transformer_layer_cls_to_wrap")
+    if isinstance(layers, str):
+        layers = [part.strip() for part in layers.split(",") if part.strip()]
+    if layers is not None and (not layers or not all(isinstance(x, str) and x for x in layers)):
+        raise ConfigError(
+            "TrainingArguments(fsdp_config={'transformer_layer_cls_to_wrap': ...}): use a list of layer class names"
+        )
+    config["transformer_layer_cls_to_wrap"] = layers
+    return items, config
+
+
 @attrs.define(kw_only=True, slots=False)
 class TrainingArguments:
     """Everything that controls a training run (see docs/training.md for each group)."""
@@ -102,6 +199,8 @@ class TrainingArguments:
     log_level_replica: str = "warning"
     log_on_each_node: bool = True
     debug: str | list[str] = ""
+    fsdp: bool | str | list[str] | None = None
+    fsdp_config: dict[str, Any] | str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.output_dir is None:
@@ -179,6 +278,12 @@ class TrainingArguments:
             self.greater_is_better = self.metric_for_best_model not in ("loss", "eval_loss")
         if self.optim_args is not None:
             raise ConfigError("TrainingArguments(optim_args=...) is not supported; configure the optimizer directly")
+        self.fsdp, self.fsdp_config = _check_fsdp(self.fsdp, self.fsdp_config)
+        if self.fsdp and self.load_best_model_at_end:
+            raise ConfigError(
+                "TrainingArguments(fsdp=..., load_best_model_at_end=True): loading the best checkpoint back into a "
+                "sharded model is not implemented; load it afterwards with from_pretrained(<best checkpoint>)"
+            )
 
     # -- derived values ----------------------------------------------------------------------------
     @property

@@ -1,0 +1,103 @@
+"""FSDP2 for the Trainer: torch's own ``fully_shard`` on each repeated layer, then on the model.
+
+Layers are chosen by class name: ``fsdp_config["transformer_layer_cls_to_wrap"]``, else the model's
+``_no_split_modules``. Saving gathers the full state dict (every process takes part; rank 0 writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from microformers import ConfigError
+
+
+def _api() -> Any:
+    try:
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+    except ImportError as exc:  # pragma: no cover - torch builds without torch.distributed
+        raise ConfigError(f"TrainingArguments(fsdp=...): this torch build has no FSDP2 ({exc})") from exc
+    return FSDPModule, fully_shard
+
+
+def is_sharded(model: nn.Module) -> bool:
+    module_cls, _ = _api()
+    return isinstance(model, module_cls)
+
+
+def layer_class_names(model: nn.Module, fsdp_config: dict[str, Any]) -> list[str]:
+    """The layer classes to shard one by one: the setting, else what the model declares."""
+    names = fsdp_config.get("transformer_layer_cls_to_wrap") or list(getattr(model, "_no_split_modules", None) or [])
+    if not names:
+        raise ConfigError(
+            f"TrainingArguments(fsdp=...): {type(model).__name__} declares no layer classes (_no_split_modules) to "
+            "shard one by one; name them with fsdp_config={'transformer_layer_cls_to_wrap': ['MyDecoderLayer']}"
+        )
+    present = {type(m).__name__ for m in model.modules()}
+    missing = [name for name in names if name not in present]
+    if missing:
+        raise ConfigError(
+            f"TrainingArguments(fsdp=...): {type(model).__name__} has no module of class {missing} (from "
+            "fsdp_config['transformer_layer_cls_to_wrap'] or the model's _no_split_modules); its classes include "
+            f"{sorted(present)[:20]}"
+        )
+    return names
+
+
+def shard_model(model: nn.Module, fsdp_config: dict[str, Any], device: torch.device, world_size: int) -> nn.Module:
+    """``fully_shard`` each layer (innermost first), then the model; the parameters become DTensors in place."""
+    _, fully_shard = _api()
+    from torch.distributed.device_mesh import init_device_mesh
+
+    names = set(layer_class_names(model, fsdp_config))
+    mesh = init_device_mesh(device.type, (world_size,))
+    reshard = fsdp_config["reshard_after_forward"]
+    layers = [m for m in model.modules() if type(m).__name__ in names and m is not model]
+    for layer in reversed(layers):  # post-order: a nested layer is sharded before the one holding it
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    return model
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's tensors on CPU (a collective: every process calls it; only rank 0 gets them)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options)
+
+
+def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state, gathered and keyed by parameter name (a collective, rank 0 gets it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_optimizer_state_dict(model, optimizer, options=options)
+
+
+def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Each process keeps its shard of a full (name-keyed) optimizer state dict."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+@contextlib.contextmanager
+def unwrapped_class(model: nn.Module) -> Iterator[None]:
+    """The model's own class for the duration (``fully_shard`` swaps it for ``FSDP<Class>``), so what a save
+    writes (``architectures`` in config.json) names the model, not the wrapper."""
+    module_cls, _ = _api()
+    wrapped = type(model)
+    if not isinstance(model, module_cls):
+        yield
+        return
+    own = next(c for c in wrapped.__mro__[1:] if not issubclass(c, module_cls))
+    model.__class__ = own
+    try:
+        yield
+    finally:
+        model.__class__ = wrapped

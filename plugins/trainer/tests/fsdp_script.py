@@ -1,0 +1,82 @@
+"""Run by test_fsdp.py under ``torchrun --nproc_per_node 2`` (gloo on CPU): a tiny llama trained with
+``fsdp="full_shard"`` (final weights in ``<output_dir>/full_shard``), with ``fsdp="shard_grad_op"``
+(``shard_grad_op``), and stopped after checkpoint 2 (``stopped``) then resumed from it (``resumed``).
+Called in one process without fsdp it is the reference run the test compares against."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import torch
+from trainer_helpers import lm_rows, tiny_llama
+
+from microformers import Trainer, TrainerCallback, TrainingArguments
+
+
+class StopAfterSave(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step == self.step:
+            control.should_training_stop = True
+        return control
+
+
+def make_trainer(output_dir: str, batch_size: int, fsdp: str = "", stop_at: int | None = None) -> Trainer:
+    args = TrainingArguments(
+        output_dir=output_dir,
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=2,
+        num_train_epochs=2,
+        learning_rate=1e-3,  # AdamW: the update size does not shrink with the tiny summation-order differences
+        weight_decay=0.1,
+        max_grad_norm=0.5,
+        logging_steps=1,
+        save_strategy="steps" if stop_at else "no",
+        save_steps=stop_at or 500,
+        report_to="none",
+        disable_tqdm=True,
+        seed=5,
+        fsdp=fsdp,
+    )
+    rows = lm_rows(24)
+    for i, row in enumerate(rows):  # uneven label counts: the loss is normalised over both processes' tokens
+        row["labels"] = [-100] * (i % 3) + row["labels"][i % 3 :]
+    callbacks = [StopAfterSave(stop_at)] if stop_at else []
+    return Trainer(model=tiny_llama(), args=args, train_dataset=rows, callbacks=callbacks)
+
+
+def main(output_dir: str, batch_size: int, fsdp: str = "") -> Trainer:
+    trainer = make_trainer(output_dir, batch_size, fsdp)
+    trainer.train()
+    trainer.save_model(str(Path(output_dir) / (fsdp or "single")))
+    return trainer
+
+
+def resume_runs(output_dir: str, batch_size: int) -> None:
+    root = Path(output_dir)
+    make_trainer(str(root / "stopped"), batch_size, "full_shard", stop_at=2).train()
+    resumed = make_trainer(str(root / "stopped"), batch_size, "full_shard")
+    resumed.train(resume_from_checkpoint=str(root / "stopped" / "checkpoint-2"))
+    resumed.save_model(str(root / "resumed"))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    out, batch = sys.argv[1], int(sys.argv[2])
+    sharded = main(out, batch, "full_shard").model
+    held = {
+        "local": sum(p.to_local().numel() for p in sharded.parameters()),
+        "total": sum(p.numel() for p in sharded.parameters()),
+    }
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"elements_rank{torch.distributed.get_rank()}.json").write_text(json.dumps(held))
+    main(out, batch, "shard_grad_op")
+    resume_runs(out, batch)
+    torch.distributed.destroy_process_group()

@@ -1,0 +1,165 @@
+"""FSDP2 (``TrainingArguments(fsdp=...)``): torchrun --nproc_per_node 2 on CPU (gloo) ends with the weights of
+one process with the whole batch; the final save and the checkpoints are normal folders; a resumed run ends
+where the uninterrupted one does. Settings that are not implemented are refused by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from fsdp_script import main
+from safetensors.torch import load_file
+from trainer_helpers import lm_rows, tiny_llama
+
+import microformers
+from microformers import ConfigError, Trainer, TrainingArguments
+
+SCRIPT = Path(__file__).parent / "fsdp_script.py"
+needs_distributed = pytest.mark.skipif(
+    not torch.distributed.is_available(), reason="this torch build has no torch.distributed"
+)
+
+
+def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+@needs_distributed
+def test_two_fsdp_processes_match_one_process_with_the_whole_batch(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    assert torchrun, "torchrun ships with torch"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    out = tmp_path / "fsdp"
+    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(out), "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    single = main(str(tmp_path / "single"), 4)
+    theirs = {k: v.detach() for k, v in single.model.state_dict().items()}
+    initial = tiny_llama().state_dict()
+    for run in ("full_shard", "shard_grad_op", "resumed"):
+        ours = load_file(out / run / "model.safetensors")
+        worst = max_difference(ours, {k: theirs[k] for k in ours})
+        assert worst <= 1e-5, f"fsdp {run} weights differ from the single-process run by {worst:.3g}"
+    ours = load_file(out / "full_shard" / "model.safetensors")
+    assert max_difference(ours, {k: initial[k] for k in ours}) > 1e-3, "training did not move the weights"
+
+    # each process held half of the parameters while training
+    held = [json.loads((out / f"elements_rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert sum(h["local"] for h in held) == held[0]["total"]
+    assert all(h["local"] < 0.6 * h["total"] for h in held)
+
+    # a normal folder: it loads in one process, under the model's own class name
+    loaded = microformers.AutoModelForCausalLM.from_pretrained(out / "full_shard")
+    assert type(loaded).__name__ == "LlamaForCausalLM"
+    assert json.loads((out / "full_shard" / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert max_difference({k: loaded.state_dict()[k] for k in ours}, ours) == 0.0
+
+    checkpoint = out / "stopped" / "checkpoint-2"
+    optimizer_state = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    assert "model.layers.0.self_attn.q_proj.weight" in optimizer_state["state"]  # full, keyed by parameter name
+    stopped = load_file(checkpoint / "model.safetensors")
+    assert max_difference(stopped, ours) > 1e-4, "the resumed run did not train after the checkpoint"
+
+
+@pytest.mark.parametrize(
+    ("fsdp", "fsdp_config", "message"),
+    [
+        ("zero_shard", None, "unknown option 'zero_shard'"),
+        ("full_shard offload", None, "'offload' is refused"),
+        ("hybrid_shard", None, "FSDP1"),
+        ("full_shard shard_grad_op", None, "pick one"),
+        ("full_shard", {"version": 1}, "only FSDP2"),
+        ("full_shard", {"fsdp_cpu_offload": True}, "CPU offload"),
+        ("full_shard", {"sync_everything": True}, "'sync_everything'"),
+        ("full_shard", {"transformer_layer_cls_to_wrap": [3]}, "layer class names"),
+        ("", {"reshard_after_forward": False}, "fsdp is off"),
+    ],
+)
+def test_fsdp_settings_that_are_not_implemented_are_refused(fsdp: str, fsdp_config: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TrainingArguments(output_dir="unused", fsdp=fsdp, fsdp_config=fsdp_config)
+
+
+def test_fsdp_strings_and_config_are_normalised(tmp_path: Path) -> None:
+    args = TrainingArguments(output_dir=str(tmp_path), fsdp="shard_grad_op auto_wrap")
+    assert args.fsdp == ["shard_grad_op", "auto_wrap"]
+    assert args.fsdp_config["reshard_after_forward"] is False
+    config_file = tmp_path / "fsdp.json"
+    config_file.write_text(json.dumps({"fsdp_transformer_layer_cls_to_wrap": "LlamaDecoderLayer"}))
+    args = TrainingArguments(output_dir=str(tmp_path), fsdp=True, fsdp_config=str(config_file))
+    assert args.fsdp == ["full_shard"]
+    assert args.fsdp_config["reshard_after_forward"] is True
+    assert args.fsdp_config["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
+    assert TrainingArguments(output_dir=str(tmp_path)).fsdp == []
+
+
+def test_fsdp_outside_torchrun_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    args = TrainingArguments(output_dir=str(tmp_path), fsdp="full_shard", report_to="none")
+    with pytest.raises(ConfigError, match="torchrun"):
+        Trainer(model=tiny_llama(), args=args, train_dataset=lm_rows(4))
+
+
+class NoLayersDeclared(torch.nn.Module):
+    """A model that names no layer classes (no ``_no_split_modules``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(40, 8)
+        self.head = torch.nn.Linear(8, 40)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        logits = self.head(self.embed(input_ids))
+        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()), "logits": logits}
+
+
+@pytest.fixture
+def one_process_group(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A torchrun-like environment of one process (the group is created by the Trainer, destroyed after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "1", "RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    yield
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+@needs_distributed
+@pytest.mark.parametrize(
+    ("model", "fsdp_config", "message"),
+    [
+        (NoLayersDeclared, None, "transformer_layer_cls_to_wrap"),
+        (tiny_llama, {"transformer_layer_cls_to_wrap": ["NoSuchLayer"]}, "NoSuchLayer"),
+    ],
+)
+def test_fsdp_without_layer_classes_names_the_setting(
+    tmp_path: Path, one_process_group: Any, model: Any, fsdp_config: Any, message: str
+) -> None:
+    args = TrainingArguments(
+        output_dir=str(tmp_path), fsdp="full_shard", fsdp_config=fsdp_config, report_to="none", max_steps=1
+    )
+    trainer = Trainer(model=model(), args=args, train_dataset=lm_rows(4))
+    with pytest.raises(ConfigError, match=message):
+        trainer.train()
+
+
+def test_fsdp_refuses_an_optimizer_built_before_sharding(tmp_path: Path, one_process_group: Any) -> None:
+    model = tiny_llama()
+    args = TrainingArguments(output_dir=str(tmp_path), fsdp="full_shard", report_to="none")
+    with pytest.raises(ConfigError, match="optimizers"):
+        Trainer(model=model, args=args, optimizers=(torch.optim.SGD(model.parameters(), lr=0.1), None))
