@@ -103,6 +103,8 @@ def test_fsdp_strings_and_config_are_normalised(tmp_path: Path) -> None:
     assert args.fsdp_config["reshard_after_forward"] is True
     assert args.fsdp_config["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
     assert TrainingArguments(output_dir=str(tmp_path)).fsdp == []
+    inline = TrainingArguments(output_dir=str(tmp_path), fsdp="full_shard", fsdp_config='{"reshard_after_forward": false}')
+    assert inline.fsdp_config["reshard_after_forward"] is False  # a command line's JSON object
 
 
 def test_fsdp_outside_torchrun_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

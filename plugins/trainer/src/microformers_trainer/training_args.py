@@ -89,6 +89,11 @@ def _check_fsdp(fsdp: Any, config: Any) -> tuple[list[str], dict[str, Any]]:
         items.insert(0, "full_shard")
     if config is None:
         config = {}
+    elif isinstance(config, str) and config.lstrip().startswith("{"):  # inline JSON, as a command line passes it
+        try:
+            config = json.loads(config)
+        except ValueError as exc:
+            raise ConfigError(f"TrainingArguments(fsdp_config={config!r}): not valid JSON ({exc})") from exc
     elif isinstance(config, (str, os.PathLike)):
         try:
             config = json.loads(open(config, encoding="utf-8").read())
