@@ -12,17 +12,6 @@ from ._version import __version__
 from .errors import MicroformersError
 from .plugins import registry
 
-# The commands the project's own plugins provide, and the distribution (and extra) each comes with: named when the
-# command is asked for but not installed.
-COMMAND_DISTRIBUTIONS: dict[str, tuple[str, str]] = {
-    "chat": ("microformers-chat", "chat"),
-    "generate": ("microformers-chat", "chat"),
-    "serve": ("microformers-serve", "serve"),
-    "run": ("microformers-pipelines", "pipelines"),
-    "export": ("microformers-onnx", "export"),
-    "new-plugin": ("microformers-sdk", "text"),
-}
-
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     parser = argparse.ArgumentParser(prog="microformers", description="Transformers on a plugin microkernel")
@@ -59,11 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser, runners = build_parser()
         argv = list(sys.argv[1:] if argv is None else argv)
-        if argv and argv[0] in COMMAND_DISTRIBUTIONS and argv[0] not in runners:
-            distribution, extra = COMMAND_DISTRIBUTIONS[argv[0]]
+        provider = registry.provider_of("cli_commands", argv[0]) if argv and argv[0] not in runners else None
+        if provider:  # a command of a known plugin that is not installed: name it rather than "invalid choice"
             return _fail(
-                f"microformers: the '{argv[0]}' command is not installed: it comes with {distribution} "
-                f'(pip install {distribution}, or pip install "microformers[{extra}]")',
+                f"microformers: the '{argv[0]}' command is not installed: it comes with {provider} "
+                f"(pip install {provider})",
                 2,
             )
         args = _parse(parser, argv)
