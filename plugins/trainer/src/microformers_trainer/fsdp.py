@@ -29,6 +29,15 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, module_cls)
 
 
+def class_name(module: nn.Module) -> str:
+    """The module's own class name (``fully_shard`` turns ``LlamaDecoderLayer`` into ``FSDPLlamaDecoderLayer``)."""
+    module_cls, _ = _api()
+    kind = type(module)
+    if isinstance(module, module_cls):
+        kind = next(c for c in kind.__mro__[1:] if not issubclass(c, module_cls))
+    return kind.__name__
+
+
 def layer_class_names(model: nn.Module, fsdp_config: dict[str, Any]) -> list[str]:
     """The layer classes to shard one by one: the setting, else what the model declares."""
     names = fsdp_config.get("transformer_layer_cls_to_wrap") or list(getattr(model, "_no_split_modules", None) or [])
@@ -37,7 +46,7 @@ def layer_class_names(model: nn.Module, fsdp_config: dict[str, Any]) -> list[str
             f"TrainingArguments(fsdp=...): {type(model).__name__} declares no layer classes (_no_split_modules) to "
             "shard one by one; name them with fsdp_config={'transformer_layer_cls_to_wrap': ['MyDecoderLayer']}"
         )
-    present = {type(m).__name__ for m in model.modules()}
+    present = {class_name(m) for m in model.modules()}
     missing = [name for name in names if name not in present]
     if missing:
         raise ConfigError(
@@ -56,7 +65,7 @@ def shard_model(model: nn.Module, fsdp_config: dict[str, Any], device: torch.dev
     names = set(layer_class_names(model, fsdp_config))
     mesh = init_device_mesh(device.type, (world_size,))
     reshard = fsdp_config["reshard_after_forward"]
-    layers = [m for m in model.modules() if type(m).__name__ in names and m is not model]
+    layers = [m for m in model.modules() if class_name(m) in names and m is not model]
     for layer in reversed(layers):  # post-order: a nested layer is sharded before the one holding it
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
@@ -95,8 +104,7 @@ def unwrapped_class(model: nn.Module) -> Iterator[None]:
     if not isinstance(model, module_cls):
         yield
         return
-    own = next(c for c in wrapped.__mro__[1:] if not issubclass(c, module_cls))
-    model.__class__ = own
+    model.__class__ = next(c for c in wrapped.__mro__[1:] if not issubclass(c, module_cls))
     try:
         yield
     finally:

@@ -13,6 +13,7 @@ import contextlib
 import inspect
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -242,8 +243,6 @@ class Trainer:
             set_seed(self.args.seed)
 
     def _setup_distributed(self) -> None:
-        import os
-
         self.is_distributed = self.args.world_size > 1
         if self.args.fsdp and not self.is_distributed and "MASTER_ADDR" not in os.environ:
             raise ConfigError(
@@ -735,7 +734,9 @@ class Trainer:
         """``torch_compile=True``: compile each repeated layer (the model's ``_no_split_modules``) in place,
         or the whole model when it names none; one graph serves every layer of a kind."""
         kinds = set(getattr(self.model, "_no_split_modules", None) or ())
-        layers = [m for m in self.model.modules() if type(m).__name__ in kinds]
+        if self.args.fsdp:
+            kinds = set(fsdp_utils.layer_class_names(self.model, self.args.fsdp_config))
+        layers = [m for m in self.model.modules() if fsdp_utils.class_name(m) in kinds]
         for layer in layers or [self.model]:
             if not getattr(layer, "_compiled_call_impl", None):
                 layer.compile()
@@ -1059,8 +1060,11 @@ class Trainer:
     def _save(self, folder: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         model = self.model
         if hasattr(model, "save_pretrained"):
-            with fsdp_utils.unwrapped_class(model) if self.args.fsdp else contextlib.nullcontext():
-                model.save_pretrained(folder, state_dict=state_dict)
+            if state_dict is None:
+                model.save_pretrained(folder)
+            else:
+                with fsdp_utils.unwrapped_class(model):
+                    model.save_pretrained(folder, state_dict=state_dict)
         else:
             from safetensors.torch import save_file
 
