@@ -107,6 +107,20 @@ def test_fsdp_strings_and_config_are_normalised(tmp_path: Path) -> None:
     assert inline.fsdp_config["reshard_after_forward"] is False  # a command line's JSON object
 
 
+def test_fsdp_from_the_command_line(tmp_path: Path) -> None:
+    from microformers import HfArgumentParser
+
+    parser = HfArgumentParser(TrainingArguments)
+    (bare,) = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--fsdp"])
+    assert bare.fsdp == ["full_shard"]
+    (named,) = parser.parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--fsdp", "shard_grad_op auto_wrap", "--fsdp_config", '{"fsdp_version": 2}']
+    )
+    assert named.fsdp == ["shard_grad_op", "auto_wrap"] and named.fsdp_config["reshard_after_forward"] is False
+    (off,) = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path)])
+    assert off.fsdp == []
+
+
 def test_fsdp_outside_torchrun_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("WORLD_SIZE", "MASTER_ADDR"):
         monkeypatch.delenv(key, raising=False)

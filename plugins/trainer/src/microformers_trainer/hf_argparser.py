@@ -193,6 +193,8 @@ class HfArgumentParser(argparse.ArgumentParser):
             kwargs["type"] = str
         else:
             kwargs["type"] = kind
+        if kind is str and bool in typing.get_args(field.type):  # ``bool | str``: a bare ``--fsdp`` means True
+            kwargs.update(nargs="?", const=True)
         if required:
             kwargs["required"] = True
         parser.add_argument(*options, *aliases, dest=field.name, **kwargs)
