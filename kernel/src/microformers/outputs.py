@@ -23,6 +23,7 @@ class ModelOutput(dict):
                 if not name.startswith("_") and name not in fields:
                     fields.append(name)
         cls._fields = tuple(fields)
+        _register_pytree_node(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
@@ -68,3 +69,17 @@ class ModelOutput(dict):
     def __reduce__(self) -> Any:
         return (type(self), (), None, None, iter(self.items()))
 
+
+
+def _register_pytree_node(cls: type[ModelOutput]) -> None:
+    """Make ``cls`` a pytree node, so ``torch.export`` / ``torch.compile`` see through it: its children are the values
+    of the fields that are set, its context their names."""
+    from torch.utils import _pytree
+
+    def flatten(output: ModelOutput) -> tuple[list[Any], list[str]]:
+        return list(output.values()), list(output.keys())
+
+    def unflatten(values: Any, keys: Any) -> ModelOutput:
+        return cls(**dict(zip(keys, values)))
+
+    _pytree.register_pytree_node(cls, flatten, unflatten, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}")

@@ -72,7 +72,7 @@ def build_attention_mask(
     if attention_mask is not None:
         _check_mask_length(attention_mask, kv_length, past_length, query_length)
         padding = attention_mask[:, :kv_length]
-        if bool(padding.all()):
+        if not torch.compiler.is_exporting() and bool(padding.all()):  # exported graphs keep the mask: no data branch
             padding = None
     window_in_reach = sliding_window is not None and causal and kv_length > sliding_window
     if padding is None and not window_in_reach:

@@ -322,7 +322,7 @@ def _cross_attention_mask(encoder_attention_mask: torch.Tensor | None) -> torch.
     """``(batch, 1, 1, source_length)`` booleans from the encoder's 0/1 padding mask; ``None`` without padding."""
     if encoder_attention_mask is None or encoder_attention_mask.dim() == 4:
         return encoder_attention_mask
-    if bool(encoder_attention_mask.all()):
+    if not torch.compiler.is_exporting() and bool(encoder_attention_mask.all()):  # exported graphs keep the mask
         return None
     allowed = encoder_attention_mask[:, None, None, :].bool()
     return allowed | ~allowed.any(dim=-1, keepdim=True)  # an all-padding row attends everywhere, never NaN

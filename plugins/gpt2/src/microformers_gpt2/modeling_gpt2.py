@@ -246,7 +246,7 @@ class GPT2Model(GPT2PreTrainedModel):
         output_attentions, output_hidden_states = inputs.output_attentions, inputs.output_hidden_states
         length = inputs_embeds.shape[1]
         position_ids = inputs.position_ids
-        if bool((position_ids >= config.n_positions).any()):
+        if not torch.compiler.is_exporting() and bool((position_ids >= config.n_positions).any()):  # no data branch
             raise GPT2InputError(
                 f"GPT-2 has {config.n_positions} positions (n_positions) but this call reaches position "
                 f"{int(position_ids.max())}; shorten the input or the generation (max_new_tokens)"

@@ -397,7 +397,7 @@ def _encoder_padding_mask(
             f"attention_mask has {attention_mask.shape[-1]} columns but the encoder output has {encoder_length} "
             "positions; pass the mask of the encoder's input_ids"
         )
-    if bool(attention_mask.all()):
+    if not torch.compiler.is_exporting() and bool(attention_mask.all()):  # exported graphs keep the mask
         return None
     return attention_mask[:, None, None, :].to(device=device, dtype=torch.bool)
 
