@@ -71,3 +71,11 @@ def test_torch_export_captures_the_forward_and_gives_the_eager_outputs(family: s
         assert type(exported) is type(eager)  # the output class survives the graph (a pytree node)
         # the same operations, but the graph may order or fuse them differently: compared with the float policy
         assert_close(exported[key], eager[key])
+
+
+def test_torchscript_is_refused_with_what_to_use_instead(tmp_path: Any) -> None:
+    config = microformers.AutoConfig.for_model("gpt2", vocab_size=50, n_embd=16, n_layer=1, n_head=2)
+    microformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    with pytest.raises(microformers.ConfigError, match=r"torchscript=True: .*torch\.export\.export.*microformers export onnx"):
+        microformers.AutoModelForCausalLM.from_pretrained(tmp_path, torchscript=True)
+    assert microformers.AutoModelForCausalLM.from_pretrained(tmp_path, torchscript=False) is not None  # the default

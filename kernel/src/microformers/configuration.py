@@ -20,6 +20,16 @@ from .remote import RegisterForAutoClass, write_custom_code
 CONFIG_NAME = "config.json"
 
 
+def refuse_torchscript(value: Any) -> None:
+    """``torchscript=True`` is refused, not accepted and ignored: the models are not ``torch.jit``-traceable."""
+    if value is not False:
+        raise ConfigError(
+            f"torchscript={value!r}: TorchScript tracing is not supported. Capture a graph with "
+            "torch.export.export(model, (), inputs, strict=False), which works for every family, or export ONNX "
+            "with `microformers export onnx` (microformers-onnx); drop torchscript or set it to false"
+        )
+
+
 def refuse_push_to_hub(push_to_hub: Any, argument: str = "push_to_hub") -> None:
     """Uploading is not built in: a true ``push_to_hub`` raises, saying how to upload instead."""
     if push_to_hub:
@@ -55,6 +65,7 @@ class PretrainedConfig(RegisterForAutoClass):
     _transient_keys: ClassVar[tuple[str, ...]] = ("_name_or_path", "_attn_implementation_internal", "_commit_hash")
 
     def __init__(self, **kwargs: Any) -> None:
+        refuse_torchscript(kwargs.pop("torchscript", False))
         self.return_dict: bool = kwargs.pop("return_dict", True)
         self.output_hidden_states: bool = kwargs.pop("output_hidden_states", False)
         self.output_attentions: bool = kwargs.pop("output_attentions", False)

@@ -20,7 +20,14 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .configuration import PretrainedConfig, config_from_dict, dtype_name, read_json, refuse_push_to_hub
+from .configuration import (
+    PretrainedConfig,
+    config_from_dict,
+    dtype_name,
+    read_json,
+    refuse_push_to_hub,
+    refuse_torchscript,
+)
 from .devices import check_device, check_device_map, device_map_entries
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
 from .generation import GenerationMixin
@@ -405,6 +412,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
         kwargs.pop("low_cpu_mem_usage", None)
+        refuse_torchscript(kwargs.pop("torchscript", False))
         for framework in ("from_tf", "from_flax"):
             if kwargs.pop(framework, False):
                 raise ConfigError(
