@@ -134,7 +134,8 @@ def test_cli_export_keeps_other_files_and_writes_config_tokenizer_and_report(enc
     assert {"model.onnx", "config.json", "vocab.txt", "onnx_export.json", "notes.txt"} <= names
     assert (folder / "notes.txt").read_text() == "mine"
     info = json.loads((folder / "onnx_export.json").read_text())
-    assert info["task"] == CLI_TASK and info["exporter"] == "dynamo-draft"
+    # BERT skips its id range checks while exporting: torch.export captures it whole, no draft capture needed
+    assert info["task"] == CLI_TASK and info["exporter"] == "dynamo"
     assert info["max_difference"] <= 1e-4
 
 
