@@ -527,3 +527,13 @@ def test_distribution_names_compare_normalised() -> None:
     assert _same_dist("microformers-llama", "MICROFORMERS_LLAMA")
     assert not _same_dist("microformers-llama", "microformers-llam")
     assert not _same_dist("microformers_llama", "microformersxllama")
+
+
+def test_model_classes_of_installed_plugins_are_top_level_names() -> None:
+    """``from microformers import BertModel`` as from the reference: every registered architecture class."""
+    names = [n for n in microformers.registry.names("architectures") if isinstance(n, str)]
+    assert names
+    for name in names[:5]:
+        assert getattr(microformers, name).__name__ == name
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchModelForAnything'"):
+        microformers.NoSuchModelForAnything  # noqa: B018

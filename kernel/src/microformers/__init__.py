@@ -86,10 +86,11 @@ _kernel_getattr, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 def __getattr__(name: str) -> object:
-    """Kernel names first, then names plugins contribute through ``register_exports``."""
+    """Kernel names first, then names plugins contribute through ``register_exports``, then the model classes the
+    installed plugins register (``from microformers import BertModel``, as from the reference)."""
     if name in _LAZY or name.startswith("__"):
         return _kernel_getattr(name)
-    reg = registry.get("exports", name)
+    reg = registry.get("exports", name) or registry.get("architectures", name)
     if reg is None:
         if registry.provider_of("exports", name) is not None:
             raise registry.missing_error("exports", name, what="name")
