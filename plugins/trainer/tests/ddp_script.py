@@ -14,7 +14,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from trainer_helpers import lm_rows, tiny_gpt2
+from trainer_helpers import finish_distributed_script, lm_rows, start_rank_diagnostics, tiny_gpt2
 
 from microformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -94,8 +94,9 @@ def main(output_dir: str, batch_size: int) -> Any:
 
 
 if __name__ == "__main__":
+    start_rank_diagnostics(sys.argv[1])
     torch.set_num_threads(1)
     main(sys.argv[1], int(sys.argv[2]))
     if sys.argv[3:] == ["dropout"]:
         dropout_runs(sys.argv[1])
-    torch.distributed.destroy_process_group()
+    finish_distributed_script()

@@ -13,7 +13,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from trainer_helpers import lm_rows, tiny_llama
+from trainer_helpers import finish_distributed_script, lm_rows, start_rank_diagnostics, tiny_llama
 
 from microformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -68,8 +68,9 @@ def resume_runs(output_dir: str, batch_size: int) -> None:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
     out, batch = sys.argv[1], int(sys.argv[2])
+    start_rank_diagnostics(out)
+    torch.set_num_threads(1)
     sharded = main(out, batch, "full_shard").model
     held = {
         "local": sum(p.to_local().numel() for p in sharded.parameters()),
@@ -79,4 +80,4 @@ if __name__ == "__main__":
     (Path(out) / f"elements_rank{torch.distributed.get_rank()}.json").write_text(json.dumps(held))
     main(out, batch, "shard_grad_op")
     resume_runs(out, batch)
-    torch.distributed.destroy_process_group()
+    finish_distributed_script()

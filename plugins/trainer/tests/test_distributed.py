@@ -4,17 +4,13 @@ with dropout, a run stopped after a checkpoint and resumed ends bit-identical to
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from ddp_script import main
 from safetensors.torch import load_file
-from trainer_helpers import tiny_gpt2
+from trainer_helpers import run_torchrun, tiny_gpt2
 
 SCRIPT = Path(__file__).parent / "ddp_script.py"
 
@@ -25,15 +21,8 @@ def ddp_script_initial() -> dict[str, torch.Tensor]:
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
 def test_two_processes_match_one_process_with_the_whole_batch(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    assert torchrun, "torchrun ships with torch"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
     ddp = tmp_path / "ddp"
-    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(ddp), "4", "dropout"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_torchrun(SCRIPT, ddp, "4", "dropout")
 
     single = main(str(tmp_path / "single"), 8)
     ours = load_file(ddp / "final" / "model.safetensors")

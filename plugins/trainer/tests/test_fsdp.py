@@ -5,11 +5,7 @@ where the uninterrupted one does. Settings that are not implemented are refused 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +13,7 @@ import pytest
 import torch
 from fsdp_script import main
 from safetensors.torch import load_file
-from trainer_helpers import lm_rows, tiny_llama
+from trainer_helpers import lm_rows, run_torchrun, tiny_llama
 
 import microformers
 from microformers import ConfigError, Trainer, TrainingArguments
@@ -35,15 +31,8 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
 
 @needs_distributed
 def test_two_fsdp_processes_match_one_process_with_the_whole_batch(tmp_path: Path) -> None:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    assert torchrun, "torchrun ships with torch"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
     out = tmp_path / "fsdp"
-    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", str(SCRIPT), str(out), "2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_torchrun(SCRIPT, out, "2")
 
     single = main(str(tmp_path / "single"), 4)
     theirs = {k: v.detach() for k, v in single.model.state_dict().items()}
@@ -103,7 +92,9 @@ def test_fsdp_strings_and_config_are_normalised(tmp_path: Path) -> None:
     assert args.fsdp_config["reshard_after_forward"] is True
     assert args.fsdp_config["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
     assert TrainingArguments(output_dir=str(tmp_path)).fsdp == []
-    inline = TrainingArguments(output_dir=str(tmp_path), fsdp="full_shard", fsdp_config='{"reshard_after_forward": false}')
+    inline = TrainingArguments(
+        output_dir=str(tmp_path), fsdp="full_shard", fsdp_config='{"reshard_after_forward": false}'
+    )
     assert inline.fsdp_config["reshard_after_forward"] is False  # a command line's JSON object
 
 

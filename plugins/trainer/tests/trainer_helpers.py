@@ -87,7 +87,12 @@ def write_t5_word_tokenizer(folder: Any) -> int:
     )
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(folder / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "pad_token": "<pad>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return len(vocab)
 
@@ -111,3 +116,62 @@ def tiny_t5(vocab_size: int = 3 + len(SEQ2SEQ_WORDS), **overrides: Any) -> Any:
         **overrides,
     }
     return microformers.AutoModelForSeq2SeqLM.from_config(microformers.AutoConfig.for_model("t5", **config))
+
+
+# -- running a script under torchrun (the DDP and FSDP tests) ---------------------------------------------
+def start_rank_diagnostics(output_dir: str) -> None:
+    """In a torchrun worker: a fatal signal prints every Python thread's stack to ``<output_dir>/fatal_rank<N>.log``,
+    so a native crash says where the rank was."""
+    import faulthandler
+    import os
+    from pathlib import Path
+
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    log = open(Path(output_dir) / f"fatal_rank{os.environ.get('RANK', '0')}.log", "w")  # open until exit
+    faulthandler.enable(file=log, all_threads=True)
+
+
+def finish_distributed_script() -> None:
+    """End a torchrun worker once its results are written: destroy the process group, flush, and leave without
+    interpreter finalisation. Gloo's native worker threads can still be torn down at finalisation, where a
+    rare race aborts the process ("terminate called without an active exception") after all work is done."""
+    import os
+    import sys
+
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def run_torchrun(script: Any, output_dir: Any, *args: str, processes: int = 2) -> None:
+    """``torchrun --standalone --nproc_per_node <processes> <script> <output_dir> <args>`` on one thread a process;
+    asserts it succeeded, with each rank's fatal-signal stacks in the message when it did not.
+
+    A run whose worker died of a signal (a native crash in the collective library, never a Python error or a
+    failed check) is started once more from scratch; a second failure fails the test with both runs' logs."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    assert torchrun, "torchrun ships with torch"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    cmd = [torchrun, "--standalone", "--nproc_per_node", str(processes), str(script), str(output_dir), *args]
+    reports = []
+    for _attempt in range(2):
+        shutil.rmtree(output_dir, ignore_errors=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        if proc.returncode == 0:
+            return
+        stacks = "\n".join(
+            f"--- {log.name}:\n{log.read_text()[-2000:]}" for log in sorted(Path(output_dir).glob("fatal_rank*.log"))
+        )
+        reports.append(f"{proc.stderr[-3000:]}\n{stacks}")
+        if not any(f"exitcode  : -{signal}" in proc.stderr for signal in (6, 7, 11)):  # SIGABRT, SIGBUS, SIGSEGV
+            break
+    raise AssertionError("\n=== next run ===\n".join(reports))
