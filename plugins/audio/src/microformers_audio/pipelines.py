@@ -28,6 +28,7 @@ from microformers import ChunkPipeline, Pipeline
 from microformers.errors import ConfigError
 
 from .audio_io import AudioInputError, load_audio
+from .audio_io import available_memory as _available_memory
 
 __all__ = ["AudioClassificationPipeline", "AutomaticSpeechRecognitionPipeline"]
 
@@ -55,26 +56,13 @@ def _resolve_feature_extractor(feature_extractor: Any, model: Any) -> Any:
     return feature_extractor
 
 
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _is_single_audio(inputs: Any) -> bool:
-    """One waveform (array/tensor of at most 2 dims, dict, path, bytes) rather than a list or stream of them."""
-    if isinstance(inputs, (str, bytes, bytearray, dict, os.PathLike)):
+    """One waveform (an array/tensor, dict, path, bytes) rather than a list or stream of them.
+
+    An array of 3 or more dimensions counts as one input so that loading it refuses its shape, rather than being
+    iterated as a stream of inputs."""
+    if isinstance(inputs, (str, bytes, bytearray, dict, os.PathLike, np.ndarray, torch.Tensor)):
         return True
-    if isinstance(inputs, (np.ndarray, torch.Tensor)):
-        return inputs.ndim <= 2 if isinstance(inputs, np.ndarray) else inputs.dim() <= 2
     if isinstance(inputs, (list, tuple)):
         return bool(inputs) and isinstance(inputs[0], (int, float, np.floating))
     return False
@@ -220,7 +208,9 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         fe = self.feature_extractor
         stride = inputs.get("stride") if isinstance(inputs, dict) else None
         rate_in = inputs.get("sampling_rate") if isinstance(inputs, dict) else None
-        audio, extra = load_audio(inputs, fe.sampling_rate)
+        # unchunked, the whole audio goes through the model at once: its activations are bounded before decoding
+        check = None if chunk_length_s else self._check_memory
+        audio, extra = load_audio(inputs, fe.sampling_rate, check_length=check)
         extra.pop("stride", None)
         if stride is not None:
             ratio = fe.sampling_rate / rate_in if rate_in else 1
@@ -247,7 +237,6 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
             self._check_memory(chunk_len, chunked=True)
             yield from (dict(item, **extra) for item in self._chunks(audio, chunk_len, left, right))
             return
-        self._check_memory(audio.shape[0])
         window = getattr(fe, "n_samples", None)
         if self.is_seq2seq and window is not None and audio.shape[0] > window:
             # the whole recording, for the model's own window-by-window (long-form) decoding

@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from microformers_audio import AudioInputError
+from microformers.errors import ConfigError
+from microformers_audio import MAX_SAMPLES, AudioInputError, check_int_setting, check_sampling_rate
 from microformers_sdk.processing import BatchFeature, SequenceFeatureExtractor
 
 logger = logging.getLogger("microformers")
@@ -74,6 +75,18 @@ class WhisperFeatureExtractor(SequenceFeatureExtractor):
         kwargs.pop("mel_filters", None)  # older files store the filters; they are recomputed from the settings
         kwargs.pop("n_samples", None)
         kwargs.pop("nb_max_frames", None)
+        # every size below shapes an allocation (filters, windows, the padded batch): bounded before any is made
+        owner = type(self).__name__
+        feature_size = check_int_setting(feature_size, "feature_size", 1, 1024, owner)
+        try:
+            sampling_rate = check_sampling_rate(sampling_rate)
+        except AudioInputError as exc:
+            raise ConfigError(f"{owner}: {exc} (preprocessor_config.json or keyword)") from None
+        n_fft = check_int_setting(n_fft, "n_fft", 2, 2**16, owner)
+        hop_length = check_int_setting(hop_length, "hop_length", 1, 2**16, owner)
+        chunk_length = check_int_setting(chunk_length, "chunk_length", 1, MAX_SAMPLES // sampling_rate, owner)
+        if isinstance(dither, bool) or not isinstance(dither, (int, float)) or not np.isfinite(dither):
+            raise ConfigError(f"{owner}: dither={dither!r} must be a finite number (0.0 turns it off)")
         super().__init__(
             feature_size=feature_size,
             sampling_rate=sampling_rate,
@@ -183,6 +196,12 @@ class WhisperFeatureExtractor(SequenceFeatureExtractor):
             logger.warning(
                 "Pass sampling_rate=... to %s() so a wrongly sampled input raises instead of silently degrading.",
                 type(self).__name__,
+            )
+        if max_length is not None:
+            max_length = check_int_setting(max_length, "max_length", 1, MAX_SAMPLES, type(self).__name__)
+        if pad_to_multiple_of is not None:
+            pad_to_multiple_of = check_int_setting(
+                pad_to_multiple_of, "pad_to_multiple_of", 1, MAX_SAMPLES, type(self).__name__
             )
         rows = self._rows(raw_speech)
         lengths = [len(row) for row in rows]
