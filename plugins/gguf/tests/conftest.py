@@ -120,8 +120,12 @@ def write_gguf(
     tokenizer: str | None = "gpt2",
     permute: bool | None = None,
     pre: str = "default",
+    raw: dict[str, tuple[np.ndarray, GGMLQuantizationType]] | None = None,
 ) -> Path:
-    """Write a tiny GGUF model file the way llama.cpp's converter lays it out."""
+    """Write a tiny GGUF model file the way llama.cpp's converter lays it out.
+
+    ``raw`` adds tensors (Hugging Face names) as ready-made blocks of a type ``gguf.quants`` cannot quantise.
+    """
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_uint32(f"{arch}.block_count", TINY["layers"])
     writer.add_uint32(f"{arch}.context_length", 256)
@@ -163,6 +167,8 @@ def write_gguf(
             writer.add_tensor(name, value.astype(np.float16))
         else:
             writer.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
+    for hf_name, (blocks, qtype) in (raw or {}).items():
+        writer.add_tensor(gguf_name(hf_name), blocks, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

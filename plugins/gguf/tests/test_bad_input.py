@@ -164,15 +164,15 @@ def test_unsupported_quantisation_type(tmp_path: Path) -> None:
     writer.add_uint32("llama.feed_forward_length", 256)
     writer.add_uint32("llama.attention.head_count", 2)
     writer.add_uint32("llama.vocab_size", 10)
-    block_size, type_size = gguf.GGML_QUANT_SIZES[GGMLQuantizationType.IQ4_NL]
+    block_size, type_size = gguf.GGML_QUANT_SIZES[GGMLQuantizationType.TQ1_0]
     raw = np.zeros((256, 256 // block_size * type_size), dtype=np.uint8)
-    writer.add_tensor("blk.0.ffn_up.weight", raw, raw_dtype=GGMLQuantizationType.IQ4_NL)
+    writer.add_tensor("blk.0.ffn_up.weight", raw, raw_dtype=GGMLQuantizationType.TQ1_0)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     assert GGUF_FORMAT.load_config([path])["hidden_size"] == 256  # the header itself is fine
-    with pytest.raises(CheckpointError, match=r"'blk\.0\.ffn_up\.weight' \(IQ4_NL\).*Supported types: F32") as info:
+    with pytest.raises(CheckpointError, match=r"'blk\.0\.ffn_up\.weight' \(TQ1_0\).*Supported types: F32") as info:
         GGUF_FORMAT.load([path])
     assert str(path) in str(info.value)
 
@@ -263,6 +263,8 @@ def test_a_zero_head_count_is_a_clear_error_not_a_division_by_zero(tmp_path: Pat
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(ConfigError, match=rf"{architecture}\.attention\.head_count=0 must be a positive integer") as info:
+    with pytest.raises(
+        ConfigError, match=rf"{architecture}\.attention\.head_count=0 must be a positive integer"
+    ) as info:
         GGUF_FORMAT.load_config([path])
     assert str(path) in str(info.value)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from microformers_gguf.dequant import QUANTISED, SUPPORTED_TYPES, dequantize, is_supported
+from microformers_gguf.dequant import SUPPORTED_TYPES, dequantize, is_supported
 
 Q = GGMLQuantizationType
 
@@ -35,8 +35,9 @@ def ours(raw: np.ndarray, kind: GGMLQuantizationType, shape: tuple[int, ...], **
 
 def test_every_listed_type_is_supported() -> None:
     listed = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
-    assert listed == set(SUPPORTED_TYPES)
-    assert not is_supported(int(Q.IQ2_XXS))
+    iq = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"}
+    assert listed | iq == set(SUPPORTED_TYPES)
+    assert not is_supported(int(Q.TQ1_0))
     assert not is_supported(9999)
 
 
@@ -78,7 +79,7 @@ def test_plain_types_match_reference(kind: GGMLQuantizationType) -> None:
         assert np.array_equal(result.numpy(), data)
 
 
-@pytest.mark.parametrize("kind", [*QUANTISED], ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", [*QUANTISABLE, *K_QUANTS], ids=lambda k: k.name)
 @pytest.mark.parametrize("offset", [2, 4, 6])
 def test_any_placement_in_memory(kind: GGMLQuantizationType, offset: int) -> None:
     """A tensor's bytes need not be 8-byte aligned (the word-wise paths fall back)."""
@@ -112,5 +113,5 @@ def test_other_output_dtypes_round_the_float32_result(kind: GGMLQuantizationType
 
 
 def test_unsupported_type_raises() -> None:
-    with pytest.raises(NotImplementedError, match="IQ2_XXS"):
-        dequantize(torch.zeros(66, dtype=torch.uint8), int(Q.IQ2_XXS), (256,))
+    with pytest.raises(NotImplementedError, match="TQ1_0"):
+        dequantize(torch.zeros(54, dtype=torch.uint8), int(Q.TQ1_0), (256,))

@@ -134,7 +134,7 @@ class _View:
         info = self._gguf.tensors.get(tensor)
         if info is None:
             raise CheckpointError(f"GGUF file {self.path} has no tensor '{tensor}'")
-        return dequantize(self._gguf.tensor_bytes(info), info.type_id, info.shape, torch.float32)
+        return dequantize(self._gguf.tensor_bytes(info), info.type_id, info.shape, torch.float32, name=tensor)
 
 
 def _rope(gguf: GGUFFile, arch: GGUFArchitecture, theta: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -404,7 +404,7 @@ class TensorPlan:
 
         if self._cache is not None and self._cache[0] == info.name and self._cache[1] == dtype:
             return self._cache[2]
-        tensor = dequantize(self.gguf.tensor_bytes(info), info.type_id, info.shape, dtype)
+        tensor = dequantize(self.gguf.tensor_bytes(info), info.type_id, info.shape, dtype, name=info.name)
         self._cache = (info.name, dtype, tensor)
         return tensor
 
@@ -432,18 +432,20 @@ class TensorPlan:
         ordered = self.ordered_bytes(hf_name)
         if ordered is not None:
             info, raw = ordered
-            return dequantize(raw, info.type_id, info.shape, dtype)
+            return dequantize(raw, info.type_id, info.shape, dtype, name=info.name)
         simple = self.row_permutation(hf_name)
         if simple is not None:  # a permuted 1-D tensor: dequantise, then reorder the values
             info, perm = simple
-            return dequantize(self.gguf.tensor_bytes(info), info.type_id, info.shape, dtype)[perm]
+            return dequantize(self.gguf.tensor_bytes(info), info.type_id, info.shape, dtype, name=info.name)[perm]
         pieces = []
         for source in self.entries[hf_name]:
             stacked = source.expert is not None or isinstance(source.target, Part)
             tensor = (
                 self._dequantized(source.info, dtype)
                 if stacked
-                else dequantize(self.gguf.tensor_bytes(source.info), source.info.type_id, source.info.shape, dtype)
+                else dequantize(
+                    self.gguf.tensor_bytes(source.info), source.info.type_id, source.info.shape, dtype, source.info.name
+                )
             )
             if source.expert is not None:
                 tensor = tensor[source.expert]

@@ -4,7 +4,8 @@ Each function takes the raw bytes of a tensor viewed as ``(n_blocks, type_size)`
 ``(n_blocks, block_size)`` float32 values into ``out``. The float operations and their order (scale
 times quant, then plus/minus the offset, each rounded to float32) follow ggml's reference
 dequantisers, so results are bit-identical to ``gguf.quants.dequantize``. Block layouts are those
-of ggml (``block_q4_0`` ... ``block_q6_K``); K-quant super-blocks hold 256 values.
+of ggml (``block_q4_0`` ... ``block_q6_K``); K-quant super-blocks hold 256 values. The IQ types
+(``IQ1_S`` ... ``IQ4_XS``) are in :mod:`microformers_gguf.iq`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from collections.abc import Callable
 
 import torch
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from microformers.errors import CheckpointError
+
+from .iq import IQ_TYPES
 
 QK_K = 256
 
@@ -191,6 +196,7 @@ QUANTISED: dict[GGMLQuantizationType, Dequantiser] = {
     GGMLQuantizationType.Q4_K: dequant_q4_k,
     GGMLQuantizationType.Q5_K: dequant_q5_k,
     GGMLQuantizationType.Q6_K: dequant_q6_k,
+    **IQ_TYPES,
 }
 
 # Plain (unquantised) storage types and the torch dtype their bytes hold.
@@ -211,6 +217,25 @@ def is_supported(ggml_type: int) -> bool:
     return kind in PLAIN or kind in QUANTISED
 
 
+def _check_size(raw: torch.Tensor, kind: GGMLQuantizationType, shape: tuple[int, ...], name: str) -> None:
+    block_size, type_size = GGML_QUANT_SIZES[kind]
+    count = 1
+    for dim in shape:
+        count *= dim
+    if any(dim < 0 for dim in shape) or (shape and shape[-1] % block_size):
+        raise CheckpointError(
+            f"GGUF {kind.name} {name} of shape {tuple(shape)}: rows must be a whole number of {block_size}-value "
+            f"{kind.name} blocks; the file is corrupt or its tensor table was edited. Download it again."
+        )
+    expected = count // block_size * type_size
+    if raw.dim() != 1 or raw.dtype != torch.uint8 or raw.numel() != expected:
+        raise CheckpointError(
+            f"GGUF {kind.name} {name} of shape {tuple(shape)} needs {expected} bytes ({count // block_size} blocks of "
+            f"{type_size} bytes), but {raw.numel()} bytes were given: a truncated or partial block. "
+            "The file is truncated or corrupt; download it again."
+        )
+
+
 # Values expanded per call of a dequantiser: ATen runs an element-wise op on the calling thread up to
 # its grain size (32768 elements) and opens a parallel region above it. Hundreds of parallel regions
 # per tensor each wait at a barrier for every intra-op thread, which on a busy machine (a descheduled
@@ -220,15 +245,21 @@ CHUNK_VALUES = 32768
 
 
 def dequantize(
-    raw: torch.Tensor, ggml_type: int, shape: tuple[int, ...], dtype: torch.dtype = torch.float32
+    raw: torch.Tensor,
+    ggml_type: int,
+    shape: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
+    name: str = "tensor",
 ) -> torch.Tensor:
     """Dequantise the raw bytes of one tensor (uint8, any length matching ``shape``) to ``dtype``.
 
     Plain types are copied (converting when the dtypes differ); quantised types are expanded
     :data:`CHUNK_VALUES` values at a time (all at once on one intra-op thread), vectorised over the chunk's blocks, straight into the
-    result when ``dtype`` is float32.
+    result when ``dtype`` is float32. Bytes that do not hold ``shape`` in whole blocks (a truncated
+    block, rows not a multiple of the block) raise :class:`CheckpointError` naming ``name``.
     """
     kind = GGMLQuantizationType(ggml_type)
+    _check_size(raw, kind, shape, name)
     plain = PLAIN.get(kind)
     if plain is not None:
         values = raw.view(plain).view(shape)
