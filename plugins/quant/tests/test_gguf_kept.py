@@ -97,11 +97,11 @@ def test_gguf_method_errors(writer: ModuleType, tmp_path: Path) -> None:
     AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf").save_pretrained(float_folder)
     with pytest.raises(ConfigError, match="gguf_file"):
         AutoModelForCausalLM.from_pretrained(float_folder, quantization_config=GgufQuantConfig())
-    raw = np.zeros((64, 18), dtype=np.uint8)  # ffn_up (64 x 32) as IQ4_NL: a block type nothing here reads
+    raw = np.zeros((64, 17), dtype=np.uint8)  # ffn_up (64 x 32) as MXFP4: a block type nothing here reads
     bad = tmp_path / "bad"
     bad.mkdir()
-    _write_with_type(writer, bad / "odd.gguf", "blk.0.ffn_up.weight", raw, T.IQ4_NL)
-    with pytest.raises(CheckpointError, match=r"blk\.0\.ffn_up\.weight.*IQ4_NL"):
+    _write_with_type(writer, bad / "odd.gguf", "blk.0.ffn_up.weight", raw, T.MXFP4)
+    with pytest.raises(CheckpointError, match=r"blk\.0\.ffn_up\.weight.*MXFP4"):
         AutoModelForCausalLM.from_pretrained(bad, gguf_file="odd.gguf", quantization_config=GgufQuantConfig())
 
 
