@@ -24,6 +24,11 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
         "(default: what half the memory free after loading holds, at least one context)",
     )  # fmt: skip
     parser.add_argument(
+        "--prefill-chunk", type=_positive, default=512,
+        help="prompt tokens one prefill forward takes: new prompts are packed together up to it, a longer one is read "
+        "in chunks of it between decoding steps (default 512)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-embedding-tokens", type=_positive, default=16384,
         help="tokens of all inputs of one /v1/embeddings request (default 16384; more get 400)",
     )  # fmt: skip
@@ -95,7 +100,7 @@ def load_server(args: argparse.Namespace) -> Any:
     from microformers.errors import InputError
 
     from .app import Embedder, Server
-    from .engine import Engine
+    from .engine import DEFAULT_PREFILL_CHUNK, Engine
 
     if args.pack_weights and args.quantize:
         raise InputError("--pack-weights packs float32 weights and --quantize replaces them: use one of the two")
@@ -130,6 +135,7 @@ def load_server(args: argparse.Namespace) -> Any:
         engine = Engine(
             model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue,
             max_kv_tokens=getattr(args, "max_kv_tokens", None),
+            prefill_chunk=getattr(args, "prefill_chunk", None) or DEFAULT_PREFILL_CHUNK,
         )  # fmt: skip
         return Server(name, tokenizer, model, engine=engine, aliases=aliases, **_server_limits(args))
     if args.pack_weights:

@@ -1,8 +1,14 @@
 """The continuous-batching engine: one decode loop on a background thread.
 
-Between two decoding steps the loop admits waiting requests (each prompt is prefilled on its own,
-exactly as ``model.generate`` prefills it, then joined to the running batch) and retires finished or
-abandoned ones, so a long request never holds up a short one.
+Between two decoding steps the loop admits waiting requests and retires finished or abandoned ones,
+so a long request never holds up a short one. New prompts are prefilled together: one forward takes
+up to ``prefill_chunk`` prompt tokens of several requests packed end to end (each with its own
+positions from 0, attending causally over its own tokens only), so sixteen clients arriving at once
+cost one or two forwards instead of sixteen. A prompt longer than what is left of that budget is
+prefilled in chunks, one per loop turn, with a decoding step of the running rows in between, so
+running streams keep flowing while a long prompt is read. A model that does not route its attention
+through the serving attention function, or does not honour ``position_ids`` (checked once with a
+small probe when the engine starts), is prefilled one prompt at a time as ``model.generate`` does.
 
 Every running sequence keeps its own key/value buffers in a :class:`RaggedCache`: memory for the
 rows that exist, grown as each row lengthens and freed when it finishes. The batched forward runs
@@ -39,6 +45,8 @@ from microformers_sdk.cache import Cache, DynamicCache
 RAGGED_ATTENTION = "serve_ragged"
 # A row's buffers grow by a quarter of what they hold, at least this many positions at a time.
 ROW_GROWTH = 128
+# Prompt tokens one packed prefill forward takes (several prompts, or a chunk of a long one).
+DEFAULT_PREFILL_CHUNK = 512
 # The default KV budget takes this share of the memory free once the model is loaded.
 DEFAULT_MEMORY_SHARE = 0.5
 
@@ -97,6 +105,7 @@ class GenerationRequest:
     submitted: float = attrs.field(factory=time.monotonic)
     reserved: int = 0  # cache tokens counted against the engine's budget
     stop_tables: list[list[int]] | None = None
+    buffers: _RowBuffers | None = None  # the row's cache while its prompt is being prefilled
 
     def cancel(self) -> None:
         """Free this request's slot at the next step (a client went away)."""
@@ -106,13 +115,14 @@ class GenerationRequest:
 class _RowBuffers:
     """One sequence's keys and values: per layer ``(1, kv_heads, capacity, head_dim)``, ``length`` filled."""
 
-    __slots__ = ("keys", "length", "limit", "values")
+    __slots__ = ("keys", "length", "limit", "planned", "values")
 
-    def __init__(self, length: int, limit: int) -> None:
+    def __init__(self, length: int, limit: int, planned: int = 0) -> None:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.length = length
         self.limit = limit  # the most positions this row will ever hold
+        self.planned = planned  # positions its prompt will fill (the first buffers hold them all)
 
     @property
     def capacity(self) -> int:
@@ -152,6 +162,7 @@ class RaggedCache(Cache):
         self._active: list[_RowBuffers] = []
         self._fresh: tuple[torch.Tensor, torch.Tensor, int] | None = None
         self._prefilling: _RowBuffers | None = None
+        self._packed: list[tuple[_RowBuffers, int, int]] | None = None  # (row, start, count) per segment
         self.stacked = False
         self.updates = 0
         self.hits = 0
@@ -168,8 +179,8 @@ class RaggedCache(Cache):
         return [row.length for row in self._rows]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        if self._prefilling is not None:
-            return 0
+        if self._prefilling is not None or self._packed is not None:
+            return 0  # a packed prefill is a fresh prompt to the model: positions come from position_ids
         return max((row.length for row in self._active or self._rows), default=0)
 
     def nbytes(self) -> int:
@@ -220,6 +231,64 @@ class RaggedCache(Cache):
             store.append(buffer)
         return key, value
 
+    def begin_packed(self, segments: Sequence[tuple[_RowBuffers, int]]) -> None:
+        """The next forward prefills ``count`` new positions of each ``(row, count)``, packed end to end in one
+        sequence; each row continues at its own ``length`` (0 for a new prompt, more for a later chunk)."""
+        for row, _count in segments:
+            if row.keys:
+                row.ensure(row.length + _count)
+        self._packed = [(row, row.length, count) for row, count in segments]
+        self._fresh = None
+        self.updates = self.hits = 0
+
+    def end_packed(self, keep: bool) -> None:
+        """After the packed forward: advance every segment's row (``keep``) or leave the lengths (it failed)."""
+        packed, self._packed = self._packed, None
+        self._fresh = None
+        if keep and packed is not None:
+            for row, start, count in packed:
+                row.length = start + count
+
+    def add_prefilled_row(self, row: _RowBuffers) -> int:
+        """Join a row whose prompt is now wholly in its buffers to the decoding rows; returns its index."""
+        self._rows.append(row)
+        return len(self._rows) - 1
+
+    def _pack(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        packed = self._packed
+        assert packed is not None
+        if key.shape[0] != 1 or key.shape[2] != sum(count for _row, _start, count in packed):
+            raise RuntimeError("a packed serving prefill takes one sequence holding every segment's tokens")
+        offset = 0
+        for row, start, count in packed:
+            if len(row.keys) == layer_idx:  # a new prompt: this layer's buffers are made now
+                capacity = min(max(row.limit, start + count), max(row.planned, start + count) + ROW_GROWTH)
+                for store, source in ((row.keys, key), (row.values, value)):
+                    store.append(source.new_empty(1, source.shape[1], max(capacity, row.capacity), source.shape[3]))
+            elif len(row.keys) < layer_idx:
+                raise RuntimeError("a serving prefill writes each layer once, in order")
+            row.keys[layer_idx][0, :, start : start + count] = key[0, :, offset : offset + count]
+            row.values[layer_idx][0, :, start : start + count] = value[0, :, offset : offset + count]
+            offset += count
+        self.updates += 1
+        self._fresh = (key, value, layer_idx)
+        return key, value
+
+    def packed_states(
+        self, key: torch.Tensor, value: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor, int, int]] | None:
+        """Per segment of a packed prefill: ``(keys, values, start, count)`` with the row's keys and values up
+        to the segment's end, when ``key``/``value`` are what ``update`` just returned; else ``None``."""
+        fresh = self._fresh
+        if self._packed is None or fresh is None or key is not fresh[0] or value is not fresh[1]:
+            return None
+        self.hits += 1
+        layer_idx = fresh[2]
+        return [
+            (row.keys[layer_idx][:, :, : start + count], row.values[layer_idx][:, :, : start + count], start, count)
+            for row, start, count in self._packed
+        ]
+
     def remove_row(self, row: int) -> None:
         """Drop ``row`` and its buffers; the rows after it move up one index."""
         del self._rows[row]
@@ -242,6 +311,8 @@ class RaggedCache(Cache):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self._prefilling is not None:
             return self._prefill(key, value, layer_idx)
+        if self._packed is not None:
+            return self._pack(key, value, layer_idx)
         rows = self._active
         if key.shape[2] != 1 or key.shape[0] != len(rows):
             raise RuntimeError("RaggedCache takes one new token per running row per step")
@@ -298,7 +369,9 @@ def ragged_attention(
 
     Outside a decode step (a prefill, or a call from another thread) it is the model's usual
     implementation. Inside one, row ``i`` attends over its own keys with no mask, the very call a
-    lone ``generate`` step makes, so no padded position enters its sums.
+    lone ``generate`` step makes, so no padded position enters its sums. Inside a packed prefill, each
+    segment's queries attend causally over that row's own keys (a new prompt: the very call a lone
+    prefill makes; a later chunk: over the row's earlier positions too).
     """
     base = getattr(_STEP, "base", None)
     lengths = getattr(_STEP, "lengths", None)
@@ -307,6 +380,20 @@ def ragged_attention(
         from microformers_sdk.attention import sdpa_attention
 
         base = sdpa_attention
+    if getattr(_STEP, "packed", False) and cache is not None:
+        segments = cache.packed_states(key, value)
+        if segments is None:  # the model attends over states of its own: the engine notices and stops packing
+            return base(query, key, value, attention_mask, **kwargs)
+        outputs, offset = [], 0
+        for keys, values, start, count in segments:
+            part = query[:, :, offset : offset + count]
+            offset += count
+            if start == 0:
+                outputs.append(base(part, keys, values, None, **{**kwargs, "is_causal": True}))
+            else:  # query i sits at position start + i and sees keys up to there
+                visible = torch.ones(count, start + count, dtype=torch.bool, device=query.device).tril(start)
+                outputs.append(base(part, keys, values, visible, **{**kwargs, "is_causal": False}))
+        return torch.cat(outputs, dim=2)
     if lengths is None or query.shape[2] != 1 or len(lengths) != query.shape[0]:
         return base(query, key, value, attention_mask, **kwargs)
     kwargs["is_causal"] = False
@@ -428,6 +515,7 @@ class Engine:
         max_batch_size: int = 16,
         max_queue: int = 256,
         max_kv_tokens: int | None = None,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     ) -> None:
         from microformers_sdk.attention import attention_implementation_name, get_attention_function
 
@@ -435,6 +523,9 @@ class Engine:
             raise ValueError(f"max_batch_size must be >= 1 and max_queue >= 0, got {max_batch_size}, {max_queue}")
         if max_kv_tokens is not None and max_kv_tokens < 2:
             raise ValueError(f"max_kv_tokens must be >= 2, got {max_kv_tokens}")
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1 prompt token per forward, got {prefill_chunk}")
+        self.prefill_chunk = prefill_chunk
         self.model = model.eval()
         self.device = model.device
         self.tokenizer = tokenizer
@@ -454,6 +545,9 @@ class Engine:
             self._base_attention = get_attention_function("sdpa")
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._running: list[GenerationRequest] = []
+        self._prefilling: list[GenerationRequest] = []  # admitted; their prompts are partly in the cache
+        self._packing: bool | None = None  # whether prompts can be packed (probed on the loop thread)
+        self.prefill_forwards = 0  # model forwards that prefilled prompts (packed or alone)
         self._stepping: list[GenerationRequest] = []  # the rows of the forward in progress
         self._cache = RaggedCache()
         self._condition = threading.Condition()
@@ -505,6 +599,7 @@ class Engine:
         with self._condition:
             return {
                 "running": len(self._running), "waiting": len(self._waiting), "steps": self.steps,
+                "prefilling": len(self._prefilling), "prefill_forwards": self.prefill_forwards,
                 "kv_tokens_reserved": self._reserved, "kv_tokens_budget": self.max_kv_tokens,
             }  # fmt: skip
 
@@ -536,6 +631,11 @@ class Engine:
         return not self._thread.is_alive()
 
     @property
+    def packed_prefill(self) -> bool | None:
+        """Whether prompts are prefilled packed together (``None`` until the loop thread has probed the model)."""
+        return self._packing
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 
@@ -543,19 +643,25 @@ class Engine:
     def _loop(self) -> None:
         _STEP.base = self._base_attention
         with torch.inference_mode():
+            if self._packing is None:
+                self._packing = self._probe_packing()
             while True:
                 with self._condition:
-                    while not self._waiting and not self._running and not self._draining and not self._closed:
+                    while (
+                        not self._waiting and not self._running and not self._prefilling and not self._draining
+                        and not self._closed
+                    ):  # fmt: skip
                         self._condition.wait()
-                    if self._closed or (self._draining and not self._running and not self._waiting):
+                    if self._closed or (
+                        self._draining and not self._running and not self._waiting and not self._prefilling
+                    ):
                         self._stopped = True
                         return
-                    admit = []
-                    while self._waiting and len(self._running) + len(admit) < self.max_batch_size:
-                        admit.append(self._waiting.popleft())
-                for request in admit:
-                    self._guarded(request, self._admit)
+                    while self._waiting and len(self._running) + len(self._prefilling) < self.max_batch_size:
+                        self._prefilling.append(self._waiting.popleft())
                 self._retire_cancelled()
+                if self._prefilling:
+                    self._prefill_round()
                 if self._running:
                     self._step()
                     if not self._running:
@@ -572,12 +678,112 @@ class Engine:
         self._remove(request)  # first: a client told of the end may submit again at once
         _safe_emit(request, Event("error", text=f"generation failed: {type(exc).__name__}: {exc}"))
 
+    def _prefill_round(self) -> None:
+        """Prefill what one forward takes of the admitted prompts; those now wholly cached join the batch."""
+        if not self._packing:  # one prompt at a time, each in one forward, as ``generate`` prefills it
+            admitted, self._prefilling = self._prefilling, []
+            for request in admitted:
+                self._guarded(request, self._admit)
+            return
+        budget = self.prefill_chunk
+        chosen: list[tuple[GenerationRequest, int]] = []
+        for request in self._prefilling:
+            if budget <= 0:
+                break
+            if request.buffers is None:
+                limit = max(request.reserved, len(request.prompt_ids) + 1)
+                request.buffers = _RowBuffers(0, limit, planned=len(request.prompt_ids))
+                if request.seed is not None:
+                    request.generator = torch.Generator().manual_seed(request.seed)
+            count = min(budget, len(request.prompt_ids) - request.buffers.length)
+            chosen.append((request, count))
+            budget -= count
+        try:
+            logits = self._packed_forward(
+                self._cache,
+                [(r.buffers, r.prompt_ids[r.buffers.length : r.buffers.length + n]) for r, n in chosen],  # type: ignore[union-attr]
+            )
+        except Exception:  # which prompts fail on their own? each is prefilled alone, and only those are retired
+            for request, _count in chosen:
+                self._prefilling.remove(request)
+                request.buffers = None
+                self._guarded(request, self._admit)
+            return
+        for index, (request, _count) in enumerate(chosen):
+            row = request.buffers
+            assert row is not None
+            if row.length < len(request.prompt_ids):
+                continue  # more chunks to come, after the running rows' next step
+            self._prefilling.remove(request)
+            request.buffers = None
+            self._cache.add_prefilled_row(row)
+            request.length = row.length
+            self._running.append(request)
+            self._guarded(request, lambda r, i=index: self._accept(r, self._choose(r, logits[i])))
+
+    def _packed_forward(self, cache: RaggedCache, segments: list[tuple[_RowBuffers, list[int]]]) -> torch.Tensor:
+        """One forward over ``segments`` (a row and the prompt ids it takes next) packed into one sequence;
+        returns the float32 logits ``(segments, vocab)`` of each segment's last position."""
+        ids: list[int] = []
+        positions: list[int] = []
+        last: list[int] = []
+        for row, tokens in segments:
+            ids.extend(tokens)
+            positions.extend(range(row.length, row.length + len(tokens)))
+            last.append(len(ids) - 1)
+        cache.begin_packed([(row, len(tokens)) for row, tokens in segments])
+        _STEP.lengths = None
+        _STEP.packed = True
+        _STEP.cache = cache
+        kept = False
+        try:
+            outputs = self.model(
+                input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+                position_ids=torch.tensor([positions], dtype=torch.long, device=self.device),
+                past_key_values=cache, use_cache=True, return_dict=True,
+                logits_to_keep=torch.tensor(last, dtype=torch.long, device=self.device),
+            )  # fmt: skip
+            if cache.updates == 0 or cache.hits != cache.updates:
+                raise RuntimeError("the model's attention did not take the packed prefill's per-row states")
+            logits = outputs.logits[0]
+            if logits.shape[0] == len(ids) != len(last):  # a head that kept every position
+                logits = logits[last]
+            if logits.shape[0] != len(last):
+                raise RuntimeError(f"the model returned logits for {logits.shape[0]} positions, not {len(last)}")
+            kept = True
+        finally:
+            _STEP.packed = False
+            _STEP.cache = None
+            cache.end_packed(keep=kept)
+        self.prefill_forwards += 1
+        return logits.to(dtype=torch.float32)
+
+    def _probe_packing(self) -> bool:
+        """Whether this model can prefill packed prompts: two copies of a short prompt packed in one forward must
+        score like the prompt alone (a model that ignores ``position_ids``, or mixes positions outside the
+        attention function, fails here and is prefilled one prompt at a time)."""
+        vocab = max(self.vocab_rows, 1)
+        prompt = [i % vocab for i in (1, 2, 3, 4)]
+        try:
+            alone = self._packed_forward(RaggedCache(), [(_RowBuffers(0, 5), prompt)])
+            cache, row = RaggedCache(), _RowBuffers(0, 5)
+            self._packed_forward(cache, [(row, prompt[:2])])  # a first chunk, continued below
+            packed = self._packed_forward(cache, [(_RowBuffers(0, 5), prompt), (row, prompt[2:])])
+        except Exception:
+            return False
+        finally:
+            self.prefill_forwards = 0
+        scale = float(alone.abs().max()) + 1.0
+        # other shapes, so equal up to rounding; a wrong position or a leak between segments is far larger
+        return bool(torch.isfinite(packed).all() and ((packed - alone).abs().max() <= 1e-3 * scale))
+
     def _admit(self, request: GenerationRequest) -> None:
         if request.cancelled:
             self._remove(request)
             return
         if request.seed is not None:
             request.generator = torch.Generator().manual_seed(request.seed)
+        self.prefill_forwards += 1
         ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=self.device)
         positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)
         _STEP.lengths = None
@@ -740,7 +946,7 @@ class Engine:
             )  # fmt: skip
 
     def _retire_cancelled(self) -> None:
-        for request in [r for r in self._running if r.cancelled]:
+        for request in [r for r in (*self._prefilling, *self._running) if r.cancelled]:
             self._remove(request)
 
     def _remove(self, request: GenerationRequest) -> None:
@@ -749,6 +955,9 @@ class Engine:
             row = self._running.index(request)
             self._cache.remove_row(row)
             del self._running[row]
+        elif request in self._prefilling:
+            self._prefilling.remove(request)
+            request.buffers = None
         with self._condition:
             self._release(request)
 
