@@ -1,10 +1,14 @@
 """Run by test_fsdp.py under ``torchrun --nproc_per_node 2`` (gloo on CPU): a tiny llama trained with
 ``fsdp="full_shard"`` (final weights in ``<output_dir>/full_shard``), with ``fsdp="shard_grad_op"``
-(``shard_grad_op``), and stopped after checkpoint 2 (``stopped``) then resumed from it (``resumed``).
+(``shard_grad_op``), and stopped after checkpoint 2 (``stopped``) then resumed from it (``resumed``); the same
+with sharded ``torch.distributed.checkpoint`` checkpoints (``sharded/``), where saving checkpoint 4 first fails
+in one process's shard write (``sharded/failure_rank<N>.txt``, ``sharded/before_failure.json``) and a second
+resume from checkpoint 2 ends the run (``resumed_sharded``).
 Called in one process without fsdp it is the reference run the test compares against."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -28,7 +32,9 @@ class StopAfterSave(TrainerCallback):
         return control
 
 
-def make_trainer(output_dir: str, batch_size: int, fsdp: str = "", stop_at: int | None = None) -> Trainer:
+def make_trainer(
+    output_dir: str, batch_size: int, fsdp: str = "", stop_at: int | None = None, fsdp_config: Any = None
+) -> Trainer:
     args = TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=batch_size,
@@ -44,6 +50,7 @@ def make_trainer(output_dir: str, batch_size: int, fsdp: str = "", stop_at: int 
         disable_tqdm=True,
         seed=5,
         fsdp=fsdp,
+        fsdp_config=fsdp_config,
     )
     rows = lm_rows(24)
     for i, row in enumerate(rows):  # uneven label counts: the loss is normalised over both processes' tokens
@@ -67,6 +74,51 @@ def resume_runs(output_dir: str, batch_size: int) -> None:
     resumed.save_model(str(root / "resumed"))
 
 
+def file_digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def sharded_runs(output_dir: str, batch_size: int) -> None:
+    import torch.distributed.checkpoint.filesystem as dcp_files
+
+    root = Path(output_dir) / "sharded"
+    sharded = {"state_dict_type": "SHARDED_STATE_DICT"}
+    make_trainer(str(root), batch_size, "full_shard", stop_at=2, fsdp_config=sharded).train()
+    checkpoint = root / "checkpoint-2"
+    rank = torch.distributed.get_rank()
+    if rank == 0:
+        (root / "before_failure.json").write_text(json.dumps(file_digests(checkpoint)))
+    torch.distributed.barrier()
+
+    # saving checkpoint-4 fails in process 1, part-way through writing its shard file
+    write_data = dcp_files.FileSystemWriter.write_data
+
+    def disk_full(self: Any, plan: Any, planner: Any) -> Any:
+        (Path(self.path) / f"__{rank}_0.distcp").write_bytes(b"partial")
+        raise OSError(28, "No space left on device (simulated)")
+
+    if rank == 1:
+        dcp_files.FileSystemWriter.write_data = disk_full
+    failing = make_trainer(str(root), batch_size, "full_shard", stop_at=4, fsdp_config=sharded)
+    try:
+        failing.train(resume_from_checkpoint=str(checkpoint))
+        outcome = "no error"
+    except Exception as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    finally:
+        dcp_files.FileSystemWriter.write_data = write_data
+    (root / f"failure_rank{rank}.txt").write_text(outcome)
+    torch.distributed.barrier()
+
+    resumed = make_trainer(str(root), batch_size, "full_shard", fsdp_config=sharded)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    resumed.save_model(str(Path(output_dir) / "resumed_sharded"))
+
+
 if __name__ == "__main__":
     out, batch = sys.argv[1], int(sys.argv[2])
     start_rank_diagnostics(out)
@@ -80,4 +132,5 @@ if __name__ == "__main__":
     (Path(out) / f"elements_rank{torch.distributed.get_rank()}.json").write_text(json.dumps(held))
     main(out, batch, "shard_grad_op")
     resume_runs(out, batch)
+    sharded_runs(out, batch)
     finish_distributed_script()

@@ -1,6 +1,7 @@
 """FSDP2 (``TrainingArguments(fsdp=...)``): torchrun --nproc_per_node 2 on CPU (gloo) ends with the weights of
-one process with the whole batch; the final save and the checkpoints are normal folders; a resumed run ends
-where the uninterrupted one does. Settings that are not implemented are refused by name."""
+one process with the whole batch; the final save and the checkpoints are normal folders (or, with
+SHARDED_STATE_DICT, torch.distributed.checkpoint folders of each process's shards, swapped in whole); a resumed
+run ends where the uninterrupted one does. Settings that are not implemented are refused by name."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from typing import Any
 
 import pytest
 import torch
-from fsdp_script import main
+from fsdp_script import file_digests, main
 from safetensors.torch import load_file
 from trainer_helpers import lm_rows, run_torchrun, tiny_llama
 
 import microformers
-from microformers import ConfigError, Trainer, TrainingArguments
+from microformers import CheckpointError, ConfigError, Trainer, TrainingArguments
+from microformers_trainer.checkpointing import get_last_checkpoint
 
 SCRIPT = Path(__file__).parent / "fsdp_script.py"
 needs_distributed = pytest.mark.skipif(
@@ -29,13 +31,21 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-@needs_distributed
-def test_two_fsdp_processes_match_one_process_with_the_whole_batch(tmp_path: Path) -> None:
-    out = tmp_path / "fsdp"
+@pytest.fixture(scope="module")
+def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor]]:
+    """The torchrun runs of fsdp_script.py (one launch for every test here) and the single-process weights."""
+    root = tmp_path_factory.mktemp("fsdp_runs")
+    out = root / "fsdp"
     run_torchrun(SCRIPT, out, "2")
+    single = main(str(root / "single"), 4)
+    return out, {k: v.detach() for k, v in single.model.state_dict().items()}
 
-    single = main(str(tmp_path / "single"), 4)
-    theirs = {k: v.detach() for k, v in single.model.state_dict().items()}
+
+@needs_distributed
+def test_two_fsdp_processes_match_one_process_with_the_whole_batch(
+    fsdp_runs: tuple[Path, dict[str, torch.Tensor]],
+) -> None:
+    out, theirs = fsdp_runs
     initial = tiny_llama().state_dict()
     for run in ("full_shard", "shard_grad_op", "resumed"):
         ours = load_file(out / run / "model.safetensors")
@@ -62,9 +72,59 @@ def test_two_fsdp_processes_match_one_process_with_the_whole_batch(tmp_path: Pat
     assert max_difference(stopped, ours) > 1e-4, "the resumed run did not train after the checkpoint"
 
 
+@needs_distributed
+def test_sharded_checkpoints_hold_each_process_shards_and_resume_where_the_run_ends(
+    fsdp_runs: tuple[Path, dict[str, torch.Tensor]],
+) -> None:
+    out, theirs = fsdp_runs
+    checkpoint = out / "sharded" / "checkpoint-2"
+    for folder in ("pytorch_model_fsdp_0", "optimizer_0"):  # torch.distributed.checkpoint: one file a process
+        names = {p.name for p in (checkpoint / folder).iterdir()}
+        assert names == {".metadata", "__0_0.distcp", "__1_0.distcp"}, f"{folder}: {sorted(names)}"
+    assert not (checkpoint / "model.safetensors").exists() and not (checkpoint / "optimizer.pt").exists()
+    for name in ("scheduler.pt", "rng_state_0.pth", "rng_state_1.pth", "trainer_state.json"):
+        assert (checkpoint / name).is_file(), name
+    assert json.loads((checkpoint / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert get_last_checkpoint(out / "sharded") == str(checkpoint)
+
+    # the resumed run ends where the uninterrupted one does, and its final save is a normal safetensors folder
+    ours = load_file(out / "resumed_sharded" / "model.safetensors")
+    worst = max_difference(ours, {k: theirs[k] for k in ours})
+    assert worst <= 1e-5, f"resuming a sharded checkpoint ends {worst:.3g} away from the uninterrupted run"
+    initial = tiny_llama().state_dict()
+    assert max_difference(ours, {k: initial[k] for k in ours}) > 1e-3, "training did not move the weights"
+
+
+@needs_distributed
+def test_a_sharded_save_failing_in_one_process_leaves_the_old_checkpoints_whole(
+    fsdp_runs: tuple[Path, dict[str, torch.Tensor]],
+) -> None:
+    out, _ = fsdp_runs
+    root = out / "sharded"
+    for rank in (0, 1):  # every process stops with the failed process's error
+        failure = (root / f"failure_rank{rank}.txt").read_text()
+        assert failure.startswith("CheckpointError") and "process 1 (OSError" in failure, failure
+    # checkpoint-4 was never swapped in, no staging folder is left, and checkpoint-2 is byte for byte what it was
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["checkpoint-2"]
+    before = json.loads((root / "before_failure.json").read_text())
+    assert file_digests(root / "checkpoint-2") == before
+
+
+@needs_distributed
+def test_a_sharded_checkpoint_resumed_without_fsdp_names_the_setting(
+    fsdp_runs: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path
+) -> None:
+    out, _ = fsdp_runs
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", max_steps=1)
+    trainer = Trainer(model=tiny_llama(), args=args, train_dataset=lm_rows(4))
+    with pytest.raises(CheckpointError, match=r"sharded FSDP checkpoint .*TrainingArguments\(fsdp=\.\.\.\)"):
+        trainer.train(resume_from_checkpoint=str(out / "sharded" / "checkpoint-2"))
+
+
 @pytest.mark.parametrize(
     ("fsdp", "fsdp_config", "message"),
     [
+        ("full_shard", {"state_dict_type": "LOCAL_STATE_DICT"}, "LOCAL_STATE_DICT is FSDP1's"),
         ("zero_shard", None, "unknown option 'zero_shard'"),
         ("full_shard offload", None, "'offload' is refused"),
         ("hybrid_shard", None, "FSDP1"),
@@ -91,6 +151,11 @@ def test_fsdp_strings_and_config_are_normalised(tmp_path: Path) -> None:
     assert args.fsdp == ["full_shard"]
     assert args.fsdp_config["reshard_after_forward"] is True
     assert args.fsdp_config["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
+    assert args.fsdp_config["state_dict_type"] == "FULL_STATE_DICT"
+    sharded = TrainingArguments(
+        output_dir=str(tmp_path), fsdp=True, fsdp_config={"state_dict_type": "sharded_state_dict"}
+    )
+    assert sharded.fsdp_config["state_dict_type"] == "SHARDED_STATE_DICT"
     assert TrainingArguments(output_dir=str(tmp_path)).fsdp == []
     inline = TrainingArguments(
         output_dir=str(tmp_path), fsdp="full_shard", fsdp_config='{"reshard_after_forward": false}'

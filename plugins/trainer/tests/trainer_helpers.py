@@ -150,18 +150,42 @@ def run_torchrun(script: Any, output_dir: Any, *args: str, processes: int = 2) -
 
     A run whose worker died of a signal (a native crash in the collective library, never a Python error or a
     failed check) is started once more from scratch; a second failure fails the test with both runs' logs."""
-    import os
+    launcher = ["--standalone", "--nproc_per_node", str(processes)]
+    _run_launcher([_venv_command("torchrun"), *launcher, str(script), str(output_dir), *args], output_dir)
+
+
+def run_accelerate_launch(script: Any, output_dir: Any, *args: str, processes: int = 2) -> None:
+    """``accelerate launch --multi_gpu --num_processes <processes> <script> <output_dir> <args>`` on a free port,
+    one thread a process, checked and retried as :func:`run_torchrun`.
+
+    ``--multi_gpu`` is accelerate's torch.distributed launcher (what it runs for every multi-process launch on one
+    machine); the script's ``Accelerator(cpu=True)`` keeps it on CPU with gloo. ``--cpu --num_processes N`` would
+    not start N processes: accelerate starts several CPU processes only through ``mpirun`` (``--mpirun_hostfile``)."""
+    launcher = ["launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1"]
+    launcher += ["--main_process_port", "0", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    cmd = [_venv_command("accelerate"), *launcher, str(script), str(output_dir), *args]
+    _run_launcher(cmd, output_dir)
+
+
+def _venv_command(name: str) -> str:
     import shutil
-    import subprocess
     import sys
     from pathlib import Path
 
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    assert torchrun, "torchrun ships with torch"
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    assert found, f"{name} is not installed beside {sys.executable}"
+    return found
+
+
+def _run_launcher(cmd: list[str], output_dir: Any) -> None:
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    cmd = [torchrun, "--standalone", "--nproc_per_node", str(processes), str(script), str(output_dir), *args]
     reports = []
     for _attempt in range(2):
         shutil.rmtree(output_dir, ignore_errors=True)

@@ -4,6 +4,10 @@ A checkpoint holds the model (safetensors, through ``save_pretrained``), ``optim
 ``rng_state.pth`` (python, numpy and torch generators as plain values; one ``rng_state_<rank>.pth`` per process
 in a distributed run, all written by rank 0 into the one staged folder) and ``trainer_state.json``. Every
 ``.pt``/``.pth`` file loads with ``torch.load(..., weights_only=True)``.
+
+A sharded FSDP checkpoint (``fsdp_config={"state_dict_type": "SHARDED_STATE_DICT"}``) holds, instead of the
+weights and ``optimizer.pt``, the folders ``pytorch_model_fsdp_0/`` and ``optimizer_0/`` (the reference's names)
+written by every process with ``torch.distributed.checkpoint``, beside ``config.json``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ SCHEDULER_NAME = "scheduler.pt"
 RNG_NAME = "rng_state.pth"
 ARGS_NAME = "training_args.json"
 WEIGHTS_NAMES = ("model.safetensors", "model.safetensors.index.json")
+SHARDED_MODEL_DIR = "pytorch_model_fsdp_0"  # torch.distributed.checkpoint folders of a sharded FSDP checkpoint
+SHARDED_OPTIMIZER_DIR = "optimizer_0"
+DCP_METADATA = ".metadata"  # written last by torch.distributed.checkpoint, once every process's shards are
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # a model training an adapter saves only the adapter
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX}-(\d+)$")
 # staging folders of ``staged_folder`` saves of a checkpoint, and the nested ones ``save_pretrained`` makes beside them
@@ -50,8 +57,14 @@ def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def is_sharded(folder: Path) -> bool:
+    """A sharded FSDP checkpoint: its weights are a ``torch.distributed.checkpoint`` folder."""
+    return (folder / SHARDED_MODEL_DIR / DCP_METADATA).is_file()
+
+
 def is_complete(folder: Path) -> bool:
-    return (folder / STATE_NAME).is_file() and any((folder / n).is_file() for n in WEIGHTS_NAMES)
+    has_weights = any((folder / n).is_file() for n in WEIGHTS_NAMES) or is_sharded(folder)
+    return (folder / STATE_NAME).is_file() and has_weights
 
 
 def get_last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
@@ -105,14 +118,16 @@ def require_checkpoint(folder: str | os.PathLike[str], need_optimizer: bool) -> 
             f"resume_from_checkpoint: {path} is not a folder; pass a checkpoint-<step> folder written by Trainer, "
             "or True to pick the latest in output_dir"
         )
-    needed = [STATE_NAME, *([OPTIMIZER_NAME, SCHEDULER_NAME] if need_optimizer else [])]
+    sharded = is_sharded(path)
+    optimizer_file = f"{SHARDED_OPTIMIZER_DIR}/{DCP_METADATA}" if sharded else OPTIMIZER_NAME
+    needed = [STATE_NAME, *([optimizer_file, SCHEDULER_NAME] if need_optimizer else [])]
     for name in needed:
         if not (path / name).is_file():
             raise CheckpointError(
                 f"resume_from_checkpoint: {path / name} is missing, so {path} is not a complete checkpoint; "
                 "resume from an earlier checkpoint-<step> folder"
             )
-    if not any((path / n).is_file() for n in (*WEIGHTS_NAMES, ADAPTER_WEIGHTS)):
+    if not sharded and not any((path / n).is_file() for n in (*WEIGHTS_NAMES, ADAPTER_WEIGHTS)):
         raise CheckpointError(
             f"resume_from_checkpoint: {path / WEIGHTS_NAMES[0]} is missing; the checkpoint is incomplete"
         )

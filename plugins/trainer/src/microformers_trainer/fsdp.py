@@ -1,19 +1,24 @@
 """FSDP2 for the Trainer: torch's own ``fully_shard`` on each repeated layer, then on the model.
 
 Layers are chosen by class name: ``fsdp_config["transformer_layer_cls_to_wrap"]``, else the model's
-``_no_split_modules``. Saving gathers the full state dict (every process takes part; rank 0 writes).
+``_no_split_modules``. Saving gathers the full state dict (every process takes part; rank 0 writes), or, with
+``fsdp_config["state_dict_type"] == "SHARDED_STATE_DICT"``, every process writes its own shards through
+``torch.distributed.checkpoint`` into the checkpoint folder rank 0 stages.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from microformers import ConfigError
+from microformers import CheckpointError, ConfigError
+
+from . import checkpointing as ckpt
 
 
 def _api() -> Any:
@@ -109,3 +114,81 @@ def unwrapped_class(model: nn.Module) -> Iterator[None]:
         yield
     finally:
         model.__class__ = wrapped
+
+
+def shared_folder(folder: Path | None) -> Path:
+    """Rank 0's staging folder, on every process (a collective). Rank 0 passes None when it could not create
+    one: every process then raises, instead of the others waiting for shards that will never be asked for."""
+    box = [None if folder is None else str(folder)]
+    torch.distributed.broadcast_object_list(box, src=0)
+    if box[0] is None:
+        raise CheckpointError(
+            "saving a sharded checkpoint: process 0 could not create the checkpoint folder (its own error says why)"
+        )
+    return Path(box[0])
+
+
+def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer | None, folder: Path) -> None:
+    """Each process writes its shards of the model (and of the optimizer state) under ``folder`` with
+    ``torch.distributed.checkpoint`` (a collective; ``folder`` must be on a file system every process sees)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    parts = [("model", ckpt.SHARDED_MODEL_DIR)] + ([("optimizer", ckpt.SHARDED_OPTIMIZER_DIR)] if optimizer else [])
+    for key, name in parts:
+        if key == "model":
+            state = {key: get_model_state_dict(model)}
+        else:
+            state = {key: get_optimizer_state_dict(model, optimizer)}
+        try:
+            dcp.save(state, checkpoint_id=folder / name)
+        except CheckpointException as exc:  # every process raises it, with each failed process's error
+            raise CheckpointError(
+                f"saving the sharded checkpoint's {name}/ failed in process {_failures(exc)}; the checkpoint "
+                "folder was not replaced (the previous checkpoints are intact)"
+            ) from exc
+
+
+def _failures(exc: Any) -> str:
+    """``rank N (OSError: ...)`` for each process a ``CheckpointException`` reports."""
+    failures = getattr(exc, "failures", None) or {}
+    parts = []
+    for rank, pair in sorted(failures.items()):
+        error = pair[0] if isinstance(pair, tuple) else pair
+        parts.append(f"{rank} ({type(error).__name__}: {str(error)[:300]})")
+    return ", ".join(parts) or str(exc)[:500]
+
+
+def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer | None, folder: Path) -> None:
+    """Each process reads the part of a sharded checkpoint its shards hold (any number of processes may have
+    written it: the checkpoint is resharded as it loads)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    parts: list[tuple[str, Path]] = [("model", folder / ckpt.SHARDED_MODEL_DIR)]
+    if optimizer is not None:
+        parts.append(("optimizer", folder / ckpt.SHARDED_OPTIMIZER_DIR))
+    for key, path in parts:
+        try:
+            if key == "model":
+                state = {key: get_model_state_dict(model)}
+                dcp.load(state, checkpoint_id=path)
+                set_model_state_dict(model, state[key])
+            else:
+                state = {key: get_optimizer_state_dict(model, optimizer)}
+                dcp.load(state, checkpoint_id=path)
+                set_optimizer_state_dict(model, optimizer, state[key])
+        except (Exception, CheckpointException) as exc:  # another model's or optimizer's folder, a damaged file
+            why = _failures(exc) if isinstance(exc, CheckpointException) else f"{type(exc).__name__}: {exc}"
+            raise CheckpointError(
+                f"{path} could not be loaded into the {'model' if key == 'model' else type(optimizer).__name__} "
+                f"(process {why[:800]}); the checkpoint is damaged or belongs to another model or optimizer — "
+                "resume from an earlier checkpoint-<step> folder"
+            ) from exc

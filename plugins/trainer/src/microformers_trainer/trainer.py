@@ -553,7 +553,16 @@ class Trainer:
                     "train(resume_from_checkpoint=...) with fsdp: this Trainer's model is already sharded by an earlier "
                     "train() call; build a new Trainer (with an unsharded model) to resume"
                 )
-            ckpt.load_model_weights(self.model, resume)
+            if ckpt.is_sharded(resume):
+                if not args.fsdp:
+                    raise ckpt.CheckpointError(
+                        f"resume_from_checkpoint={str(resume)!r} is a sharded FSDP checkpoint "
+                        f"({ckpt.SHARDED_MODEL_DIR}/); resume it with TrainingArguments(fsdp=...) under torchrun "
+                        "(any number of processes)"
+                    )
+                # read once the model is sharded, each process its own part (in _training_loop)
+            else:
+                ckpt.load_model_weights(self.model, resume)
         neftune = self._activate_neftune() if args.neftune_noise_alpha is not None else None
         debug = None
         if "underflow_overflow" in args.debug:
@@ -584,6 +593,12 @@ class Trainer:
     def _load_optimizer_and_scheduler(self, folder: Path) -> None:
         """Both files checked against this optimizer and schedule before either is loaded."""
         optimizer_file, scheduler_file = folder / ckpt.OPTIMIZER_NAME, folder / ckpt.SCHEDULER_NAME
+        if ckpt.is_sharded(folder):  # each process reads its shards, which torch.distributed.checkpoint checks
+            scheduler_state = ckpt.load_torch_file(scheduler_file)
+            ckpt.check_scheduler_state(scheduler_state, self.lr_scheduler, scheduler_file)
+            fsdp_utils.load_sharded(self.model, self.optimizer, folder)
+            self.lr_scheduler.load_state_dict(scheduler_state)
+            return
         optimizer_state = ckpt.load_torch_file(optimizer_file)
         if not self.args.fsdp:  # an fsdp checkpoint's state is keyed by parameter name, checked as it loads
             ckpt.check_optimizer_state(optimizer_state, self.optimizer, optimizer_file)
@@ -803,7 +818,9 @@ class Trainer:
         self.create_scheduler(max_steps)
         restore_rng = None
         if resume is not None:
-            if (resume / ckpt.OPTIMIZER_NAME).is_file():
+            if ckpt.is_sharded(resume) and not (resume / ckpt.SHARDED_OPTIMIZER_DIR).is_dir():
+                fsdp_utils.load_sharded(self.model, None, resume)  # saved with save_only_model
+            elif (resume / ckpt.OPTIMIZER_NAME).is_file() or ckpt.is_sharded(resume):
                 self._load_optimizer_and_scheduler(resume)
             rng_file = resume / ckpt.rng_file_name(args.process_index, args.world_size)
             if rng_file.is_file():  # each process its own generators, as saved
@@ -1035,27 +1052,77 @@ class Trainer:
         if rng_states and self.is_distributed:  # every rank's generators, written by rank 0 in the same folder
             rng_states = [None] * args.world_size
             torch.distributed.all_gather_object(rng_states, ckpt.rng_state())
+        sharded = bool(args.fsdp) and args.fsdp_config["state_dict_type"] == "SHARDED_STATE_DICT"
         state_dict = optimizer_state = None
-        if args.fsdp:  # gathered by every process, written by rank 0
+        if args.fsdp and not sharded:  # gathered by every process, written by rank 0
             state_dict = fsdp_utils.full_state_dict(self.model)
             if not args.save_only_model:
                 optimizer_state = fsdp_utils.full_optimizer_state_dict(self.model, self.optimizer)
-        elif not args.save_only_model and args.should_save:
+        elif not args.fsdp and not args.save_only_model and args.should_save:
             optimizer_state = self.optimizer.state_dict()
+        try:
+            self._write_checkpoint(folder, sharded, state_dict, optimizer_state, rng_states)
+        except BaseException:
+            if args.should_save:  # the empty folder staged_folder created for a checkpoint that was not written
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
         if args.should_save:
-            ckpt.remove_stale_staging(args.output_dir)
-            # replace="*": the new folder holds only what this save writes, never an earlier run's files
-            with staged_folder(folder, replace=("*",)) as staging:
-                self._save(staging) if state_dict is None else self._save(staging, state_dict)
+            ckpt.rotate(args.output_dir, args.save_total_limit, self.state.best_model_checkpoint)
+        if self.is_distributed:
+            torch.distributed.barrier()
+
+    def _write_checkpoint(
+        self,
+        folder: Path,
+        sharded: bool,
+        state_dict: dict[str, torch.Tensor] | None,
+        optimizer_state: Any,
+        rng_states: list[Any],
+    ) -> None:
+        """Rank 0 stages ``folder`` and swaps it in whole; with ``sharded`` every process writes its shards
+        into that staging folder first."""
+        args = self.args
+        with contextlib.ExitStack() as stack:
+            staging = None
+            if args.should_save:
+                ckpt.remove_stale_staging(args.output_dir)
+                try:
+                    # replace="*": the new folder holds only what this save writes, never an earlier run's files
+                    staging = stack.enter_context(staged_folder(folder, replace=("*",)))
+                except BaseException:
+                    if sharded:  # the other processes are waiting for the folder: tell them there is none
+                        with contextlib.suppress(ckpt.CheckpointError):
+                            fsdp_utils.shared_folder(None)
+                    raise
+            if sharded:  # every process writes its shards into rank 0's staging folder, swapped in as a whole
+                staging = fsdp_utils.shared_folder(staging)
+                fsdp_utils.save_sharded(self.model, None if args.save_only_model else self.optimizer, staging)
+            if args.should_save:
+                if sharded:
+                    self._save_config(staging)
+                elif state_dict is None:
+                    self._save(staging)
+                else:
+                    self._save(staging, state_dict)
                 if not args.save_only_model:
-                    torch.save(optimizer_state, staging / ckpt.OPTIMIZER_NAME)
+                    if not sharded:
+                        torch.save(optimizer_state, staging / ckpt.OPTIMIZER_NAME)
                     torch.save(self.lr_scheduler.state_dict(), staging / ckpt.SCHEDULER_NAME)
                 for rank, state in enumerate(rng_states):
                     torch.save(state, staging / ckpt.rng_file_name(rank, len(rng_states)))
                 self.state.save_to_json(staging / ckpt.STATE_NAME)
-            ckpt.rotate(args.output_dir, args.save_total_limit, self.state.best_model_checkpoint)
-        if self.is_distributed:
-            torch.distributed.barrier()
+
+    def _save_config(self, folder: Path) -> None:
+        """What a sharded checkpoint holds beside the shards: the model's configuration (its own class in
+        ``architectures``), the processing class and the training arguments."""
+        config = getattr(self.model, "config", None)
+        if config is not None and hasattr(config, "save_pretrained"):
+            config.architectures = [fsdp_utils.class_name(self.model)]
+            config.save_pretrained(folder)
+        if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
+            self.processing_class.save_pretrained(folder)
+        (folder / ckpt.ARGS_NAME).write_text(self.args.to_json_string() + "\n", encoding="utf-8")
 
     def _save(self, folder: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         model = self.model

@@ -35,6 +35,8 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "auto_wrap")
+# how checkpoints hold the model and optimizer: gathered into single files, or one shard per process
+FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
 FSDP_REFUSED = {
     "offload": "CPU offload of parameters is not implemented",
     "no_shard": "no_shard is plain data parallelism: run without fsdp (torchrun gives DistributedDataParallel)",
@@ -46,7 +48,6 @@ FSDP_FIXED = {
     "version": (2, "only FSDP2 (torch.distributed.fsdp.fully_shard) is implemented"),
     "auto_wrap_policy": ("TRANSFORMER_BASED_WRAP", "layers are wrapped by class (transformer_layer_cls_to_wrap)"),
     "min_num_params": (0, "size-based wrapping is not implemented"),
-    "state_dict_type": ("FULL_STATE_DICT", "checkpoints hold the full, gathered state dicts"),
     "cpu_offload": (False, "CPU offload of parameters is not implemented"),
     "activation_checkpointing": (False, "use TrainingArguments(gradient_checkpointing=True) instead"),
     "cpu_ram_efficient_loading": (False, "every process loads the full model before sharding"),
@@ -74,7 +75,9 @@ def _check_fsdp(fsdp: Any, config: Any) -> tuple[list[str], dict[str, Any]]:
     elif isinstance(fsdp, (list, tuple)):
         items = [str(getattr(item, "value", item)) for item in fsdp]
     else:
-        raise ConfigError(f"TrainingArguments(fsdp={fsdp!r}): use True, 'full_shard', 'shard_grad_op' or a list of them")
+        raise ConfigError(
+            f"TrainingArguments(fsdp={fsdp!r}): use True, 'full_shard', 'shard_grad_op' or a list of them"
+        )
     for item in items:
         if item in FSDP_REFUSED:
             raise ConfigError(f"TrainingArguments(fsdp={fsdp!r}): {item!r} is refused: {FSDP_REFUSED[item]}")
@@ -100,13 +103,15 @@ def _check_fsdp(fsdp: Any, config: Any) -> tuple[list[str], dict[str, Any]]:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"TrainingArguments(fsdp_config={config!r}): cannot read it as JSON ({exc})") from exc
     if not isinstance(config, dict):
-        raise ConfigError(f"TrainingArguments(fsdp_config=...): pass a dict or a JSON file; got {type(config).__name__}")
+        raise ConfigError(
+            f"TrainingArguments(fsdp_config=...): pass a dict or a JSON file; got {type(config).__name__}"
+        )
     config = {(k[5:] if k.startswith("fsdp_") else k): v for k, v in config.items()}
     if config and not items:
         raise ConfigError("TrainingArguments(fsdp_config=...) is set but fsdp is off; pass fsdp='full_shard' too")
     if not items:
         return [], {}
-    known = {*FSDP_FIXED, "reshard_after_forward", "transformer_layer_cls_to_wrap"}
+    known = {*FSDP_FIXED, "reshard_after_forward", "transformer_layer_cls_to_wrap", "state_dict_type"}
     unknown = sorted(set(config) - known)
     if unknown:
         raise ConfigError(
@@ -123,6 +128,14 @@ def _check_fsdp(fsdp: Any, config: Any) -> tuple[list[str], dict[str, Any]]:
         if given != value:
             raise ConfigError(f"TrainingArguments(fsdp_config={{{key!r}: {config[key]!r}}}): {why}; use {value!r}")
         config[key] = value
+    kind = config.get("state_dict_type", "FULL_STATE_DICT")
+    kind = kind.upper() if isinstance(kind, str) else kind
+    if kind not in FSDP_STATE_DICT_TYPES:
+        raise ConfigError(
+            f"TrainingArguments(fsdp_config={{'state_dict_type': {config['state_dict_type']!r}}}): use "
+            f"{' or '.join(map(repr, FSDP_STATE_DICT_TYPES))} (LOCAL_STATE_DICT is FSDP1's)"
+        )
+    config["state_dict_type"] = kind
     default = "shard_grad_op" not in items
     config["reshard_after_forward"] = _as_bool("reshard_after_forward", config.get("reshard_after_forward", default))
     layers = config.get("transformer_layer_cls_to_wrap")
@@ -206,6 +219,7 @@ class TrainingArguments:
     debug: str | list[str] = ""
     fsdp: bool | str | list[str] | None = None
     fsdp_config: dict[str, Any] | str | None = None
+    deepspeed: dict[str, Any] | str | None = None  # refused: see __attrs_post_init__
 
     def __attrs_post_init__(self) -> None:
         if self.output_dir is None:
@@ -283,6 +297,13 @@ class TrainingArguments:
             self.greater_is_better = self.metric_for_best_model not in ("loss", "eval_loss")
         if self.optim_args is not None:
             raise ConfigError("TrainingArguments(optim_args=...) is not supported; configure the optimizer directly")
+        if self.deepspeed is not None:
+            raise ConfigError(
+                f"TrainingArguments(deepspeed={self.deepspeed!r:.80}): the DeepSpeed engine is not supported: this "
+                "Trainer runs on torch's own engines and would otherwise ignore the DeepSpeed config; shard with "
+                "FSDP2 instead, launched with torchrun: fsdp='full_shard' (like ZeRO stage 3: parameters, gradients "
+                "and optimizer state sharded) or fsdp='shard_grad_op' (like ZeRO stage 2), see docs/training.md"
+            )
         self.fsdp, self.fsdp_config = _check_fsdp(self.fsdp, self.fsdp_config)
         if self.fsdp and self.load_best_model_at_end:
             raise ConfigError(
