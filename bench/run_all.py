@@ -4,7 +4,8 @@
 
 Runs, in order: import time, model loading and peak memory (fresh processes per implementation),
 prefill at 512 tokens, greedy decode at batch 1 and 8 (eager and compiled), then the GGUF and
-tokenizer scripts when they are present, training, speech recognition and beam-search translation. Set ``MICROFORMERS_BENCH_JSON=<folder>`` to also get the
+tokenizer scripts when they are present, training, speech recognition, beam-search translation, and serving
+(``microformers serve`` against ``transformers serve`` and, where installed, llama.cpp's server, with the fault row). Set ``MICROFORMERS_BENCH_JSON=<folder>`` to also get the
 raw numbers as JSON, ``MICROFORMERS_BENCH_THREADS`` to change the thread count (default 2).
 
 ``--quick`` is a smoke run of every script that finishes in a few minutes: one repeat each, 32 new
@@ -57,6 +58,7 @@ def main() -> None:
         run("whisper.py", *repeats, *(["--seconds", "30"] if args.quick else [])),
         run("vision.py", *(["--quick"] if args.quick else [])),
         run("onnx.py", *(["--sentences", "16", "--new-tokens", "16"] if args.quick else [])),
+        run("serve.py", "--model", args.model, *(["--quick"] if args.quick else ["--threads", "1"])),
     ]
     print(f"\nall benchmarks took {time.perf_counter() - started:.0f}s", flush=True)
     sys.exit(max(codes))

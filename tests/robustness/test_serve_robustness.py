@@ -136,6 +136,38 @@ def test_fuzzed_bodies_answer_4xx_and_never_harm_a_running_answer(
     assert httpx.get(f"{server.base_url}/health", timeout=10).json()["kv_tokens_reserved"] == 0
 
 
+def test_hostile_requests_prefilled_alongside_never_change_the_greedy_answers(
+    served: tuple[ServerProcess, Path], reference: tuple[Any, Any]
+) -> None:
+    # arriving at once, they share packed prefill forwards with the greedy ones; the 600-token prompt is read in
+    # chunks of 512 between decoding steps
+    server, _ = served
+    model = model_id(server)
+    tokenizer = reference[0]
+    keepers = [([5, 6, 7, 8], 40), ([30, 31, 32], 36)]
+    expected = [scored_greedy(reference[1], prompt, new) for prompt, new in keepers]
+    base = {"model": model, "max_tokens": 30}
+    hostile = [
+        {**base, "prompt": [9, 10], "temperature": 1e-3, "frequency_penalty": -2.0, "presence_penalty": -2.0},
+        {**base, "prompt": [11, 12], "temperature": 1e-36, "frequency_penalty": -2.0, "presence_penalty": -2.0},
+        {**base, "prompt": [13] * 600, "max_tokens": 4},
+        {**base, "prompt": [14, 15], "stop": [c * 512 for c in "abcd"], "temperature": 0.7, "seed": 3},
+        {**base, "prompt": [16] * 2000},  # over the context: refused before it is queued
+    ]
+    bodies = [
+        json.dumps({"model": model, "prompt": prompt, "max_tokens": new, "temperature": 0}).encode()
+        for prompt, new in keepers
+    ] + [json.dumps(body).encode() for body in hostile]
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(lambda body: post(server, "/v1/completions", body), bodies))
+    for body, response in zip(bodies[len(keepers) :], answers[len(keepers) :], strict=True):
+        assert_clean(response, body[:200])
+    for response, (ids, scores) in zip(answers, expected, strict=False):
+        assert response.status_code == 200, response.text
+        assert_similar_text(response.json()["choices"][0]["text"], ids, scores, tokenizer)
+    assert httpx.get(f"{server.base_url}/health", timeout=10).json()["kv_tokens_reserved"] == 0
+
+
 def test_the_kv_budget_answers_429_then_admits_again(
     served: tuple[ServerProcess, Path], reference: tuple[Any, Any]
 ) -> None:
@@ -152,7 +184,10 @@ def test_the_kv_budget_answers_429_then_admits_again(
     assert whole.status_code == 200 and "KV cache budget" in whole.json()["warnings"][0]
     assert whole.json()["usage"]["completion_tokens"] <= 5
     refusals = []
-    with httpx.stream("POST", url, json=long, timeout=60) as first, httpx.stream("POST", url, json=long, timeout=60) as second:
+    with (
+        httpx.stream("POST", url, json=long, timeout=60) as first,
+        httpx.stream("POST", url, json=long, timeout=60) as second,
+    ):
         lines = [first.iter_lines(), second.iter_lines()]
         next(lines[0]), next(lines[1])  # both admitted: the budget is spoken for
         while not refusals and httpx.get(f"{server.base_url}/health", timeout=10).json()["running"] == 2:
