@@ -1,0 +1,265 @@
+"""GPTQ checkpoints (AutoGPTQ/exllama packing) load de-quantised; the reference's other quantization configs
+exist and are mapped (bitsandbytes 8-bit) or refused with the reason."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import microformers
+from microformers import AutoModelForCausalLM, Int8Config
+from microformers.errors import CheckpointError, ConfigError
+from microformers_quant.gptq import GptqQuantizer
+from microformers_quant.modules import QuantLinear
+from microformers_sdk.testing import assert_close
+
+IDS = torch.tensor([[1, 5, 9, 33, 40, 7, 60, 11]])
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def logits(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model(IDS).logits
+
+
+def pack_words(values: np.ndarray, bits: int, axis: int) -> np.ndarray:
+    """The published GPTQ packing: ``32 / bits`` unsigned fields per int32 along ``axis``, lowest bits first."""
+    per = 32 // bits
+    moved = np.moveaxis(values.astype(np.uint32), axis, 0)
+    moved = moved.reshape(moved.shape[0] // per, per, *moved.shape[1:])
+    words = np.zeros(moved.shape[:1] + moved.shape[2:], dtype=np.uint32)
+    for i in range(per):
+        words |= moved[:, i] << np.uint32(bits * i)
+    return np.ascontiguousarray(np.moveaxis(words.view(np.int32), 0, axis))
+
+
+def gptq_quantize(
+    weight: torch.Tensor, bits: int, group: int, fmt: str, rng: np.random.Generator, shuffle_groups: bool = False
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Round-to-nearest asymmetric quantization of ``weight`` (N x K) in GPTQ's tensors, and the exact
+    de-quantised weight they stand for (computed here from the unpacked integers)."""
+    w = weight.double().numpy().T  # (K, N), GPTQ's orientation
+    k, n = w.shape
+    size = k if group == -1 else group
+    g_idx = np.arange(k) // size
+    if shuffle_groups:  # act-order: any input may belong to any group
+        g_idx = rng.permutation(g_idx)
+    groups = g_idx.max() + 1
+    maxq = (1 << bits) - 1
+    scales, zeros = np.zeros((groups, n), np.float16), np.zeros((groups, n), np.int64)
+    for g in range(groups):
+        rows = w[g_idx == g]
+        low, high = np.minimum(rows.min(0), 0), np.maximum(rows.max(0), 0)
+        scales[g] = ((high - low) / maxq).astype(np.float16)
+        zeros[g] = np.clip(np.round(-low / scales[g].astype(np.float64)), 0, maxq)
+    if fmt == "gptq":
+        zeros = np.clip(zeros, 1, maxq)  # v1 stores zero - 1: a zero of 0 cannot be written
+    s = scales.astype(np.float64)[g_idx]
+    q = np.clip(np.round(w / s) + zeros[g_idx], 0, maxq).astype(np.int64)
+    dequantised = torch.from_numpy(np.ascontiguousarray((s * (q - zeros[g_idx])).T, dtype=np.float32))
+    stored_zeros = (zeros - 1) & maxq if fmt == "gptq" else zeros
+    tensors = {
+        "qweight": torch.from_numpy(pack_words(q, bits, axis=0)),
+        "qzeros": torch.from_numpy(pack_words(stored_zeros, bits, axis=1)),
+        "scales": torch.from_numpy(scales),
+        "g_idx": torch.from_numpy(g_idx.astype(np.int32)),
+    }
+    return tensors, dequantised
+
+
+def write_gptq_folder(
+    float_folder: Path, folder: Path, *, bits: int = 4, group: int = 32, fmt: str = "gptq", shuffle: bool = False
+) -> Path:
+    """``folder``: the float checkpoint's linears GPTQ-packed; ``folder/expected``: the de-quantised floats."""
+    rng = np.random.default_rng(bits + group)
+    state = load_file(float_folder / "model.safetensors")
+    packed, expected = {}, {}
+    for name, tensor in state.items():
+        stem = name.removesuffix(".weight")
+        if name.endswith(".weight") and stem.rsplit(".", 1)[-1] in LINEARS:
+            parts, expected[name] = gptq_quantize(tensor, bits, group, fmt, rng, shuffle)
+            packed.update({f"{stem}.{part}": value for part, value in parts.items()})
+        else:
+            packed[name] = expected[name] = tensor
+    config = json.loads((float_folder / "config.json").read_text())
+    (folder / "expected").mkdir(parents=True)
+    save_file(expected, str(folder / "expected" / "model.safetensors"))
+    (folder / "expected" / "config.json").write_text(json.dumps(config))
+    config["quantization_config"] = {
+        "quant_method": "gptq",
+        "bits": bits,
+        "group_size": group,
+        "desc_act": shuffle,
+        "sym": False,
+        "checkpoint_format": fmt,
+        "damp_percent": 0.1,
+        "true_sequential": True,
+    }
+    save_file(packed, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("bits", "group", "fmt", "shuffle"),
+    [
+        (4, 32, "gptq", False),
+        (4, 64, "gptq_v2", False),
+        (4, -1, "gptq", False),
+        (4, 32, "gptq", True),
+        (8, 32, "gptq", False),
+        (2, 64, "gptq_v2", False),
+    ],
+)
+def test_gptq_folder_loads_as_its_dequantised_model(
+    tiny_llama: Path, tmp_path: Path, bits: int, group: int, fmt: str, shuffle: bool
+) -> None:
+    folder = write_gptq_folder(tiny_llama, tmp_path / "gptq", bits=bits, group=group, fmt=fmt, shuffle=shuffle)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    expected = AutoModelForCausalLM.from_pretrained(folder / "expected")
+    float_model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    layer = "model.layers.1.mlp.down_proj"
+    weight = model.get_submodule(layer).weight
+    assert isinstance(model.get_submodule(layer), torch.nn.Linear) and weight.dtype == torch.float32
+    # exact: float16 scale x small integer is exact in float32, computed from the same integers both ways
+    assert torch.equal(weight, expected.get_submodule(layer).weight)
+    assert not torch.equal(weight, float_model.get_submodule(layer).weight)  # it really is the quantized weight
+    assert_close(logits(model), logits(expected), atol=1e-5, rtol=1e-5)
+    assert getattr(model.config, "quantization_config", None) is None  # a float model now: saving writes floats
+
+
+def test_gptq_model_saves_and_reloads_as_float(tiny_llama: Path, tmp_path: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(write_gptq_folder(tiny_llama, tmp_path / "gptq"))
+    model.save_pretrained(tmp_path / "saved")
+    assert "quantization_config" not in json.loads((tmp_path / "saved" / "config.json").read_text())
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
+    assert torch.equal(logits(reloaded), logits(model))  # exact: the same float weights, same kernels
+
+
+def test_reference_gptq_config_dict_is_accepted(tiny_llama: Path, tmp_path: Path) -> None:
+    """Every field the reference's GPTQConfig.to_dict() writes (calibration settings included) is understood."""
+    transformers = pytest.importorskip("transformers")
+    folder = write_gptq_folder(tiny_llama, tmp_path / "gptq", group=64)
+    config = json.loads((folder / "config.json").read_text())
+    reference = transformers.GPTQConfig(bits=4, group_size=64, sym=False).to_dict()
+    config["quantization_config"] = json.loads(json.dumps(reference, default=str))
+    config["quantization_config"]["quant_method"] = "gptq"
+    (folder / "config.json").write_text(json.dumps(config))
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert_close(logits(model), logits(AutoModelForCausalLM.from_pretrained(folder / "expected")), atol=1e-5, rtol=1e-5)
+
+
+def test_gptq_config_class_passed_as_argument(tiny_llama: Path, tmp_path: Path) -> None:
+    folder = write_gptq_folder(tiny_llama, tmp_path / "gptq", group=64, fmt="gptq_v2")
+    config = json.loads((folder / "config.json").read_text())
+    del config["quantization_config"]
+    (folder / "config.json").write_text(json.dumps(config))
+    model = AutoModelForCausalLM.from_pretrained(
+        folder,
+        quantization_config=microformers.GPTQConfig(bits=4, group_size=64, sym=False, checkpoint_format="gptq_v2"),
+    )
+    assert_close(logits(model), logits(AutoModelForCausalLM.from_pretrained(folder / "expected")), atol=1e-5, rtol=1e-5)
+
+
+def test_inconsistent_group_size_names_the_layer(tiny_llama: Path, tmp_path: Path) -> None:
+    folder = write_gptq_folder(tiny_llama, tmp_path / "gptq", group=32)
+    with pytest.raises(CheckpointError, match=r"layer 'model\.layers\.\d\.\w+\.\w+_proj'.*group_size 64 .*scales"):
+        AutoModelForCausalLM.from_pretrained(folder, quantization_config={"quant_method": "gptq", "group_size": 64})
+
+
+def test_bad_gptq_tensors_are_refused(tiny_llama: Path, tmp_path: Path) -> None:
+    folder = write_gptq_folder(tiny_llama, tmp_path / "gptq")
+    state = load_file(folder / "model.safetensors")
+    stem = "model.layers.0.self_attn.q_proj"
+    broken = dict(state)
+    del broken[f"{stem}.qzeros"]
+    save_file(broken, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=rf"'{stem}' has a qweight but no qzeros"):
+        AutoModelForCausalLM.from_pretrained(folder)
+    broken = dict(state)
+    broken[f"{stem}.g_idx"] = torch.full_like(state[f"{stem}.g_idx"], 99)
+    save_file(broken, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=rf"'{stem}\.g_idx' must hold 64 group numbers in 0\.\.1"):
+        AutoModelForCausalLM.from_pretrained(folder)
+    broken = dict(state)
+    broken[f"{stem}.qweight"] = state[f"{stem}.qweight"].float()
+    save_file(broken, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=rf"'{stem}\.qweight' is torch.float32"):
+        AutoModelForCausalLM.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"bits": 3}, "bits=3: GPTQ checkpoints of 2, 4, 8 bits"),
+        ({"group_size": 0}, "group_size must be a positive integer or -1"),
+        ({"checkpoint_format": "marlin"}, "checkpoint_format='marlin'"),
+        ({"desc_act": "yes"}, "desc_act must be true or false"),
+        ({"bogus": 1}, r"unknown field\(s\) \['bogus'\]"),
+    ],
+)
+def test_bad_gptq_settings_are_refused(config: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        GptqQuantizer({"quant_method": "gptq", **config})
+
+
+def test_gptq_on_a_float_checkpoint_names_what_works(tiny_llama: Path) -> None:
+    with pytest.raises(ConfigError, match=r"holds no '\*\.qweight'.*Int4Config"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=microformers.GPTQConfig(dataset="c4"))
+
+
+@pytest.mark.parametrize(
+    ("config_class", "match"),
+    [
+        ("AwqConfig", "'awq': AWQ checkpoints are not read"),
+        ("QuantoConfig", "'quanto'"),
+        ("TorchAoConfig", "'torchao'"),
+        ("HqqConfig", "'hqq'"),
+    ],
+)
+def test_other_backends_are_refused_with_what_works(tiny_llama: Path, config_class: str, match: str) -> None:
+    config = getattr(microformers, config_class)()
+    with pytest.raises(ConfigError, match=rf"{match}.*Int8Config\(\).*Int4Config"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=config)
+
+
+def test_bitsandbytes_8bit_is_microformers_int8(
+    tiny_llama: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        bnb = AutoModelForCausalLM.from_pretrained(
+            tiny_llama, quantization_config=microformers.BitsAndBytesConfig(load_in_8bit=True)
+        )
+    assert "llm_int8_threshold=6.0" in caplog.text  # the part with no counterpart is said, not dropped silently
+    int8 = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
+    assert isinstance(bnb.model.layers[0].mlp.up_proj, QuantLinear)
+    assert torch.equal(logits(bnb), logits(int8))  # exact: the same int8 weights and kernels
+    bnb.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())["quantization_config"]
+    assert saved["quant_method"] == "int8"
+
+
+@pytest.mark.parametrize("kind", ["nf4", "fp4"])
+def test_bitsandbytes_4bit_is_refused_naming_int4(tiny_llama: Path, kind: str) -> None:
+    config = microformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=kind)
+    with pytest.raises(ConfigError, match=rf"{kind.upper()} codebook has no kernel here.*Int4Config"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=config)
+
+
+def test_bitsandbytes_saved_checkpoint_is_refused(tiny_llama: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "bnb"
+    folder.mkdir()
+    state = load_file(tiny_llama / "model.safetensors")
+    state["model.layers.0.mlp.up_proj.SCB"] = torch.ones(128)
+    save_file(state, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text((tiny_llama / "config.json").read_text())
+    with pytest.raises(CheckpointError, match=r"saved by bitsandbytes.*up_proj\.SCB"):
+        AutoModelForCausalLM.from_pretrained(
+            folder, quantization_config=microformers.BitsAndBytesConfig(load_in_8bit=True)
+        )
