@@ -13,6 +13,12 @@ _EXPORTS = {
     "Int8Config": "config",
     "Int4Config": "config",
     "GgufQuantConfig": "config",
+    "GPTQConfig": "ecosystem_configs",
+    "AwqConfig": "ecosystem_configs",
+    "BitsAndBytesConfig": "ecosystem_configs",
+    "QuantoConfig": "ecosystem_configs",
+    "TorchAoConfig": "ecosystem_configs",
+    "HqqConfig": "ecosystem_configs",
     "QuantLinear": "modules",
     "QuantEmbedding": "modules",
 }
