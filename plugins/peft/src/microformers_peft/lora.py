@@ -28,6 +28,7 @@ from microformers.hub import resolve_folder, split_hub_kwargs, staged_folder
 
 from .config import ADAPTER_BIN_NAME, ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME, AdapterError, LoraConfig, PeftConfig
 from .layers import LoraLayer, ModulesToSave, is_linear_like, is_transposed
+from .renames import ModuleRenames
 
 logger = logging.getLogger("microformers.peft")
 
@@ -62,7 +63,9 @@ def _pattern_match(pattern: str, path: str, setting: str, *, full: bool = True) 
         match = regex.fullmatch if full else regex.match
         return match(pattern, path, timeout=PATTERN_TIMEOUT)
     except regex.error as exc:
-        raise ConfigError(f"{setting} {pattern!r} is not a valid regular expression ({exc}); fix adapter_config.json") from exc
+        raise ConfigError(
+            f"{setting} {pattern!r} is not a valid regular expression ({exc}); fix adapter_config.json"
+        ) from exc
     except TimeoutError as exc:
         raise ConfigError(
             f"{setting} {pattern!r} takes over {PATTERN_TIMEOUT:g} s to match the module path {path!r} (nested "
@@ -158,6 +161,74 @@ class LoraAdapters:
         self.configs: dict[str, LoraConfig] = {}
         self._active: list[str] = []
         self._enabled = True
+        self.renames = ModuleRenames.of(model)
+
+    # -- the reference's module names (for models that declare reference_module_renames) -------
+    def _reference_path(self, path: str) -> str:
+        return self.renames.to_reference(path) if self.renames is not None else path
+
+    def _our_path(self, path: str) -> str:
+        return self.renames.from_reference(path) if self.renames is not None else path
+
+    def _either_name(self, path: str, matches: Any) -> bool:
+        """``matches(path)`` for our path or, where it differs, the reference's name for it: adapter settings
+        written for either naming select the same modules."""
+        if matches(path):
+            return True
+        reference = self._reference_path(path)
+        return reference != path and bool(matches(reference))
+
+    def _setting_for(self, patterns: Mapping[str, Any], path: str, default: Any, setting: str) -> Any:
+        """A ``rank_pattern`` / ``alpha_pattern`` value for ``path``, its keys written for either naming."""
+        value = _pattern_value(patterns, path, None, setting)
+        reference = self._reference_path(path)
+        if value is None and reference != path:
+            value = _pattern_value(patterns, reference, None, setting)
+        return default if value is None else value
+
+    def _reference_names(self, name: str, paths: list[str]) -> list[str]:
+        """A module name of an adapter setting (a path suffix) as the reference names what it selects here: each
+        selected module's reference path cut to as many components as ``name`` has."""
+        size = name.count(".") + 1
+        found = {
+            ".".join(self._reference_path(path).split(".")[-size:])
+            for path in paths
+            if path == name or path.endswith("." + name)
+        }
+        return sorted(found) or [name]
+
+    def _reference_config(self, config: LoraConfig, name: str) -> LoraConfig:
+        """``config`` with its module names as the reference's model has them, so peft on it loads the file."""
+        if self.renames is None:
+            return config
+        paths = list(dict.fromkeys(p for p, _ in self._modules()))
+        adapted = [p for p, m in self._wrappers(LoraLayer) if name in m.lora_A]
+
+        def names(value: Any) -> Any:
+            if value is None or isinstance(value, str):
+                return value
+            return list(dict.fromkeys(n for item in value for n in self._reference_names(item, paths)))
+
+        def pattern_keys(patterns: Mapping[str, Any]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for key, value in patterns.items():
+                plain = regex.fullmatch(r"[\w.]+", key) is not None  # a name, not a regex: translatable
+                out.update(dict.fromkeys(self._reference_names(key, paths) if plain else [key], value))
+            return out
+
+        targets = config.target_modules
+        if isinstance(targets, str) and any(self._reference_path(p) != p for p in adapted):
+            targets = sorted(self._reference_path(p) for p in adapted)  # a regex over our names: spelled out
+        else:
+            targets = names(targets)
+        return attrs.evolve(
+            config,
+            target_modules=targets,
+            exclude_modules=names(config.exclude_modules),
+            modules_to_save=names(config.modules_to_save),
+            rank_pattern=pattern_keys(config.rank_pattern or {}),
+            alpha_pattern=pattern_keys(config.alpha_pattern or {}),
+        )
 
     # -- the model's structure -----------------------------------------------------------------
     def _modules(self) -> Iterator[tuple[str, nn.Module]]:
@@ -214,10 +285,13 @@ class LoraAdapters:
             targets = _condense_targets(list(targets), others)
         config = attrs.evolve(config, target_modules=targets)
         chosen = []
+        excluded = config.exclude_modules
         for path, module in self._modules():
-            if not _name_matches(targets, path) or not _layer_index_ok(config, path):
+            if not self._either_name(path, lambda p: _name_matches(targets, p)):
                 continue
-            if config.exclude_modules and _name_matches(config.exclude_modules, path, "exclude_modules"):
+            if not self._either_name(path, lambda p: _layer_index_ok(config, p)):
+                continue
+            if excluded and self._either_name(path, lambda p: _name_matches(excluded, p, "exclude_modules")):
                 continue
             if not is_linear_like(module):
                 raise AdapterError(
@@ -279,11 +353,12 @@ class LoraAdapters:
                 layer.active_adapters = list(self._active)
                 layer.disabled = not self._enabled
                 self._replace(path, layer)
-            r = int(_pattern_value(config.rank_pattern, path, config.r, "rank_pattern"))
-            alpha = float(_pattern_value(config.alpha_pattern, path, config.lora_alpha, "alpha_pattern"))
+            r = int(self._setting_for(config.rank_pattern, path, config.r, "rank_pattern"))
+            alpha = float(self._setting_for(config.alpha_pattern, path, config.lora_alpha, "alpha_pattern"))
             layer.add(name, r, config.scaling(r, alpha), float(config.lora_dropout), config.init_lora_weights)
+        saved = config.modules_to_save
         for path, module in list(self._modules()):
-            if config.modules_to_save and _saved_module_matches(config.modules_to_save, path):
+            if saved and self._either_name(path, lambda p: _saved_module_matches(saved, p)):
                 if not isinstance(module, ModulesToSave):
                     module = ModulesToSave(module)
                     module.active_adapters = list(self._active)
@@ -365,7 +440,8 @@ class LoraAdapters:
     def _copy_weights(self, name: str, source: Mapping[str, torch.Tensor], where: str) -> None:
         state = self.model.state_dict(keep_vars=True)
         expected = self._saved_keys(name)  # saved key -> model key
-        given = {k.removeprefix(PEFT_PREFIX): k for k in source}
+        # a file made on the reference's model names its modules the reference's way: read as ours
+        given = {self._our_path(k.removeprefix(PEFT_PREFIX)): k for k in source}
         missing = sorted(k for k in expected if k not in given)
         unexpected = sorted(k for k in given if k not in expected)
         if unexpected:
@@ -530,7 +606,7 @@ class LoraAdapters:
         name = self._active[0]
         prefix = PEFT_PREFIX if save_peft_format else ""
         tensors = {
-            prefix + k: v.detach().to("cpu").contiguous().clone()
+            prefix + self._reference_path(k): v.detach().to("cpu").contiguous().clone()
             for k, v in self.get_adapter_state_dict(name, state_dict).items()
         }
         size = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -540,7 +616,7 @@ class LoraAdapters:
                 "weights and adapter weights are written as one file (peft reads no sharded adapter); "
                 "pass a larger max_shard_size"
             )
-        config = attrs.evolve(self.configs[name], inference_mode=True)
+        config = self._reference_config(attrs.evolve(self.configs[name], inference_mode=True), name)
         with staged_folder(save_directory, replace=[ADAPTER_WEIGHTS_NAME, ADAPTER_BIN_NAME]) as staging:
             if safe_serialization:
                 from safetensors.torch import save_file

@@ -342,6 +342,19 @@ class ViTPreTrainedModel(PreTrainedModel):
     _no_split_modules: ClassVar[list[str]] = ["ViTEmbeddings", "ViTLayer"]
     # Checkpoints saved without a pooler (e.g. ViTForImageClassification's) load into models that have one.
     _keys_to_ignore_on_load_missing: ClassVar[list[str]] = [r"(^|\.)pooler\."]
+    # The reference (transformers 5) names these modules differently in memory while its weight files keep the names
+    # used here; peft adapters made on it carry its names. The LoRA plugin loads both namings and saves the
+    # reference's. (reference path, ours), most specific first; {n} is a layer index.
+    reference_module_renames: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("layers.{n}.attention.q_proj", "encoder.layer.{n}.attention.attention.query"),
+        ("layers.{n}.attention.k_proj", "encoder.layer.{n}.attention.attention.key"),
+        ("layers.{n}.attention.v_proj", "encoder.layer.{n}.attention.attention.value"),
+        ("layers.{n}.attention.o_proj", "encoder.layer.{n}.attention.output.dense"),
+        ("layers.{n}.mlp.fc1", "encoder.layer.{n}.intermediate.dense"),
+        ("layers.{n}.mlp.fc2", "encoder.layer.{n}.output.dense"),
+        ("layers.{n}", "encoder.layer.{n}"),
+        ("layers", "encoder.layer"),
+    )
     config: ViTConfig
 
     def _init_weights(self, module: nn.Module) -> None:
