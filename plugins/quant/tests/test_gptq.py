@@ -1,4 +1,4 @@
-"""GPTQ checkpoints (AutoGPTQ/exllama packing) load de-quantised; the reference's other quantization configs
+"""GPTQ checkpoints (AutoGPTQ/exllama packing) and AutoAWQ GEMM checkpoints load de-quantised; the reference's other quantization configs
 exist and are mapped (bitsandbytes 8-bit) or refused with the reason."""
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def pack_words(values: np.ndarray, bits: int, axis: int) -> np.ndarray:
 
 def gptq_quantize(
     weight: torch.Tensor, bits: int, group: int, fmt: str, rng: np.random.Generator, shuffle_groups: bool = False
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Round-to-nearest asymmetric quantization of ``weight`` (N x K) in GPTQ's tensors, and the exact
-    de-quantised weight they stand for (computed here from the unpacked integers)."""
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, np.ndarray, np.ndarray]:
+    """Round-to-nearest asymmetric quantization of ``weight`` (N x K): GPTQ's tensors, the exact de-quantised
+    weight they stand for (computed here from the integers), and the integers ``q`` (K x N) and zero points."""
     w = weight.double().numpy().T  # (K, N), GPTQ's orientation
     k, n = w.shape
     size = k if group == -1 else group
@@ -70,7 +70,7 @@ def gptq_quantize(
         "scales": torch.from_numpy(scales),
         "g_idx": torch.from_numpy(g_idx.astype(np.int32)),
     }
-    return tensors, dequantised
+    return tensors, dequantised, q, zeros
 
 
 def write_gptq_folder(
@@ -83,7 +83,7 @@ def write_gptq_folder(
     for name, tensor in state.items():
         stem = name.removesuffix(".weight")
         if name.endswith(".weight") and stem.rsplit(".", 1)[-1] in LINEARS:
-            parts, expected[name] = gptq_quantize(tensor, bits, group, fmt, rng, shuffle)
+            parts, expected[name], _, _ = gptq_quantize(tensor, bits, group, fmt, rng, shuffle)
             packed.update({f"{stem}.{part}": value for part, value in parts.items()})
         else:
             packed[name] = expected[name] = tensor
@@ -217,7 +217,6 @@ def test_gptq_on_a_float_checkpoint_names_what_works(tiny_llama: Path) -> None:
 @pytest.mark.parametrize(
     ("config_class", "match"),
     [
-        ("AwqConfig", "'awq': AWQ checkpoints are not read"),
         ("QuantoConfig", "'quanto'"),
         ("TorchAoConfig", "'torchao'"),
         ("HqqConfig", "'hqq'"),
@@ -263,3 +262,69 @@ def test_bitsandbytes_saved_checkpoint_is_refused(tiny_llama: Path, tmp_path: Pa
         AutoModelForCausalLM.from_pretrained(
             folder, quantization_config=microformers.BitsAndBytesConfig(load_in_8bit=True)
         )
+
+
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # AutoAWQ's GEMM packing: word c, bits 4 i hold output column 8 c + ORDER[i]
+
+
+def awq_pack(values: np.ndarray) -> np.ndarray:
+    """``(rows, N)`` 4-bit values -> AutoAWQ's ``(rows, N / 8)`` int32 words."""
+    grouped = values.astype(np.uint32).reshape(values.shape[0], -1, 8)
+    words = np.zeros(grouped.shape[:2], dtype=np.uint32)
+    for i, column in enumerate(AWQ_ORDER):
+        words |= grouped[:, :, column] << np.uint32(4 * i)
+    return words.view(np.int32)
+
+
+def write_awq_folder(float_folder: Path, folder: Path, group: int = 32) -> Path:
+    rng = np.random.default_rng(group)
+    state = load_file(float_folder / "model.safetensors")
+    packed, expected = {}, {}
+    for name, tensor in state.items():
+        stem = name.removesuffix(".weight")
+        if name.endswith(".weight") and stem.rsplit(".", 1)[-1] in LINEARS:
+            # the GPTQ test's integers, packed the AWQ way (zero points as they are)
+            parts, expected[name], q, zeros = gptq_quantize(tensor, 4, group, "gptq_v2", rng)
+            packed[f"{stem}.qweight"] = torch.from_numpy(awq_pack(q))
+            packed[f"{stem}.qzeros"] = torch.from_numpy(awq_pack(zeros))
+            packed[f"{stem}.scales"] = parts["scales"]
+        else:
+            packed[name] = expected[name] = tensor
+    config = json.loads((float_folder / "config.json").read_text())
+    (folder / "expected").mkdir(parents=True)
+    save_file(expected, str(folder / "expected" / "model.safetensors"))
+    (folder / "expected" / "config.json").write_text(json.dumps(config))
+    config["quantization_config"] = {
+        "quant_method": "awq",
+        "bits": 4,
+        "group_size": group,
+        "zero_point": True,
+        "version": "gemm",
+    }
+    save_file(packed, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("group", [32, 64])
+def test_awq_folder_loads_as_its_dequantised_model(tiny_llama: Path, tmp_path: Path, group: int) -> None:
+    folder = write_awq_folder(tiny_llama, tmp_path / "awq", group)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    expected = AutoModelForCausalLM.from_pretrained(folder / "expected")
+    for layer in ("model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"):
+        # exact: float16 scale x small integer is exact in float32, from the same integers both ways
+        assert torch.equal(model.get_submodule(layer).weight, expected.get_submodule(layer).weight), layer
+    assert_close(logits(model), logits(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_reference_awq_config_is_accepted_and_other_packings_refused(tiny_llama: Path, tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    folder = write_awq_folder(tiny_llama, tmp_path / "awq", 64)
+    reference = json.loads(json.dumps(transformers.AwqConfig(bits=4, group_size=64).to_dict(), default=str))
+    reference["quant_method"] = "awq"
+    model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=reference)
+    assert_close(logits(model), logits(AutoModelForCausalLM.from_pretrained(folder / "expected")), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match=r"\['gemv'\]: AWQ checkpoints packed for the 'gemm' kernel"):
+        AutoModelForCausalLM.from_pretrained(folder, quantization_config=microformers.AwqConfig(version="gemv"))
+    with pytest.raises(CheckpointError, match=r"with group_size 32 it needs scales"):
+        AutoModelForCausalLM.from_pretrained(folder, quantization_config=microformers.AwqConfig(group_size=32))

@@ -1,11 +1,11 @@
 """The reference's quantization config classes, by name: ``GPTQConfig``, ``AwqConfig``, ``BitsAndBytesConfig``,
 ``QuantoConfig``, ``TorchAoConfig``, ``HqqConfig``, and what each ``quant_method`` does here.
 
-- ``gptq``: GPTQ checkpoints load, de-quantised to float (``microformers_quant.gptq``).
+- ``gptq``, ``awq``: GPTQ and AutoAWQ GEMM checkpoints load, de-quantised to float (``microformers_quant.gptq``).
 - ``bitsandbytes``: ``load_in_8bit=True`` quantizes a float checkpoint with this library's int8 (symmetric,
   per output channel; the LLM.int8 outlier split has no counterpart, which is logged); 4-bit NF4/FP4 and
   checkpoints saved by bitsandbytes are refused, naming ``Int4Config``.
-- ``awq``, ``quanto``, ``torchao``, ``hqq``: refused with the reason (their kernels are GPU or library
+- ``quanto``, ``torchao``, ``hqq``: refused with the reason (their kernels are GPU or library
   specific) and what loads instead.
 
 Each config is the dict ``config.json`` stores, as a class (``to_dict``/``from_dict``), so it can be passed
@@ -60,6 +60,9 @@ class GPTQConfig(_ReferenceConfig):
 
 @attrs.define(kw_only=True)
 class AwqConfig(_ReferenceConfig):
+    """An AutoAWQ checkpoint's settings (4 bits, ``group_size``, ``version="gemm"``); such checkpoints load
+    de-quantised."""
+
     quant_method: ClassVar[str] = "awq"
     bits: int = 4
     group_size: int = 128
@@ -124,11 +127,10 @@ class HqqConfig(_ReferenceConfig):
 
 WHAT_WORKS = (
     "On CPU, quantization_config=Int8Config() (int8 per channel) or Int4Config(group_size=32|64|128) (int4) "
-    "quantizes a float checkpoint, a GGUF file loads with gguf_file=..., and GPTQ checkpoints load de-quantised"
+    "quantizes a float checkpoint, a GGUF file loads with gguf_file=..., and GPTQ/AWQ checkpoints load de-quantised"
 )
 
 REFUSALS = {
-    "awq": "AWQ checkpoints are not read here yet (their packed int4 layout is not converted)",
     "quanto": "optimum-quanto's quantized layers are its own library's (not installed or supported here)",
     "torchao": "torchao's quantized tensor subclasses are its own library's (not supported here)",
     "hqq": "HQQ's half-quadratic quantized layers are its own library's (not supported here)",

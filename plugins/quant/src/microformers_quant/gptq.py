@@ -1,4 +1,5 @@
-"""``quant_method: "gptq"``: load GPTQ checkpoints (AutoGPTQ / exllama packing), de-quantised on load.
+"""``quant_method: "gptq"`` and ``"awq"``: load GPTQ checkpoints (AutoGPTQ / exllama packing) and AutoAWQ GEMM
+checkpoints (:class:`AwqQuantizer`), de-quantised on load.
 
 A GPTQ folder stores each quantized ``nn.Linear`` (``in_features`` K, ``out_features`` N) as
 
@@ -120,13 +121,14 @@ class GptqQuantizer(Quantizer):
         if skipped:
             raise ConfigError(
                 f"quantization_config.modules_to_not_convert names {skipped[:3]}, but {files[0]} stores them "
-                "GPTQ-packed; a quantized checkpoint's layers cannot be kept float: drop those names"
+                f"{self.quant_method.upper()}-packed; a quantized checkpoint's layers cannot be kept float: drop those names"
             )
         unpacked = GptqSource(source, self, str(files[0]))
         if not unpacked.stems:
             raise ConfigError(
-                f"quant_method 'gptq' loads GPTQ-quantized checkpoints, but {files[0]} holds no '*.qweight' "
-                "tensors (a float checkpoint). Quantizing with GPTQ needs a calibration run that microformers "
+                f"quant_method '{self.quant_method}' loads {self.quant_method.upper()}-quantized checkpoints, but "
+                f"{files[0]} holds no '*.qweight' tensors (a float checkpoint). Quantizing with "
+                f"{self.quant_method.upper()} needs a calibration run that microformers "
                 "does not do: load it with quantization_config=Int4Config(group_size=128) (round-to-nearest int4) "
                 "or without quantization"
             )
@@ -138,6 +140,11 @@ class GptqQuantizer(Quantizer):
         if config is not None and "quantization_config" in vars(config):
             # the layers are float now: saving must not claim GPTQ tensors it does not write
             delattr(config, "quantization_config")
+
+    def weight_shape(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
+        """The float ``(out_features, in_features)`` of a layer whose qweight has this shape."""
+        rows, cols = qweight_shape
+        return cols, rows * (32 // self.bits)
 
     def unpack(self, stem: str, parts: Mapping[str, torch.Tensor], where: str) -> torch.Tensor:
         """The float32 ``(N, K)`` weight of one layer from its packed tensors (checked against each other)."""
@@ -178,6 +185,85 @@ class GptqQuantizer(Quantizer):
         return weight.t().contiguous()
 
 
+AWQ_KEYS = frozenset(
+    {"quant_method", "bits", "group_size", "zero_point", "version", "format", "modules_to_not_convert"}
+)
+AWQ_PROVENANCE_KEYS = GPTQ_PROVENANCE_KEYS | {"desc_act", "sym", "do_fuse", "fuse_max_seq_len", "modules_to_fuse"}
+# AutoAWQ's GEMM packing puts output column ``8 c + ORDER[i]`` in bits ``4 i`` of word ``c``
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+class AwqQuantizer(GptqQuantizer):
+    """``quant_method: "awq"``: AutoAWQ GEMM checkpoints, de-quantised on load.
+
+    Per layer: ``qweight`` int32 ``(K, N / 8)`` and ``qzeros`` int32 ``(K / group, N / 8)``, 4-bit values
+    packed along the output dimension in AutoAWQ's interleaved order; ``scales`` float ``(K / group, N)``;
+    weight ``[n, k] = scales[g, n] * (q[k, n] - zeros[g, n])`` with ``g = k // group_size``.
+    """
+
+    quant_method = "awq"
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        unknown = sorted(set(config) - AWQ_KEYS - AWQ_PROVENANCE_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"quantization_config for quant_method 'awq' has unknown field(s) {unknown}; accepted: "
+                f"{sorted(AWQ_KEYS)} and the AwqConfig fields that describe how the checkpoint was made"
+            )
+        Quantizer.__init__(self, config)
+        self.bits = _int(self.config, "bits", 4)
+        if self.bits != 4:
+            raise ConfigError(f"quantization_config.bits={self.bits}: AWQ checkpoints are 4-bit")
+        self.group_size = _int(self.config, "group_size", 128)
+        if self.group_size <= 0:
+            raise ConfigError(f"quantization_config.group_size must be a positive integer, got {self.group_size}")
+        versions = {str(self.config[k]).lower() for k in ("version", "format") if self.config.get(k) is not None}
+        if versions - {"gemm"}:
+            raise ConfigError(
+                f"quantization_config version/format {sorted(versions)}: AWQ checkpoints packed for the 'gemm' kernel "
+                "load here (GEMV, exllama, marlin and ipex packings do not); re-export the model with version='gemm'"
+            )
+        if self.config.get("zero_point", True) is not True:
+            raise ConfigError("quantization_config.zero_point=false: only AWQ checkpoints with zero points load here")
+        self.checkpoint_format = "awq"
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        return f"AWQ 4-bit GEMM checkpoint (group {self.group_size}), de-quantised to float on load"
+
+    def weight_shape(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
+        rows, cols = qweight_shape
+        return cols * 8, rows
+
+    def unpack(self, stem: str, parts: Mapping[str, torch.Tensor], where: str) -> torch.Tensor:
+        qweight, qzeros, scales = parts["qweight"], parts["qzeros"], parts["scales"]
+        for name in ("qweight", "qzeros"):
+            if parts[name].dtype != torch.int32 or parts[name].dim() != 2:
+                raise CheckpointError(
+                    f"{where}: '{stem}.{name}' is {parts[name].dtype} {tuple(parts[name].shape)}; AWQ stores it as "
+                    "a 2-D int32 tensor"
+                )
+        if not scales.is_floating_point() or scales.dim() != 2:
+            raise CheckpointError(f"{where}: '{stem}.scales' must be a 2-D float tensor, got {scales.dtype}")
+        if "g_idx" in parts:
+            raise CheckpointError(f"{where}: '{stem}.g_idx' is a GPTQ tensor; AWQ layers have none")
+        k, n = qweight.shape[0], qweight.shape[1] * 8
+        groups = -(-k // self.group_size)
+        if scales.shape != (groups, n) or qzeros.shape != (groups, n // 8):
+            raise CheckpointError(
+                f"{where}: layer '{stem}' has qweight {tuple(qweight.shape)} ({k} inputs x {n} outputs), so with "
+                f"group_size {self.group_size} it needs scales ({groups}, {n}) and qzeros ({groups}, {n // 8}); it has "
+                f"scales {tuple(scales.shape)} and qzeros {tuple(qzeros.shape)}. The folder's quantization_config "
+                "(group_size) does not match its tensors"
+            )
+        columns = torch.tensor(AWQ_ORDER).argsort()  # unpacked field -> output column order
+        q = _unpack(qweight, 4, dim=1).view(k, -1, 8)[:, :, columns].reshape(k, n)
+        zeros = _unpack(qzeros, 4, dim=1).view(groups, -1, 8)[:, :, columns].reshape(groups, n)
+        g_idx = torch.arange(k) // self.group_size
+        weight = scales.float()[g_idx] * (q - zeros[g_idx]).float()  # exact in float32, as for GPTQ
+        return weight.t().contiguous()
+
+
 def _unpack(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     """int32 words -> the ``32 / bits`` unsigned fields of each, expanded along ``dim`` (lowest bits first)."""
     shifts = torch.arange(0, 32, bits, dtype=torch.int32)
@@ -204,7 +290,6 @@ class GptqSource(Mapping[str, torch.Tensor]):
     def __init__(self, source: Mapping[str, torch.Tensor], quantizer: GptqQuantizer, where: str) -> None:
         self.source, self.quantizer, self.where = source, quantizer, where
         self.stems = _packed_stems(source)
-        per_word = 32 // quantizer.bits
         hidden: set[str] = set()
         self._derived: dict[str, str] = {}
         self._shapes: dict[str, tuple[int, int]] = {}
@@ -217,9 +302,8 @@ class GptqSource(Mapping[str, torch.Tensor]):
                 )
             if f"{stem}.weight" in source:
                 raise CheckpointError(f"{where}: layer '{stem}' has both a float weight and GPTQ tensors")
-            rows, cols = _shape(source, f"{stem}.qweight")
             self._derived[f"{stem}.weight"] = stem
-            self._shapes[f"{stem}.weight"] = (cols, rows * per_word)
+            self._shapes[f"{stem}.weight"] = quantizer.weight_shape(_shape(source, f"{stem}.qweight"))
             hidden.update(f"{stem}.{part}" for part in PACKED_PARTS)
         self._keys = [k for k in source if k not in hidden] + list(self._derived)
         self._key_set = set(self._keys)
