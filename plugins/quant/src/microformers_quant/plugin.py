@@ -1,5 +1,5 @@
-"""Entry point of microformers-quant: the ``int8``, ``int4``, ``gguf``, ``gptq`` and ``bitsandbytes`` (8-bit) quantizers,
-the reference's other ``quant_method`` names (refused with the reason) and their config classes."""
+"""Entry point of microformers-quant: the ``int8``, ``int4``, ``gguf``, ``gptq``, ``awq`` and ``bitsandbytes`` (8-bit)
+quantizers, the reference's other ``quant_method`` names (refused with the reason) and their config classes."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ def register_quantizers(register: Any) -> None:
     register("int4", "microformers_quant.quantizers:Int4Quantizer")
     register("gguf", "microformers_quant.gguf:GgufQuantizer")
     register("gptq", "microformers_quant.gptq:GptqQuantizer")
+    register("awq", "microformers_quant.gptq:AwqQuantizer")
     register("bitsandbytes", "microformers_quant.ecosystem_configs:BitsAndBytesQuantizer")
-    for refused in ("awq", "quanto", "torchao", "hqq"):
+    for refused in ("quanto", "torchao", "hqq"):
         register(refused, "microformers_quant.ecosystem_configs:RefusedQuantizer")
 
 
