@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -372,7 +373,8 @@ class LoraAdapters:
         name = adapter_name or "default"
         config = self._coerce_config(adapter_config)
         self._check_new_name(name)
-        config = attrs.evolve(config, base_model_name_or_path=getattr(self.model, "name_or_path", None) or None)
+        base = _reloadable_base(getattr(self.model, "name_or_path", None) or None)
+        config = attrs.evolve(config, base_model_name_or_path=base)
         self.configs[name] = self._inject(config, name, f"add_adapter({name!r})")
         self.set_adapter(name)
 
@@ -674,6 +676,38 @@ class LoraAdapters:
         print(
             f"trainable params: {trainable:,d} || all params: {total:,d} || trainable%: {100 * trainable / total:.4f}"
         )
+
+
+def _reloadable_base(name_or_path: str | None) -> str | None:
+    """What ``base_model_name_or_path`` should record so the adapter folder reloads its base: the model's own name,
+    except for the folder of a packaged model alias (``smollm2-135m-instruct`` is a GGUF file inside a pip package;
+    its folder alone does not say which file to load), which is recorded as the alias."""
+    if not name_or_path or not Path(name_or_path).is_dir():
+        return name_or_path
+    from microformers import MicroformersError, registry
+
+    folder = Path(name_or_path).resolve()
+    aliases = []
+    for alias in registry.names("model_sources"):
+        with warnings.catch_warnings():  # a conflict over some other alias is not this lookup's concern
+            warnings.simplefilter("ignore")
+            registration = registry.get("model_sources", alias)
+        try:
+            source, _kwargs = registration.load()()
+        except (MicroformersError, ImportError, OSError):  # its package is not installed: not this folder
+            continue
+        if isinstance(source, (str, os.PathLike)) and Path(source).resolve() == folder:
+            aliases.append(str(alias))
+    if len(aliases) == 1:
+        return aliases[0]
+    if aliases:
+        logger.warning(
+            "the base model's folder %s is behind several aliases (%s): adapter_config.json records the folder; "
+            "set base_model_name_or_path to the alias you loaded before sharing the adapter",
+            name_or_path,
+            ", ".join(aliases),
+        )
+    return name_or_path
 
 
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
