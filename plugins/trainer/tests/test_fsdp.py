@@ -235,3 +235,34 @@ def test_fsdp_refuses_an_optimizer_built_before_sharding(tmp_path: Path, one_pro
     args = TrainingArguments(output_dir=str(tmp_path), fsdp="full_shard", report_to="none")
     with pytest.raises(ConfigError, match="optimizers"):
         Trainer(model=model, args=args, optimizers=(torch.optim.SGD(model.parameters(), lr=0.1), None))
+
+
+def _sharded_trainer(output_dir: Path, model: Any, max_steps: int) -> Trainer:
+    args = TrainingArguments(
+        output_dir=str(output_dir),
+        fsdp="full_shard",
+        fsdp_config={"state_dict_type": "SHARDED_STATE_DICT"},
+        report_to="none",
+        disable_tqdm=True,
+        per_device_train_batch_size=2,
+        max_steps=max_steps,
+        save_steps=2,
+    )
+    return Trainer(model=model, args=args, train_dataset=lm_rows(8))
+
+
+@needs_distributed
+@pytest.mark.parametrize("damage", ["truncated shard file", "another model's checkpoint"])
+def test_a_damaged_sharded_checkpoint_is_refused_naming_the_folder(
+    tmp_path: Path, one_process_group: Any, damage: str
+) -> None:
+    _sharded_trainer(tmp_path, tiny_llama(), max_steps=2).train()
+    checkpoint = tmp_path / "checkpoint-2"
+    model = tiny_llama()
+    if damage == "truncated shard file":
+        shard = checkpoint / "pytorch_model_fsdp_0" / "__0_0.distcp"
+        shard.write_bytes(shard.read_bytes()[:64])
+    else:
+        model = tiny_llama(hidden_size=32, intermediate_size=48)
+    with pytest.raises(CheckpointError, match=r"pytorch_model_fsdp_0 could not be loaded into the model"):
+        _sharded_trainer(tmp_path, model, max_steps=4).train(resume_from_checkpoint=str(checkpoint))

@@ -135,7 +135,9 @@ def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer | None, fold
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-    parts = [("model", ckpt.SHARDED_MODEL_DIR)] + ([("optimizer", ckpt.SHARDED_OPTIMIZER_DIR)] if optimizer else [])
+    parts = [("model", ckpt.SHARDED_MODEL_DIR)]
+    if optimizer is not None:
+        parts.append(("optimizer", ckpt.SHARDED_OPTIMIZER_DIR))
     for key, name in parts:
         if key == "model":
             state = {key: get_model_state_dict(model)}
@@ -186,9 +188,11 @@ def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer | None, fold
                 dcp.load(state, checkpoint_id=path)
                 set_optimizer_state_dict(model, optimizer, state[key])
         except (Exception, CheckpointException) as exc:  # another model's or optimizer's folder, a damaged file
-            why = _failures(exc) if isinstance(exc, CheckpointException) else f"{type(exc).__name__}: {exc}"
+            why = (
+                f"process {_failures(exc)}" if isinstance(exc, CheckpointException) else f"{type(exc).__name__}: {exc}"
+            )
             raise CheckpointError(
                 f"{path} could not be loaded into the {'model' if key == 'model' else type(optimizer).__name__} "
-                f"(process {why[:800]}); the checkpoint is damaged or belongs to another model or optimizer — "
+                f"({why[:800]}); the checkpoint is damaged or belongs to another model or optimizer — "
                 "resume from an earlier checkpoint-<step> folder"
             ) from exc
