@@ -18,6 +18,8 @@ from .markers import needs_quant_kernels
 
 IDS = torch.tensor([[1, 5, 9, 33, 40, 7, 60, 11]])
 SETTINGS = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, "cache_implementation": "static"}
+# the eager static step to compare with: generate() would otherwise take the native step by default
+EAGER = {"compile_config": False}
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,7 @@ def test_native_step_gives_the_eager_steps_logits(
     fixture: str, config: Any, tolerance: float, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture), quantization_config=config)
-    eager = generate(model, IDS)
+    eager = generate(model, IDS, **EAGER)
     model.compile_decode_step()
     calls = count_native_calls(monkeypatch)
     native = generate(model, IDS)
@@ -89,7 +91,7 @@ def test_left_padded_batch_matches_eager(tiny_llama: Path, monkeypatch: pytest.M
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
     ids = torch.tensor([[0, 0, 0, 5, 9, 33, 40, 7], [1, 5, 9, 33, 40, 7, 60, 11]])
     mask = (ids != 0).long()
-    eager = generate(model, ids, attention_mask=mask)
+    eager = generate(model, ids, attention_mask=mask, **EAGER)
     model.compile_decode_step()
     calls = count_native_calls(monkeypatch)
     native = generate(model, ids, attention_mask=mask)
@@ -99,11 +101,14 @@ def test_left_padded_batch_matches_eager(tiny_llama: Path, monkeypatch: pytest.M
 
 @needs_quant_kernels
 def test_uncompile_returns_to_the_eager_step(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After uncompile_decode_step() nothing is installed: generate() decides by call (native by default,
+    eager with compile_config=False)."""
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config())
     model.compile_decode_step()
     model.uncompile_decode_step()
+    assert "_compiled_decode_step" not in model.__dict__
     calls = count_native_calls(monkeypatch)
-    generate(model, IDS)
+    generate(model, IDS, **EAGER)
     assert calls == []
 
 
@@ -117,16 +122,6 @@ def test_layers_without_a_native_step(tiny_llama: Path) -> None:
         quantized.compile_decode_step(native=True)
     with pytest.raises(InputError, match="compiles nothing"):
         quantized.compile_decode_step(native=True, mode="default")
-
-
-@needs_quant_kernels
-def test_chat_decodes_quantized_models_through_the_native_step(tiny_llama: Path) -> None:
-    from microformers_chat.commands import _native_decode_step
-
-    assert not _native_decode_step(AutoModelForCausalLM.from_pretrained(tiny_llama))
-    quantized = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
-    assert _native_decode_step(quantized)
-    assert isinstance(quantized.__dict__["_compiled_decode_step"].layers_step, decoder_step.QuantDecoderStep)
 
 
 @needs_quant_kernels
@@ -157,7 +152,7 @@ def test_beam_search_reorders_the_cache_the_native_step_reads(
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
     settings = {**SETTINGS, "num_beams": 3, "return_dict_in_generate": True, "output_scores": True}
     with torch.no_grad():
-        eager = model.generate(IDS, **settings)
+        eager = model.generate(IDS, **settings, **EAGER)
         model.compile_decode_step()
         calls = count_native_calls(monkeypatch)
         native = model.generate(IDS, **settings)
@@ -176,7 +171,7 @@ def test_a_long_cache_matches_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         make_checkpoint(tmp_path, max_position_embeddings=512), quantization_config=Int4Config(group_size=32)
     )
     ids = torch.randint(3, 90, (1, 150), generator=torch.Generator().manual_seed(0))
-    eager = generate(model, ids)
+    eager = generate(model, ids, **EAGER)
     model.compile_decode_step()
     calls = count_native_calls(monkeypatch)
     native = generate(model, ids)
@@ -197,7 +192,7 @@ def test_the_final_norm_and_head_run_natively_where_the_head_is_quantized(
     fixture: str, config: Any, includes_head: bool, request: pytest.FixtureRequest
 ) -> None:
     model = AutoModelForCausalLM.from_pretrained(request.getfixturevalue(fixture), quantization_config=config)
-    eager = generate(model, IDS)
+    eager = generate(model, IDS, **EAGER)
     model.compile_decode_step()
     assert model.__dict__["_compiled_decode_step"].includes_head is includes_head
     native = generate(model, IDS)
@@ -226,7 +221,7 @@ def test_a_tied_quantized_head_adds_its_bias(tiny_llama: Path) -> None:
         plain = head(x)
         head.bias = torch.nn.Parameter(torch.linspace(-3.0, 3.0, head.out_features))
         assert torch.allclose(head(x), plain + head.bias, atol=1e-6)
-    eager = generate(model, IDS)
+    eager = generate(model, IDS, **EAGER)
     model.compile_decode_step()
     assert model.__dict__["_compiled_decode_step"].includes_head
     native = generate(model, IDS)
@@ -241,7 +236,7 @@ def test_a_batch_past_the_gemm_threshold_matches_eager(tiny_llama: Path, monkeyp
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int4Config(group_size=32))
     torch.manual_seed(3)
     ids = torch.randint(1, 60, (kernels.GEMM_MIN_ROWS + 2, 6))
-    eager = generate(model, ids)
+    eager = generate(model, ids, **EAGER)
     model.compile_decode_step()
     calls = count_native_calls(monkeypatch)
     native = generate(model, ids)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from microformers import AutoModelForCausalLM, AutoTokenizer, GgufQuantConfig
-from microformers_quant import kernels
+from microformers_quant import decoder_step
 from microformers_quant import modules as quant_modules
 from microformers_quant.modules import QuantLinear, TiedQuantHead
 from microformers_sdk.testing import assert_similar_generation
@@ -80,25 +80,30 @@ def float_greedy(tokenizer: Any, dequantised: Any) -> tuple[torch.Tensor, Any]:
     return ids, dequantised.generate(ids, **SETTINGS, return_dict_in_generate=True, output_scores=True)
 
 
-def test_64_greedy_tokens_identical(models: tuple[Any, ...]) -> None:
+def test_64_greedy_tokens_identical_decoding_eagerly(models: tuple[Any, ...]) -> None:
     """The same 64 tokens as the float model, up to a near tie (there the two may go their own ways)."""
     tokenizer, dequantised, kept, _ = models
     ids, expected = float_greedy(tokenizer, dequantised)
-    got = kept.generate(ids, **SETTINGS)
+    got = kept.generate(ids, cache_implementation="dynamic", **SETTINGS)
     assert_similar_generation(
         got, expected.sequences, expected.scores, prompt_length=ids.shape[1], tie_tolerance=KEPT_TIE
     )
 
 
 @needs_quant_kernels
-def test_64_greedy_tokens_identical_through_the_native_step(models: tuple[Any, ...]) -> None:
+def test_64_greedy_tokens_identical_through_the_native_step_by_default(
+    models: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain generate() on the kept blocks: every token after the prompt through mfquant::decoder_step."""
     tokenizer, dequantised, kept, _ = models
     ids, expected = float_greedy(tokenizer, dequantised)
-    kept.compile_decode_step()  # the native step (mfquant::decoder_step) for every token after the prompt
-    try:
-        got = kept.generate(ids, cache_implementation="static", **SETTINGS)
-    finally:
-        kept.uncompile_decode_step()
+    steps: list[int] = []
+    original = decoder_step.QuantDecoderStep.__call__
+    monkeypatch.setattr(
+        decoder_step.QuantDecoderStep, "__call__", lambda self, *a: steps.append(a[-1]) or original(self, *a)
+    )
+    got = kept.generate(ids, **SETTINGS)
+    assert len(steps) == SETTINGS["max_new_tokens"] - 1
     assert_similar_generation(
         got, expected.sequences, expected.scores, prompt_length=ids.shape[1], tie_tolerance=KEPT_TIE
     )
@@ -118,12 +123,10 @@ def test_int16_activations_keep_top1_and_greedy_tokens(
     ids, expected_out = float_greedy(tokenizer, dequantised)
     # int16 activations drift from the float logits by up to 0.05 (asserted below): ties within that may break (INT16_TIE)
     similar = {"prompt_length": ids.shape[1], "tie_tolerance": INT16_TIE}
+    eager = kept16.generate(ids, cache_implementation="dynamic", **SETTINGS)
+    assert_similar_generation(eager, expected_out.sequences, expected_out.scores, **similar)
+    # by default the native step where the kernels are built
     assert_similar_generation(kept16.generate(ids, **SETTINGS), expected_out.sequences, expected_out.scores, **similar)
-    if kernels.native_available():  # the native step runs with the kernels (elsewhere torch.compile would)
-        kept16.compile_decode_step()
-        static = kept16.generate(ids, cache_implementation="static", **SETTINGS)
-        kept16.uncompile_decode_step()
-        assert_similar_generation(static, expected_out.sequences, expected_out.scores, **similar)
     monkeypatch.setattr(quant_modules, "KERNEL_MAX_ROWS", 1 << 30)  # every position through the int16 kernels
     drift = 0.0
     with torch.no_grad():

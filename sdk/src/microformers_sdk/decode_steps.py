@@ -14,6 +14,11 @@ declarative :class:`DecodeStepLayout` of its decoder:
   (:func:`~microformers_sdk.static_steps.native_decoder_step`; quantized layers of ``microformers-quant``
   do), one native call for all layers (and the final norm and head where it covers them).
 
+``generate`` needs no call for the native one: :func:`default_decode_step` finds the native step of a
+model that has one (microformers-generation asks for it on every call where it applies), and
+:func:`decoding_with` installs it for the duration of that call only, so a model changed between calls
+(modules replaced, hooks added, moved to another device) is looked at afresh each time.
+
 What a model provides (:class:`StaticStepModel`): ``logits(inputs_embeds, layer_inputs, cache,
 output_attentions, output_hidden_states, logits_to_keep)`` returning ``(logits, hidden_states,
 attentions)``, ``decode_step_layout()``, and decoder layers called as
@@ -27,7 +32,8 @@ the whole storage with ``attention_mask`` selecting the visible positions). Its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -38,7 +44,7 @@ from microformers.errors import InputError
 
 from .cache import Cache
 from .layers import apply_linear
-from .packed import refuse_packed
+from .packed import PackedLinear, refuse_packed
 from .static_steps import DecoderLayerParts, DecoderStepShape, NativeDecoderStep, native_decoder_step
 
 __all__ = [
@@ -49,6 +55,8 @@ __all__ = [
     "StaticStepModel",
     "StaticStepRunner",
     "compile_decode_step",
+    "decoding_with",
+    "default_decode_step",
     "static_layer_step",
     "uncompile_decode_step",
 ]
@@ -264,7 +272,8 @@ def compile_decode_step(
         if native:
             raise InputError(
                 "compile_decode_step(native=True): these layers have no native decode step (it needs every "
-                "projection quantized by microformers-quant, plain RMSNorms and a SiLU MLP); use native=False"
+                "projection quantized by microformers-quant, on the CPU with its kernels built, plain RMSNorms and "
+                "a SiLU MLP); use native=False"
             )
     options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
     if model.__dict__.get("_compiled_decode_options") == {**options, "regional": regional}:
@@ -281,3 +290,42 @@ def uncompile_decode_step(model: nn.Module) -> None:
     """Undo :func:`compile_decode_step`: every step runs eagerly again."""
     model.__dict__.pop("_compiled_decode_step", None)
     model.__dict__.pop("_compiled_decode_options", None)
+
+
+def default_decode_step(model: Any) -> NativeDecodeStep | None:
+    """The native static step ``generate`` runs by default, or None where there is none to run.
+
+    The one :func:`compile_decode_step` installed when it is native (the user's own choice, kept);
+    None when another step is installed (a ``torch.compile`` step: the user decides its cache), for a
+    model without :meth:`~StaticStepModel.decode_step_layout`, with packed layers, or whose layers offer
+    no native step (float layers, hooks, quantized layers off the CPU or without their kernels built).
+    Otherwise a step built now, from the model as it is.
+    """
+    installed = model.__dict__.get("_compiled_decode_step")
+    if installed is not None:
+        return installed if isinstance(installed, NativeDecodeStep) else None
+    layout_of = getattr(model, "decode_step_layout", None)
+    if layout_of is None or any(isinstance(module, PackedLinear) for module in model.modules()):
+        return None
+    return NativeDecodeStep.build(model, layout_of())
+
+
+@contextlib.contextmanager
+def decoding_with(model: Any, step: StaticStepRunner) -> Iterator[None]:
+    """Inside the block the model's static steps run through ``step``; after it, what was installed before
+    (a step of :func:`compile_decode_step`, or none) is back."""
+    before = model.__dict__.get("_compiled_decode_step"), model.__dict__.get("_compiled_decode_options")
+    if before[0] is step:
+        yield
+        return
+    object.__setattr__(model, "_compiled_decode_step", step)
+    object.__setattr__(model, "_compiled_decode_options", {"native": True, "default": True})
+    try:
+        yield
+    finally:
+        if model.__dict__.get("_compiled_decode_step") is step:  # not replaced inside the block
+            if before[0] is None:
+                uncompile_decode_step(model)
+            else:
+                object.__setattr__(model, "_compiled_decode_step", before[0])
+                object.__setattr__(model, "_compiled_decode_options", before[1])

@@ -25,7 +25,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="quantized weights (microformers-quant): int4/int8 from float weights, gguf keeps a GGUF's blocks",
     )
     parser.add_argument(
-        "--max-new-tokens", type=int, default=None,
+        "--max-new-tokens",
+        type=int,
+        default=None,
         help=f"tokens per reply (default: the model's generation_config.json, else {DEFAULT_MAX_NEW_TOKENS})",
     )
     parser.add_argument("--do-sample", action="store_const", const=True, default=None, help="sample")
@@ -36,6 +38,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="where to run the model (cpu, cuda, cuda:1, mps)")
     parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16, float16; default: auto)")
     parser.add_argument("--seed", type=_seed, default=None, help="random seed, 0 <= SEED < 2**64")
+    parser.add_argument("--threads", type=_threads, default=None, help="CPU threads torch uses (default: torch's)")
     parser.add_argument("--system", default=None, help="system prompt")
 
 
@@ -49,15 +52,16 @@ def _seed(text: str) -> int:
     return value
 
 
-def _native_decode_step(model: Any) -> bool:
-    """Switch a quantized model to its native decoding step (every layer in one call) where it has one."""
-    from microformers import MicroformersError
-
+def _threads(text: str) -> int:
     try:
-        model.compile_decode_step(native=True)
-    except MicroformersError:
-        return False
-    return True
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text} threads cannot run anything; give 1 or more (or leave --threads out for torch's default)"
+        )
+    return value
 
 
 #: What ``/set NAME=VALUE`` changes in a chat, with how each value is read and checked.
@@ -90,9 +94,12 @@ def _boolean(text: str) -> bool:
 
 
 class Session:
-    """A model, its tokenizer, and a conversation."""
+    """A model, its tokenizer, and a conversation.
 
-    static_steps = False  # decode through a static cache (a quantized model's native step)
+    A quantized model (``--quantize``, or a folder saved quantized) decodes through its native step
+    into a static cache: ``generate`` does that by default where the model has one.
+    """
+
     #: (new tokens, seconds) of the latest reply
     last_reply_speed: tuple[int, float] | None = None
 
@@ -101,13 +108,16 @@ class Session:
 
         if args.seed is not None:
             microformers.set_seed(args.seed)
+        if getattr(args, "threads", None) is not None:
+            import torch
+
+            torch.set_num_threads(args.threads)
         load_kwargs: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
         self.tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load_kwargs)
         quantize = getattr(args, "quantize", None)
         model_kwargs = {"quantization_config": {"quant_method": quantize}} if quantize else {}
         model_kwargs.update(_placement(getattr(args, "device", None), getattr(args, "dtype", None)))
         self.model = microformers.AutoModelForCausalLM.from_pretrained(args.model, **load_kwargs, **model_kwargs)
-        self.static_steps = bool(quantize) and _native_decode_step(self.model)
         self.args = args
         self.messages: list[dict[str, str]] = []
         self.reset()
@@ -125,8 +135,6 @@ class Session:
         config = getattr(self.model, "generation_config", None)
         if "max_new_tokens" not in kwargs and getattr(config, "max_new_tokens", None) is None:
             kwargs["max_new_tokens"] = DEFAULT_MAX_NEW_TOKENS  # not max_length=20: a reply needs room
-        if self.static_steps:
-            kwargs["cache_implementation"] = "static"  # the native step decodes into a preallocated cache
         return kwargs
 
     def answer(self, inputs: dict[str, Any], out: TextIO | None) -> str:

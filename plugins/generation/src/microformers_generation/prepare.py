@@ -4,11 +4,20 @@ The kernel's ``generate`` only merges the ``GenerationConfig`` with the call's k
 selects a strategy; :func:`prepare` turns that into what a decoding loop needs. Third-party
 strategies call it (or subclass :class:`microformers_generation.Strategy`, which does) to get the
 same checks and defaults as the standard ones.
+
+Fast decoding by default (:func:`default_decode_step`): a model whose decoder has a native static
+step (a quantized Llama-family model of microformers-quant on the CPU) decodes one token per row
+through it into a preallocated ``StaticCache`` without being asked, where the call allows it:
+one sequence per row (no beams), no assistant or prompt lookup, no attentions or hidden states,
+no cache of the caller's, ``use_cache`` on. The caller's choice wins: ``cache_implementation="dynamic"``
+or ``compile_config=False`` decode eagerly, ``compile_config=True``/a dict compiles as asked.
+:func:`~microformers_generation.strategies.run_loop` installs the step for the call only.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import os
 from collections.abc import Iterable
@@ -67,6 +76,8 @@ class Prepared:
     model_kwargs: dict[str, Any]
     call_arguments: dict[str, Any]
     model: Any = None
+    # the native decode step this call runs by default (installed around the loop), or None
+    decode_step: Any = None
 
 
 def prepare(
@@ -79,12 +90,16 @@ def prepare(
     streamer: Any = None,
     model_kwargs: dict[str, Any],
     builders: Any = None,
+    fast_decoding: bool = False,
 ) -> Prepared:
     """Check and complete the settings and inputs of one ``generate`` call (see the module docstring).
 
     ``builders`` provides ``build_logits_processor`` / ``build_stopping_criteria`` (a strategy);
-    without it, this plugin's defaults are used.
+    without it, this plugin's defaults are used. ``fast_decoding``: the caller's loop runs through
+    :func:`~microformers_generation.strategies.run_loop`, which installs :attr:`Prepared.decode_step`;
+    only then does a call decode through the model's native step by default.
     """
+    check_weights_loaded(model)
     model_kwargs = dict(model_kwargs)
     call_arguments = {k: model_kwargs.pop(k) for k in CALL_ARGUMENTS if k in model_kwargs}
     has_default_max_length = generation_config.max_length is None and generation_config.max_new_tokens is None
@@ -118,6 +133,11 @@ def prepare(
             encoder.repeat(expand)
     prepare_lengths(model, config, input_ids.shape[1], has_default_max_length)
     model_kwargs["use_cache"] = config.use_cache
+    decode_step = None
+    if fast_decoding and encoder is None and fast_decoding_applies(config, model_kwargs, call_arguments):
+        decode_step = default_decode_step(model)
+        if decode_step is not None and config.cache_implementation is None:
+            model_kwargs["past_key_values"] = model.make_static_cache(config.max_length)
     prepare_static_decoding(model, config, model_kwargs)
 
     builders = builders if hasattr(builders, "build_logits_processor") else defaults
@@ -139,7 +159,7 @@ def prepare(
         if encoder is None
         else DecoderView(model, encoder, config.output_attentions and config.return_dict_in_generate)
     )
-    return Prepared(input_ids, config, processors, criteria, streamer, model_kwargs, call_arguments, view)
+    return Prepared(input_ids, config, processors, criteria, streamer, model_kwargs, call_arguments, view, decode_step)
 
 
 def _processor_arguments(prompt_ids: torch.Tensor | None, call_arguments: dict[str, Any]) -> dict[str, Any]:
@@ -349,6 +369,43 @@ def prepare_lengths(model: Any, config: GenerationConfig, input_length: int, has
             limit - input_length,
         )
         config.max_length = limit
+
+
+def check_weights_loaded(model: Any) -> None:
+    """Refuse a model whose weights are on the meta device (no values: never loaded, or moved there)."""
+    tensors = [*itertools.islice(model.parameters(), 1), *itertools.islice(model.buffers(), 1)]
+    if any(tensor.is_meta for tensor in tensors):
+        raise GenerationError(
+            f"generate(): the weights of {type(model).__name__} are on the meta device, which holds no values "
+            "(a model built empty, or moved there with .to('meta')); load it with from_pretrained(...), on the "
+            "CPU (quantized models decode fastest there) or a GPU"
+        )
+
+
+def fast_decoding_applies(
+    config: GenerationConfig, model_kwargs: dict[str, Any], call_arguments: dict[str, Any]
+) -> bool:
+    """Whether this call may decode through the model's native static step without being asked (module docstring)."""
+    return (
+        bool(config.use_cache)
+        and config.compile_config is None
+        and config.cache_implementation in (None, "static")
+        and model_kwargs.get("past_key_values") is None
+        and (config.num_beams or 1) == 1
+        and call_arguments.get("assistant_model") is None
+        and not config.prompt_lookup_num_tokens
+        and not config.output_attentions
+        and not config.output_hidden_states
+    )
+
+
+def default_decode_step(model: Any) -> Any:
+    """The model's native static step (:func:`microformers_sdk.decode_steps.default_decode_step`), or None."""
+    if getattr(model, "decode_step_layout", None) is None:
+        return None  # not a decoder built on the SDK's static steps
+    from microformers_sdk.decode_steps import default_decode_step as native_step
+
+    return native_step(model)
 
 
 def prepare_static_decoding(model: Any, config: GenerationConfig, model_kwargs: dict[str, Any]) -> None:

@@ -65,6 +65,7 @@ class Strategy:
             streamer=streamer,
             model_kwargs=model_kwargs,
             builders=self,
+            fast_decoding=True,
         )
         assistant = prepared.call_arguments.get("assistant_model")
         if assistant is not None:  # assisted decoding: the settings the call made decide the draft length
@@ -96,14 +97,21 @@ def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
     Inference mode skips autograd bookkeeping on every step; it is only used when no tensor made
     inside (a cache, scores) is handed back to the caller, and the sequences are copied out of it.
     An encoder-decoder model is called through the prepared :class:`DecoderView`, and a returned
-    dictionary becomes the encoder-decoder output type.
+    dictionary becomes the encoder-decoder output type. The prepared ``decode_step`` (the model's
+    native step, by default) runs the static steps of this call only.
     """
     config = prepared.generation_config
     view = getattr(prepared, "model", None)
     if isinstance(view, DecoderView):
         model = view
-    inference_only = not config.return_dict_in_generate and "past_key_values" not in prepared.model_kwargs
-    with torch.inference_mode() if inference_only else contextlib.nullcontext():
+    step = getattr(prepared, "decode_step", None)
+    # a cache made by prepare() for the default step is not the caller's: inference mode is safe
+    own_cache = "past_key_values" not in prepared.model_kwargs or step is not None
+    inference_only = not config.return_dict_in_generate and own_cache
+    with (
+        torch.inference_mode() if inference_only else contextlib.nullcontext(),
+        decoding_with(model, step) if step is not None else contextlib.nullcontext(),
+    ):
         output = loop(
             model,
             prepared.input_ids,
@@ -119,6 +127,13 @@ def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
     if isinstance(view, DecoderView):
         return as_encoder_decoder_output(output, view) if config.return_dict_in_generate else output.clone()
     return output.clone() if inference_only and isinstance(output, torch.Tensor) else output
+
+
+def decoding_with(model: Any, step: Any) -> Any:
+    """The SDK's context that runs ``model``'s static steps through ``step`` (only models built on the SDK get one)."""
+    from microformers_sdk.decode_steps import decoding_with as install
+
+    return install(model, step)
 
 
 class TokenByToken(Strategy):

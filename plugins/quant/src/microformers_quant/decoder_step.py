@@ -99,7 +99,11 @@ class QuantDecoderStep:
     ) -> QuantDecoderStep | None:
         """The step for ``layers`` (and the head after them, when given), or None where they are not all
         quantized, hook-free, of one norm epsilon."""
-        if not layers or not kernels.native_available() or layers[0].q_proj.qweight.device.type != "cpu":
+        if not layers or not isinstance(layers[0].q_proj, QuantLinear) or not kernels.native_available():
+            return None  # without the kernels their build (or its absence) has said so
+        device = layers[0].q_proj.qweight.device
+        if device.type != "cpu":
+            kernels.warn_slow_path(device)
             return None
         head: tuple[list[torch.Tensor], list[int], float] = ([], [], 0.0)
         if lm_head is not None:

@@ -5,9 +5,10 @@ The C++ source is compiled once per machine by :func:`microformers_sdk.native.bu
 extension cache under a name that carries the instruction set; later processes load the cached
 library in milliseconds. On a CPU without AVX2/FMA/F16C (or on ARM, or macOS) nothing is built and
 the torch path below runs. Both ops have fake (meta) implementations, so ``torch.compile`` traces
-through them. Without a compiler (or with ``MICROFORMERS_QUANT_KERNELS=torch`` or ``MICROFORMERS_NATIVE=0``), and for
-tensors on another device than the CPU (CUDA), the same maths
-runs in plain torch — correct, but it de-quantises the weight on every call — after one warning.
+through them. Without a compiler (or with ``MICROFORMERS_QUANT_KERNELS=torch`` or ``MICROFORMERS_NATIVE=0``), on a CPU
+without the instruction set, and for tensors on another device than the CPU (CUDA), the same maths
+runs in plain torch — correct, but it de-quantises the weight on every call — after one warning
+(:func:`warn_slow_path`) that says so and what to do.
 
 Layouts (see csrc/qlinear.cpp): q4 ``qweight`` uint8 ``[N, K/2]`` in ggml's nibble order (byte j of
 each 16-byte block holds value j low, value j+16 high), value = ``scale * q + min`` with float16
@@ -37,6 +38,21 @@ _state: dict[str, bool] = {}
 # (weight bits, activation bits) -> the native op, filled once the kernels are built: resolving
 # ``torch.ops.mfquant.<name>`` on every call cost about as much as a small layer's product
 _ops: dict[tuple[int, int | str], Any] = {}
+_warned: set[str] = set()
+
+
+def warn_slow_path(device: torch.device) -> None:
+    """One warning per process and device type: quantized layers on ``device`` have no native kernel."""
+    if device.type == "meta" or device.type in _warned:
+        return  # meta tensors hold no values: generate() refuses them with its own error
+    _warned.add(device.type)
+    logger.warning(
+        "microformers-quant: quantized layers on %s have no native kernel (the kernels are CPU code), so every "
+        "call de-quantises its weight in torch (correct but slow) and generate() cannot decode through the "
+        "native step. For speed, run the quantized model on the CPU (model.to('cpu')), or load the model "
+        "without quantization_config in bfloat16 on this device.",
+        device,
+    )
 
 
 def native_available() -> bool:
@@ -57,7 +73,10 @@ def environment_report() -> list[str]:
 
 
 def _build() -> bool:
-    if os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch" or os.environ.get("MICROFORMERS_NATIVE") == "0":
+    if (
+        os.environ.get("MICROFORMERS_QUANT_KERNELS", "").lower() == "torch"
+        or os.environ.get("MICROFORMERS_NATIVE") == "0"
+    ):
         return False
     if not (hasattr(torch.ops, "mfquant") and hasattr(torch.ops.mfquant, "q4_linear")) and not _compile():
         return False
@@ -73,7 +92,12 @@ def _compile() -> bool:
 
     exc = build_ops("microformers_quant_kernels", Path(__file__).with_name("csrc") / "qlinear.cpp")
     if isinstance(exc, NativeUnavailable):  # a CPU or platform without the instruction set
-        logger.info("microformers-quant: no native kernels (%s); quantized layers de-quantise in torch", exc)
+        logger.warning(
+            "microformers-quant: no native kernels here (%s): quantized layers de-quantise their weights in "
+            "torch on every call (correct but slow) and generate() decodes without the native step; a float "
+            "model (no quantization_config) is usually faster on this machine",
+            exc,
+        )
         return False
     if exc is not None:  # no compiler, no ninja
         logger.warning(
@@ -133,6 +157,7 @@ def quantize_activations(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
 
 def _native(bits: int, act_bits: int | str, x: torch.Tensor) -> Any:
     if not x.is_cpu:  # the kernels are CPU code: CUDA tensors take the torch path
+        warn_slow_path(x.device)
         return None
     op = _ops.get((bits, act_bits))
     if op is None and "ok" not in _state and native_available():
