@@ -373,7 +373,10 @@ def prepare_lengths(model: Any, config: GenerationConfig, input_length: int, has
 
 def check_weights_loaded(model: Any) -> None:
     """Refuse a model whose weights are on the meta device (no values: never loaded, or moved there)."""
-    tensors = [*itertools.islice(model.parameters(), 1), *itertools.islice(model.buffers(), 1)]
+    if not callable(getattr(model, "parameters", None)):
+        return  # not a torch module (an ONNX Runtime model holds its weights in its graph)
+    buffers = model.buffers() if callable(getattr(model, "buffers", None)) else ()
+    tensors = [*itertools.islice(model.parameters(), 1), *itertools.islice(buffers, 1)]
     if any(tensor.is_meta for tensor in tensors):
         raise GenerationError(
             f"generate(): the weights of {type(model).__name__} are on the meta device, which holds no values "

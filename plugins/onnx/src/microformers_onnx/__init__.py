@@ -13,6 +13,7 @@ _LAZY: dict[str, str] = {
     "export_onnx": "export",
     "ORTModel": "modeling_ort",
     "ORTModelForCausalLM": "modeling_ort",
+    "ORTModelForSeq2SeqLM": "modeling_ort",
     "ORTModelForFeatureExtraction": "modeling_ort",
     "ORTModelForSequenceClassification": "modeling_ort",
     "ORTModelForTokenClassification": "modeling_ort",

@@ -15,12 +15,22 @@ def export_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namesp
     onnx.add_argument("output_dir", metavar="OUTPUT_DIR", help="where model.onnx, config and tokenizer files go")
     onnx.add_argument("--task", default=None, help="what the graph computes (default: from config.architectures): "
                       "feature-extraction, text-classification, token-classification, question-answering, fill-mask, "
-                      "text-generation, text-generation-with-past")  # fmt: skip
+                      "text-generation, text-generation-with-past, text2text-generation, image-classification, "
+                      "automatic-speech-recognition")  # fmt: skip
     onnx.add_argument("--opset", type=int, default=None, help="ONNX opset (default: 18)")
-    onnx.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32", help="weights and activations (default: fp32)")
-    onnx.add_argument("--quantize", choices=("int8",), default=None, help="int8 weights (ONNX Runtime dynamic quantization)")
+    onnx.add_argument(
+        "--dtype", choices=("fp32", "fp16"), default="fp32", help="weights and activations (default: fp32)"
+    )
+    onnx.add_argument(
+        "--quantize", choices=("int8",), default=None, help="int8 weights (ONNX Runtime dynamic quantization)"
+    )
     onnx.add_argument("--atol", type=float, default=1e-4, help="validation: absolute tolerance against PyTorch (1e-4)")
-    onnx.add_argument("--rtol", type=float, default=1e-4, help="validation: relative tolerance, times the output's largest |value| (1e-4)")
+    onnx.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-4,
+        help="validation: relative tolerance, times the output's largest |value| (1e-4)",
+    )
     onnx.add_argument("--no-validate", dest="validate", action="store_false", help="skip the ONNX Runtime check")
     onnx.add_argument("--exporter", choices=("auto", "dynamo", "torchscript"), default="auto",
                       help="torch.onnx exporter (default: auto, the dynamo one, else TorchScript)")  # fmt: skip

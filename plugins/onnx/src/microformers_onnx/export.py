@@ -69,6 +69,7 @@ class TaskSpec:
     outputs: tuple[str, ...]
     generation: bool = False  # position_ids as an input, padding on the left
     with_past: bool = False  # past_key_values.N.key/value in, present.N.key/value out
+    seq2seq: bool = False  # encoder and decoder graphs (encoder_model.onnx, decoder_*model.onnx)
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -79,7 +80,15 @@ TASKS: dict[str, TaskSpec] = {
     "fill-mask": TaskSpec("AutoModelForMaskedLM", ("logits",)),
     "text-generation": TaskSpec("AutoModelForCausalLM", ("logits",), generation=True),
     "text-generation-with-past": TaskSpec("AutoModelForCausalLM", ("logits",), generation=True, with_past=True),
+    "text2text-generation": TaskSpec(
+        "AutoModelForSeq2SeqLM", ("logits",), generation=True, with_past=True, seq2seq=True
+    ),
+    "image-classification": TaskSpec("AutoModelForImageClassification", ("logits",)),
+    "automatic-speech-recognition": TaskSpec("AutoModelForCTC", ("logits",)),
 }
+# Tasks whose graphs read something else than token ids (the model's main_input_name).
+NON_TEXT_INPUTS = ("pixel_values", "input_values", "input_features")
+NON_TEXT_TASKS = {"image-classification": "pixel_values", "automatic-speech-recognition": "input_values"}
 # Head class name endings -> the task a checkpoint's config.architectures implies (first match wins).
 ARCHITECTURE_TASKS = (
     ("ForCausalLM", "text-generation-with-past"),
@@ -88,7 +97,13 @@ ARCHITECTURE_TASKS = (
     ("ForTokenClassification", "token-classification"),
     ("ForQuestionAnswering", "question-answering"),
     ("ForMaskedLM", "fill-mask"),
+    ("ForConditionalGeneration", "text2text-generation"),
+    ("MTModel", "text2text-generation"),
+    ("ForImageClassification", "image-classification"),
+    ("ForCTC", "automatic-speech-recognition"),
 )
+# The graph files an export may write (replaced, with their external data, when a folder is exported again).
+GRAPH_FILE_NAMES = (MODEL_FILE_NAME, "encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
 
 
 @attrs.frozen
@@ -108,14 +123,19 @@ class ExportResult:
     atol: float
     rtol: float = 1e-4
     quantized_max_difference: float | None = None  # the int8 graph's, reported only (quantization changes numbers)
+    # graph file -> (input names, output names); one entry (model.onnx) except for encoder-decoders
+    graphs: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = attrs.field(factory=dict)
 
     def summary(self) -> str:
         lines = [
             f"exported {self.task} ({self.exporter} exporter, opset {self.opset}, {self.dtype}"
             f"{', ' + self.quantize if self.quantize else ''}) to {self.output_dir}",
-            f"  inputs: {', '.join(self.input_names)}",
-            f"  outputs: {', '.join(self.output_names)}",
         ]
+        if len(self.graphs) > 1:
+            for file, (inputs, outputs) in self.graphs.items():
+                lines.append(f"  {file}: {', '.join(inputs)} -> {', '.join(_abridged(outputs))}")
+        else:
+            lines += [f"  inputs: {', '.join(self.input_names)}", f"  outputs: {', '.join(self.output_names)}"]
         if self.max_difference is not None:
             lines.append(
                 f"  validated with ONNX Runtime: max |difference| {self.max_difference:.3g} (atol {self.atol:g}, "
@@ -127,15 +147,55 @@ class ExportResult:
         return "\n".join(lines)
 
 
+def _abridged(names: Sequence[str], keep: int = 4) -> list[str]:
+    return list(names) if len(names) <= keep + 1 else [*names[:keep], f"... ({len(names) - keep} more)"]
+
+
 # -- the graph ------------------------------------------------------------------------------------------
+@attrs.frozen
+class Case:
+    """The sizes of one set of sample inputs: rows, new tokens (or frames), cached positions, encoder positions."""
+
+    batch: int
+    length: int
+    past: int = 0
+    source: int = 0  # the encoder's length, for the decoder graphs of encoder-decoders
+
+
+class ExportGraph(nn.Module):
+    """What one ONNX graph file computes: a module whose forward takes the named inputs in order and
+    returns the named outputs as a flat tuple, with sample inputs and the PyTorch model's own answer.
+
+    ``axes`` names the dynamic axes of each input; ``export_case`` sizes the inputs the graph is captured
+    with; ``validation_cases`` are other sizes ONNX Runtime is checked on.
+    """
+
+    file_name: str = MODEL_FILE_NAME
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    export_case: Case
+    validation_cases: tuple[Case, ...]
+    model: nn.Module
+
+    def sample(self, case: Case, seed: int = 0) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def reference(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def axes(self) -> dict[str, dict[int, str]]:
+        raise NotImplementedError
+
+
 class GraphCache(Cache):
     """The cache a with-past graph runs on: the given past states, new states concatenated after them.
 
     Concatenation (instead of the SDK caches' preallocated storage) keeps every length a function of
-    the inputs' shapes, so the sequence axes stay dynamic in the exported graph.
+    the inputs' shapes, so the sequence axes stay dynamic in the exported graph. A layer not given
+    (a graph without past) starts with the first states written to it.
     """
 
-    def __init__(self, past: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(self, past: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> None:
         super().__init__()
         for keys, values in past:
             self._keys.append(keys)
@@ -145,6 +205,11 @@ class GraphCache(Cache):
     def update(
         self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer_idx == len(self._keys):
+            self._keys.append(key)
+            self._values.append(value)
+            self._lengths.append(key.shape[2])
+            return key, value
         keys = torch.cat((self._keys[layer_idx], key), dim=2)
         values = torch.cat((self._values[layer_idx], value), dim=2)
         self._keys[layer_idx], self._values[layer_idx] = keys, values
@@ -181,8 +246,8 @@ def attention_allowed(
     return allowed | ~allowed.any(dim=-1, keepdim=True)
 
 
-class TaskGraph(nn.Module):
-    """A model as its ONNX graph sees it: named tensors in, the task's outputs out, as a flat tuple."""
+class TaskGraph(ExportGraph):
+    """A text model as its ONNX graph sees it: named tensors in, the task's outputs out, as a flat tuple."""
 
     def __init__(
         self,
@@ -201,6 +266,32 @@ class TaskGraph(nn.Module):
         self.causal = causal
         self.sliding_window = sliding_window
         self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+        self.output_names = spec.outputs + tuple(
+            f"present.{i}.{kind}" for i in range(num_layers if spec.with_past else 0) for kind in ("key", "value")
+        )
+        self.export_case = Case(2, 3, 4 if spec.with_past else 0)
+        self.validation_cases = (
+            (Case(3, 5, 0), Case(3, 1, 6), Case(1, 4, 2)) if spec.with_past else (Case(3, 5, 0), Case(1, 2, 0))
+        )
+
+    def sample(self, case: Case, seed: int = 0) -> tuple[torch.Tensor, ...]:
+        return sample_inputs(
+            self.model, self.spec, self.input_names, batch=case.batch, length=case.length, past=case.past, seed=seed
+        )
+
+    def reference(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return reference_outputs(self.model, self.spec, self.input_names, inputs)
+
+    def axes(self) -> dict[str, dict[int, str]]:
+        axes: dict[str, dict[int, str]] = {}
+        for name in self.input_names:
+            if name.startswith("past_key_values."):
+                axes[name] = {0: "batch_size", 2: "past_sequence_length"}
+            elif name == "attention_mask":
+                axes[name] = {0: "batch_size", 1: "total_sequence_length"}
+            else:
+                axes[name] = {0: "batch_size", 1: "sequence_length"}
+        return axes
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         named = dict(zip(self.input_names, inputs))
@@ -288,39 +379,58 @@ def export_onnx(
         raise OnnxExportError(f"cannot export into {target}: it is a file, not a folder; pass a folder path")
 
     with torch.no_grad():
-        graph = build_graph(loaded, task)
-        input_names = graph.input_names
-        output_names = spec.outputs + tuple(
-            f"present.{i}.{kind}" for i in range(graph.num_layers if spec.with_past else 0) for kind in ("key", "value")
-        )
+        graphs = build_graphs(loaded, task)
+        report: dict[str, dict[str, Any]] = {}
+        used_exporters: list[str] = []
         with tempfile.TemporaryDirectory(prefix="microformers-onnx-") as scratch:
-            float_path = Path(scratch) / MODEL_FILE_NAME
-            used = _torch_export(graph, float_path, input_names, output_names, opset, exporter, loaded)
-            difference = _validate(graph, float_path, dtype, atol, rtol) if validate else None
-            quantized_difference = None
-            graph_path = float_path
-            if quantize:
-                graph_path = Path(scratch) / "quantized" / MODEL_FILE_NAME
-                _quantize_int8(float_path, graph_path)
-                quantized_difference = _validate(graph, graph_path, dtype, atol=None, rtol=0.0) if validate else None
-            with staged_folder(target, replace=(f"{MODEL_FILE_NAME}*", EXPORT_INFO_NAME)) as staging:
-                for file in graph_path.parent.iterdir():
-                    if file.is_file() and file.name.startswith(MODEL_FILE_NAME):
-                        shutil.copy2(file, staging / file.name)
+            written: list[Path] = []
+            for graph in graphs:
+                float_path = Path(scratch) / "float" / graph.file_name
+                float_path.parent.mkdir(exist_ok=True)
+                used_exporters.append(_torch_export(graph, float_path, opset, exporter, loaded))
+                difference = _validate(graph, float_path, dtype, atol, rtol) if validate else None
+                quantized_difference = None
+                graph_path = float_path
+                if quantize:
+                    graph_path = Path(scratch) / "quantized" / graph.file_name
+                    _quantize_int8(float_path, graph_path)
+                    quantized_difference = (
+                        _validate(graph, graph_path, dtype, atol=None, rtol=0.0) if validate else None
+                    )
+                written.append(graph_path)
+                report[graph.file_name] = {
+                    "input_names": list(graph.input_names),
+                    "output_names": list(graph.output_names),
+                    "max_difference": difference,
+                    "quantized_max_difference": quantized_difference,
+                }
+            replace = [f"{name}*" for name in GRAPH_FILE_NAMES] + [EXPORT_INFO_NAME]
+            with staged_folder(target, replace=replace) as staging:
+                for graph_path in written:
+                    for file in graph_path.parent.iterdir():
+                        if file.is_file() and file.name.startswith(graph_path.name):
+                            shutil.copy2(file, staging / file.name)
                 _write_companions(loaded, source, staging, spec)
+                first = graphs[0]
+                used = "dynamo-draft" if "dynamo-draft" in used_exporters else used_exporters[0]
+                if "torchscript" in used_exporters:
+                    used = "torchscript"
+                difference = _worst(entry["max_difference"] for entry in report.values())
+                quantized_difference = _worst(entry["quantized_max_difference"] for entry in report.values())
                 info = {
                     "task": task,
                     "exporter": used,
                     "opset": opset,
                     "dtype": dtype,
                     "quantize": quantize,
-                    "input_names": list(input_names),
-                    "output_names": list(output_names),
-                    "num_layers": graph.num_layers if spec.with_past else 0,
+                    "input_names": list(first.input_names),
+                    "output_names": list(first.output_names),
+                    "num_layers": max(getattr(g, "num_layers", 0) for g in graphs) if spec.with_past else 0,
                     "max_difference": difference,
                     "atol": atol,
                     "rtol": rtol,
                     "quantized_max_difference": quantized_difference,
+                    "graphs": report,
                 }
                 (staging / EXPORT_INFO_NAME).write_text(json.dumps(info, indent=2) + "\n")
                 files = tuple(sorted(p.name for p in staging.iterdir()))
@@ -331,14 +441,20 @@ def export_onnx(
         opset=opset,
         dtype=dtype,
         quantize=quantize,
-        input_names=tuple(input_names),
-        output_names=output_names,
+        input_names=tuple(first.input_names),
+        output_names=tuple(first.output_names),
         files=files,
         max_difference=difference,
         atol=atol,
         rtol=rtol,
         quantized_max_difference=quantized_difference,
+        graphs={name: (tuple(entry["input_names"]), tuple(entry["output_names"])) for name, entry in report.items()},
     )
+
+
+def _worst(values: Any) -> float | None:
+    known = [value for value in values if value is not None]
+    return max(known) if known else None
 
 
 def _check_options(opset: int, dtype: str, quantize: str | None, atol: float, exporter: str) -> None:
@@ -384,39 +500,79 @@ def _check_exportable(model: nn.Module, task: str, quantize: str | None) -> None
     config = model.config
     quantization = getattr(config, "quantization_config", None)
     if quantization is not None:
-        method = quantization.get("quant_method") if isinstance(quantization, dict) else getattr(
-            quantization, "quant_method", quantization
+        method = (
+            quantization.get("quant_method")
+            if isinstance(quantization, dict)
+            else getattr(quantization, "quant_method", quantization)
         )
         fix = (
             "export the float checkpoint instead and let --quantize int8 quantize the ONNX graph"
             if quantize
-            else "export the float checkpoint, adding --quantize int8 (quantize=\"int8\") for int8 weights in the graph"
+            else 'export the float checkpoint, adding --quantize int8 (quantize="int8") for int8 weights in the graph'
         )
         raise OnnxExportError(
             f"the model is quantized (quantization_config.quant_method={method!r}); its quantized layers have no "
             f"ONNX form here: {fix}"
         )
-    if getattr(config, "is_encoder_decoder", False):
-        raise OnnxExportError(
-            f"{type(model).__name__} is an encoder-decoder model; text2text-generation (encoder and decoder graphs) "
-            "is not exported yet. Tasks for encoder-only and decoder-only models: " + ", ".join(TASKS)
-        )
     spec = TASKS[task]
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if encoder_decoder and not spec.seq2seq:
+        raise OnnxExportError(
+            f"{type(model).__name__} is an encoder-decoder model; task {task!r} is exported for encoder-only and "
+            "decoder-only models. Use --task text2text-generation (encoder and decoder graphs)"
+        )
+    if spec.seq2seq and not encoder_decoder:
+        raise OnnxExportError(
+            f"task {task!r} exports the encoder and decoder of an encoder-decoder model (T5, BART, Marian ...); "
+            f"{type(model).__name__} is not one. Choose another --task (tasks: {', '.join(TASKS)})"
+        )
+    main_input = getattr(model, "main_input_name", "input_ids")
+    if main_input != "input_ids" and spec.generation and not spec.seq2seq:
+        raise OnnxExportError(
+            f"task {task!r} needs a causal LM on token ids; {type(model).__name__} reads {main_input}"
+        )
     if spec.generation and not hasattr(model, "generate"):
-        raise OnnxExportError(f"task {task!r} needs a causal LM; {type(model).__name__} is not one")
+        raise OnnxExportError(
+            f"task {task!r} needs a model with a language-modelling head; {type(model).__name__} has none"
+        )
 
 
 def _sliding_window(model: nn.Module) -> int | None:
     windows = {getattr(m, "sliding_window", None) for m in model.modules() if hasattr(m, "sliding_window")}
     windows.discard(None)
-    if len(windows) > 1 or (windows and any(
-        hasattr(m, "sliding_window") and m.sliding_window is None for m in model.modules()
-    )):
+    if len(windows) > 1 or (
+        windows and any(hasattr(m, "sliding_window") and m.sliding_window is None for m in model.modules())
+    ):
         raise OnnxExportError(
             f"{type(model).__name__} mixes attention windows across layers ({sorted(windows)} and full attention); "
             "one graph mask per layer kind is not exported yet. Choose a model whose layers share one window"
         )
     return next(iter(windows), None)
+
+
+def build_graphs(model: nn.Module, task: str) -> list[ExportGraph]:
+    """The graphs ``task`` exports for ``model``: one, or the encoder and decoders of an encoder-decoder."""
+    if TASKS[task].seq2seq:
+        from .seq2seq import seq2seq_graphs
+
+        return seq2seq_graphs(model)
+    main_input = getattr(model, "main_input_name", "input_ids")
+    two_towers = isinstance(getattr(model, "vision_model", None), nn.Module) and hasattr(model, "text_model")
+    if main_input in NON_TEXT_INPUTS or (two_towers and task == "feature-extraction"):
+        from .encoders import encoder_graph
+
+        return [encoder_graph(model, task)]
+    if main_input != "input_ids":
+        raise OnnxExportError(
+            f"{type(model).__name__} reads {main_input!r}; graphs are exported for models reading input_ids, "
+            f"{', '.join(NON_TEXT_INPUTS)}"
+        )
+    if task in NON_TEXT_TASKS:
+        raise OnnxExportError(
+            f"task {task!r} is for models reading {NON_TEXT_TASKS[task]}; {type(model).__name__} reads input_ids. "
+            f"Choose another --task (tasks: {', '.join(TASKS)})"
+        )
+    return [build_graph(model, task)]
 
 
 def build_graph(model: nn.Module, task: str) -> TaskGraph:
@@ -535,7 +691,11 @@ def reference_outputs(
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """The exporters print progress and warn about graph details; keep the user's terminal for our summary."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         warnings.simplefilter("ignore")
         previous = logging.getLogger("torch").level
         logging.getLogger("torch").setLevel(logging.ERROR)
@@ -545,26 +705,17 @@ def _quiet() -> Iterator[None]:
             logging.getLogger("torch").setLevel(previous)
 
 
-def _torch_export(
-    graph: TaskGraph,
-    path: Path,
-    input_names: Sequence[str],
-    output_names: Sequence[str],
-    opset: int,
-    exporter: str,
-    model: nn.Module,
-) -> str:
+def _torch_export(graph: ExportGraph, path: Path, opset: int, exporter: str, model: nn.Module) -> str:
     """Write the graph to ``path``; return the exporter that did it."""
-    spec = graph.spec
-    args = sample_inputs(model, spec, input_names, batch=2, length=3, past=4 if spec.with_past else 0)
+    input_names, output_names = graph.input_names, graph.output_names
+    args = graph.sample(graph.export_case)
+    axes = graph.axes()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > LARGE_MODEL_BYTES
     failures: list[str] = []
     if exporter in ("auto", "dynamo"):
         auto = torch.export.Dim.AUTO
-        # One entry per forward parameter: TaskGraph.forward's only one is ``*inputs``.
-        dynamic_shapes = (
-            tuple({0: auto, 2: auto} if name.startswith("past_key_values.") else {0: auto, 1: auto} for name in input_names),
-        )
+        # One entry per forward parameter: the graphs' only one is ``*inputs``.
+        dynamic_shapes = (tuple(dict.fromkeys(axes.get(name, {}), auto) or None for name in input_names),)
         try:
             with _quiet():
                 program, used = _dynamo_export(graph, args, input_names, output_names, dynamic_shapes, opset)
@@ -580,17 +731,10 @@ def _torch_export(
                 )
             return used
     if exporter in ("auto", "torchscript"):
-        axes: dict[str, dict[int, str]] = {}
-        for name in input_names:
-            if name.startswith("past_key_values."):
-                axes[name] = {0: "batch_size", 2: "past_sequence_length"}
-            elif name == "attention_mask":
-                axes[name] = {0: "batch_size", 1: "total_sequence_length"}
-            else:
-                axes[name] = {0: "batch_size", 1: "sequence_length"}
+        dynamic_axes = {name: axes[name] for name in input_names if axes.get(name)}
         for name in output_names:
-            axes[name] = (
-                {0: "batch_size", 2: "total_sequence_length"} if name.startswith("present.") else {0: "batch_size", 1: "sequence_length"}
+            dynamic_axes[name] = (
+                {0: "batch_size", 2: "total_sequence_length"} if name.startswith("present.") else {0: "batch_size"}
             )
         try:
             with _quiet():
@@ -600,7 +744,7 @@ def _torch_export(
                     str(path),
                     input_names=list(input_names),
                     output_names=list(output_names),
-                    dynamic_axes=axes,
+                    dynamic_axes=dynamic_axes,
                     opset_version=opset,
                     dynamo=False,
                 )
@@ -613,13 +757,12 @@ def _torch_export(
         else ""
     )
     raise OnnxExportError(
-        f"torch.onnx.export could not export {type(model).__name__} for {spec.auto_class}:{hint} "
-        + "; ".join(failures)
+        f"torch.onnx.export could not export {graph.file_name} of {type(model).__name__}:{hint} " + "; ".join(failures)
     )
 
 
 def _dynamo_export(
-    graph: TaskGraph,
+    graph: ExportGraph,
     args: tuple[torch.Tensor, ...],
     input_names: Sequence[str],
     output_names: Sequence[str],
@@ -675,7 +818,7 @@ def _session(path: Path) -> Any:
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _validate(graph: TaskGraph, path: Path, dtype: str, atol: float | None, rtol: float) -> float:
+def _validate(graph: ExportGraph, path: Path, dtype: str, atol: float | None, rtol: float) -> float:
     """Run the graph with ONNX Runtime on shapes other than the export's; return the max |difference|.
 
     With ``atol`` given, raises where an output's ``max |ORT - PyTorch| > atol + rtol * max |PyTorch|``:
@@ -685,44 +828,47 @@ def _validate(graph: TaskGraph, path: Path, dtype: str, atol: float | None, rtol
     try:
         session = _session(path)
     except Exception as exc:
-        raise OnnxExportError(f"ONNX Runtime cannot load the exported graph ({dtype}): {_first_line(exc)}") from exc
-    spec, model = graph.spec, graph.model
-    cases = [(3, 5, 0), (1, 2, 0)]
-    if spec.with_past:
-        cases = [(3, 5, 0), (3, 1, 6), (1, 4, 2)]
+        raise OnnxExportError(
+            f"ONNX Runtime cannot load the exported graph {graph.file_name} ({dtype}): {_first_line(exc)}"
+        ) from exc
     worst = 0.0
     tolerance = None if atol is None else (atol if dtype == "fp32" else max(atol, 1e-2))
     failed: list[str] = []
-    for batch, length, past in cases:
-        inputs = sample_inputs(model, spec, graph.input_names, batch=batch, length=length, past=past, seed=batch + past)
-        want = reference_outputs(model, spec, graph.input_names, inputs)
+    for case in graph.validation_cases:
+        inputs = graph.sample(case, seed=case.batch + case.past)
+        want = graph.reference(inputs)
         feeds = {name: tensor.cpu().numpy() for name, tensor in zip(graph.input_names, inputs)}
+        where = (
+            f"batch {case.batch}, length {case.length}"
+            + (f", past {case.past}" if case.past else "")
+            + (f", encoder length {case.source}" if case.source else "")
+        )
         try:
             got = session.run(None, feeds)
         except Exception as exc:
             raise OnnxExportError(
-                f"ONNX Runtime failed to run the exported graph ({dtype}) on a batch of {batch} x {length} tokens "
-                f"(past {past}): {_first_line(exc)}"
+                f"ONNX Runtime failed to run the exported graph {graph.file_name} ({dtype}) on {where}: "
+                f"{_first_line(exc)}"
             ) from exc
-        for name, g, w in zip(graph.spec.outputs + ("present",) * (len(want) - len(spec.outputs)), got, want):
+        for name, g, w in zip(graph.output_names, got, want):
             g_tensor = torch.from_numpy(g).float()
             w_tensor = w.detach().float().cpu()
             if tuple(g_tensor.shape) != tuple(w_tensor.shape):
                 raise OnnxExportError(
                     f"the exported graph's {name} has shape {tuple(g_tensor.shape)} but PyTorch's has "
-                    f"{tuple(w_tensor.shape)} (batch {batch}, length {length}, past {past}): an axis was fixed at export"
+                    f"{tuple(w_tensor.shape)} ({where}): an axis was fixed at export"
                 )
             if not g_tensor.numel():
                 continue
             difference = (g_tensor - w_tensor).abs()
             worst = max(worst, float(difference.max()))
             if tolerance is not None and float(difference.max()) > tolerance + rtol * float(w_tensor.abs().max()):
-                failed.append(f"{name} (batch {batch}, length {length}, past {past}): {float(difference.max()):.3g}")
+                failed.append(f"{name} ({where}): {float(difference.max()):.3g}")
     if failed:
         raise OnnxExportError(
-            f"validation failed: ONNX Runtime's outputs differ from PyTorch's beyond atol {tolerance:g} + rtol "
-            f"{rtol:g} x the output's largest |value|: {'; '.join(failed[:4])}; the graph was not written. Report it with the model's "
-            "config, or pass a larger atol/rtol"
+            f"validation of {graph.file_name} failed: ONNX Runtime's outputs differ from PyTorch's beyond atol "
+            f"{tolerance:g} + rtol {rtol:g} x the output's largest |value|: {'; '.join(failed[:4])}; the graph was "
+            "not written. Report it with the model's config, or pass a larger atol/rtol"
         )
     return worst
 

@@ -24,11 +24,14 @@ from microformers_sdk.outputs import (
     CausalLMOutputWithPast,
     MaskedLMOutput,
     QuestionAnsweringModelOutput,
+    Seq2SeqLMOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from microformers_sdk.seq2seq import EncoderDecoderCache
 
 from .export import EXPORT_INFO_NAME, MODEL_FILE_NAME, OnnxExportError
+from .seq2seq import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE
 
 _NUMPY_TYPES = {"tensor(int64)": torch.long, "tensor(int32)": torch.int32, "tensor(float)": torch.float32,
                 "tensor(float16)": torch.float16}  # fmt: skip
@@ -161,7 +164,9 @@ class ORTModelForFeatureExtraction(ORTModel):
 class ORTModelForSequenceClassification(ORTModel):
     task = ("text-classification",)
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any) -> SequenceClassifierOutput:
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any
+    ) -> SequenceClassifierOutput:
         out = self.run(self._encoder_feeds(input_ids, attention_mask, token_type_ids, kwargs))
         return SequenceClassifierOutput(logits=out["logits"])
 
@@ -222,7 +227,9 @@ class ORTModelForCausalLM(ORTModel, GenerationMixin):
         self._past_dims = [tuple(shapes[f"past_key_values.{i}.key"][j] for j in (1, 3)) for i in range(self.num_layers)]
         path = folder / "generation_config.json"
         self.generation_config = (
-            GenerationConfig.from_pretrained(str(folder)) if path.is_file() else GenerationConfig.from_model_config(config)
+            GenerationConfig.from_pretrained(str(folder))
+            if path.is_file()
+            else GenerationConfig.from_model_config(config)
         )
         if not self.use_past:
             self.generation_config.use_cache = False
@@ -261,7 +268,11 @@ class ORTModelForCausalLM(ORTModel, GenerationMixin):
         if position_ids is None:
             positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
             position_ids = positions[:, past:]
-        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids.expand(batch, -1)}
+        feeds = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids.expand(batch, -1),
+        }
         if self.use_past:
             for i, (heads, head_dim) in enumerate(self._past_dims):
                 if past_key_values is not None and past:
@@ -274,3 +285,235 @@ class ORTModelForCausalLM(ORTModel, GenerationMixin):
         if self.use_past:
             cache = OrtCache([(out[f"present.{i}.key"], out[f"present.{i}.value"]) for i in range(self.num_layers)])
         return CausalLMOutputWithPast(logits=out["logits"], past_key_values=cache if use_cache is not False else None)
+
+
+class ORTEncoder:
+    """The ``encoder_model.onnx`` session as ``get_encoder()`` hands it to ``generate``: ids and mask in,
+    ``BaseModelOutput`` out."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, parent: ORTModelForSeq2SeqLM) -> None:
+        self.parent = parent
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutput:
+        asked = sorted(k for k, v in kwargs.items() if v is not None and v is not False)
+        if asked:
+            raise InputError(
+                f"the ONNX encoder in {self.parent.folder} returns only last_hidden_state and takes input_ids and "
+                f"attention_mask; it cannot give {asked}"
+            )
+        if input_ids is None:
+            raise InputError("the ONNX encoder needs input_ids (the graph has no inputs_embeds)")
+        if input_ids.dim() == 1:
+            input_ids = input_ids.unsqueeze(0)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        out = self.parent.encoder_session.run({"input_ids": input_ids, "attention_mask": mask})
+        return BaseModelOutput(last_hidden_state=out["last_hidden_state"])
+
+    forward = __call__
+
+
+class _Session:
+    """One graph file's ONNX Runtime session with named torch tensors in and out."""
+
+    def __init__(self, session: Any, path: Path) -> None:
+        self.session = session
+        self.path = path
+        self.input_names = tuple(i.name for i in session.get_inputs())
+        self.output_names = tuple(o.name for o in session.get_outputs())
+        self.input_types = {i.name: i.type for i in session.get_inputs()}
+        self.input_shapes = {i.name: i.shape for i in session.get_inputs()}
+
+    def run(self, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        missing = [name for name in self.input_names if name not in feeds]
+        if missing:
+            raise InputError(f"the ONNX graph {self.path} needs the inputs {missing}")
+        arrays = {}
+        for name in self.input_names:
+            tensor = feeds[name]
+            want = _NUMPY_TYPES.get(self.input_types[name])
+            if want is not None:
+                tensor = tensor.to(want)
+            arrays[name] = tensor.detach().cpu().contiguous().numpy()
+        outputs = self.session.run(list(self.output_names), arrays)
+        return {name: torch.from_numpy(value) for name, value in zip(self.output_names, outputs)}
+
+
+class ORTModelForSeq2SeqLM(GenerationMixin):
+    """An encoder-decoder exported for ``text2text-generation`` (T5, BART, mBART, Marian) with ``generate``.
+
+    ``encoder_model.onnx`` runs once per ``generate`` call (``get_encoder()``); ``decoder_model.onnx`` runs the
+    first decoding step and returns both the decoder's and the cross-attention key/value states, then
+    ``decoder_with_past_model.onnx`` runs each later step on its new token. The states travel as an
+    ``EncoderDecoderCache`` of two :class:`OrtCache`, so greedy, sampling and beam search (which reorders the
+    decoder's side) run unchanged. ``pipeline("text2text-generation" | "summarization" | "translation",
+    model=..., tokenizer=...)`` takes it.
+    """
+
+    task: ClassVar[tuple[str, ...]] = ("text2text-generation",)
+    main_input_name = "input_ids"
+    _can_generate = True
+
+    def __init__(self, sessions: dict[str, _Session], config: Any, folder: Path, export_info: dict[str, Any]) -> None:
+        self.encoder_session = sessions[ENCODER_FILE]
+        self.decoder_session = sessions[DECODER_FILE]
+        self.decoder_with_past_session = sessions.get(DECODER_WITH_PAST_FILE)
+        self.config = config
+        self.folder = folder
+        self.export_info = export_info
+        self.name_or_path = str(folder)
+        self.num_layers = sum(1 for name in self.decoder_session.output_names if name.endswith(".decoder.key"))
+        self.encoder = ORTEncoder(self)
+        path = folder / "generation_config.json"
+        self.generation_config = (
+            GenerationConfig.from_pretrained(str(folder))
+            if path.is_file()
+            else GenerationConfig.from_model_config(config)
+        )
+        if self.decoder_with_past_session is None:
+            self.generation_config.use_cache = False
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        providers: list[str] | None = None,
+        session_options: Any = None,
+        use_cache: bool = True,
+        **kwargs: Any,
+    ) -> ORTModelForSeq2SeqLM:
+        """Load the three graphs of a folder ``microformers export onnx --task text2text-generation`` wrote.
+
+        ``use_cache=False`` skips ``decoder_with_past_model.onnx`` (every step reruns the decoder on the whole
+        sequence). ``providers`` defaults to the CPU execution provider; ``session_options`` is an
+        ``onnxruntime.SessionOptions``. Other keyword arguments are refused (none is read).
+        """
+        import onnxruntime
+
+        if kwargs:
+            raise InputError(
+                f"{cls.__name__}.from_pretrained() got arguments it does not read: {sorted(kwargs)}; it takes "
+                "providers=, session_options= and use_cache="
+            )
+        root = Path(folder)
+        info_path = root / EXPORT_INFO_NAME
+        info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+        if info.get("task") and info["task"] not in cls.task:
+            raise OnnxExportError(
+                f"{root} was exported for task {info['task']!r}; {cls.__name__} runs text2text-generation graphs. "
+                "Export again with --task text2text-generation, or load it with the class for its task"
+            )
+        files = (ENCODER_FILE, DECODER_FILE) + ((DECODER_WITH_PAST_FILE,) if use_cache else ())
+        missing = [name for name in files if not (root / name).is_file()]
+        if missing:
+            raise FileMissingError(
+                f"{root} lacks {', '.join(missing)}: export the model first (microformers export onnx MODEL {root} "
+                "--task text2text-generation)"
+            )
+        options = session_options
+        if options is None:
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 3
+        sessions = {
+            name: _Session(
+                onnxruntime.InferenceSession(
+                    str(root / name), options, providers=providers or ["CPUExecutionProvider"]
+                ),
+                root / name,
+            )
+            for name in files
+        }
+        config = AutoConfig.from_pretrained(str(root))
+        return cls(sessions, config, root, info)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float16 if self.export_info.get("dtype") == "fp16" else torch.float32
+
+    def eval(self) -> ORTModelForSeq2SeqLM:
+        return self
+
+    def to(self, *args: Any, **kwargs: Any) -> ORTModelForSeq2SeqLM:
+        """Only CPU tensors go in and out; the sessions' providers decide where the graphs run."""
+        return self
+
+    def get_encoder(self) -> ORTEncoder:
+        return self.encoder
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Seq2SeqLMOutput:
+        return self.forward(*args, **kwargs)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: Any = None,
+        past_key_values: Any = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> Seq2SeqLMOutput:
+        """One decoder call (the encoder too, unless ``encoder_outputs`` are given); ``past_key_values`` is the
+        ``EncoderDecoderCache`` a previous call returned, and then ``decoder_input_ids`` are the new tokens only."""
+        unused = {k: v for k, v in kwargs.items() if v is not None and v is not False}
+        if unused:
+            raise InputError(f"{type(self).__name__}.forward does not take {sorted(unused)}")
+        if decoder_input_ids is None:
+            raise InputError(f"{type(self).__name__}.forward needs decoder_input_ids (the decoder's tokens)")
+        if decoder_attention_mask is not None and not bool(decoder_attention_mask.all()):
+            raise InputError(
+                "the exported decoder attends causally over every decoder token and takes no decoder_attention_mask; "
+                "pass decoder tokens without padding (or none)"
+            )
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
+        hidden = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
+        batch = hidden.shape[0]
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, hidden.shape[1], dtype=torch.long)
+        use_cache = self.generation_config.use_cache if use_cache is None else use_cache
+        if use_cache and self.decoder_with_past_session is None:
+            raise GenerationError(
+                f"{self.folder} was loaded with use_cache=False (no decoder_with_past_model.onnx session); pass "
+                "use_cache=False, or load it with use_cache=True"
+            )
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past and use_cache:
+            feeds = {"input_ids": decoder_input_ids, "encoder_attention_mask": attention_mask}
+            for i in range(self.num_layers):
+                self_keys, self_values, cross_keys, cross_values = past_key_values[i]
+                feeds[f"past_key_values.{i}.decoder.key"], feeds[f"past_key_values.{i}.decoder.value"] = (
+                    self_keys, self_values
+                )  # fmt: skip
+                feeds[f"past_key_values.{i}.encoder.key"] = cross_keys
+                feeds[f"past_key_values.{i}.encoder.value"] = cross_values
+            out = self.decoder_with_past_session.run(feeds)
+            cross = past_key_values.cross_attention_cache
+        else:
+            feeds = {"input_ids": decoder_input_ids, "encoder_attention_mask": attention_mask,
+                     "encoder_hidden_states": hidden}  # fmt: skip
+            out = self.decoder_session.run(feeds)
+            cross = OrtCache([
+                (out[f"present.{i}.encoder.key"], out[f"present.{i}.encoder.value"]) for i in range(self.num_layers)
+            ])  # fmt: skip
+        cache = None
+        if use_cache:
+            own = OrtCache([
+                (out[f"present.{i}.decoder.key"], out[f"present.{i}.decoder.value"]) for i in range(self.num_layers)
+            ])  # fmt: skip
+            cache = EncoderDecoderCache(own, cross)
+        return Seq2SeqLMOutput(logits=out["logits"], past_key_values=cache, encoder_last_hidden_state=hidden)

@@ -8,6 +8,7 @@ MICROFORMERS_API_VERSION = 1
 
 ORT_CLASSES = (
     "ORTModelForCausalLM",
+    "ORTModelForSeq2SeqLM",
     "ORTModelForFeatureExtraction",
     "ORTModelForSequenceClassification",
     "ORTModelForTokenClassification",
