@@ -162,3 +162,18 @@ def test_each_reply_reports_its_speed(monkeypatch: pytest.MonkeyPatch) -> None:
     out = io.StringIO()
     commands.run_chat(_args("m"), stdin=io.StringIO("hi\n"), stdout=out)
     assert "(20 tokens, 40.0 tokens/s)" in out.getvalue()
+
+
+def test_threads_flag_sets_torchs_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    import microformers
+
+    threads: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    monkeypatch.setattr(microformers.AutoTokenizer, "from_pretrained", lambda *a, **k: SimpleNamespace())
+    monkeypatch.setattr(microformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: SimpleNamespace())
+    REAL_SESSION(_args("m", "--threads", "3"))
+    assert threads == [3]
+    REAL_SESSION(_args("m"))
+    assert threads == [3]  # without the flag torch keeps its own choice

@@ -116,3 +116,9 @@ def test_ctrl_c_during_start_up(models):
     )
     proc = subprocess.run([sys.executable, "-c", script], input="", capture_output=True, text=True, timeout=120)
     assert_clean_failure(proc, 130, "interrupted")
+
+
+@pytest.mark.parametrize(("value", "needle"), [("0", "0 threads cannot run anything"), ("two", "'two' is not an integer")])
+def test_threads_below_one_is_an_argument_error(models, value, needle):
+    proc = cli("generate", str(models["llama"]), "hello", "--threads", value)
+    assert_clean_failure(proc, 2, "argument --threads", needle)
