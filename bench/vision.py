@@ -14,7 +14,9 @@ Each row is one batch size; each number is the median of ``--repeats`` interleav
 per second of CPU time (``time.process_time``: all threads' CPU seconds, steadier than wall time on a shared
 machine) and of wall time. The ratio is ours over the reference's throughput (above 1: microformers is faster).
 The outputs of both implementations are compared (max abs difference). ``--quick``: one timed run per row, for a
-check that finishes in a couple of minutes.
+check that finishes in a couple of minutes. ``--compile`` adds rows where both models run under ``torch.compile``
+(default options, as the reference's ``perf_torch_compile`` page does; the warm-up call compiles, and its time is
+printed apart).
 """
 
 from __future__ import annotations
@@ -90,53 +92,74 @@ def encode(name: str, model: Any, pixels: Any) -> Any:
     return model.get_image_features(pixel_values=pixels).pooler_output
 
 
+def time_batch(
+    name: str, mode: str, batch: int, runners: dict[str, Any], repeats: int, results: dict[str, Any]
+) -> list[tuple[str, str, str, str]]:
+    import torch
+
+    pixels = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(batch))
+    cpu: dict[str, list[float]] = {impl: [] for impl in runners}
+    wall: dict[str, list[float]] = {impl: [] for impl in runners}
+    outputs: dict[str, Any] = {}
+    first_call: dict[str, float] = {}
+    with torch.inference_mode():
+        for impl, run in runners.items():
+            start = time.perf_counter()
+            outputs[impl] = run(pixels)  # warm-up (compiles in the compiled mode)
+            first_call[impl] = time.perf_counter() - start
+        for _ in range(repeats):
+            for impl, run in runners.items():
+                wall_start = time.perf_counter()
+                seconds, outputs[impl] = common.timed(lambda r=run: r(pixels), clock=time.process_time)
+                cpu[impl].append(seconds)
+                wall[impl].append(time.perf_counter() - wall_start)
+    diff = float((outputs["microformers"] - outputs["reference"]).abs().max())
+    ours_cpu, ref_cpu = batch / common.median(cpu["microformers"]), batch / common.median(cpu["reference"])
+    ours_wall, ref_wall = batch / common.median(wall["microformers"]), batch / common.median(wall["reference"])
+    label = f"{mode}, batch {batch}"
+    results[f"{name}/{mode}/batch{batch}"] = {
+        "ours_images_per_cpu_s": ours_cpu,
+        "reference_images_per_cpu_s": ref_cpu,
+        "ours_images_per_s": ours_wall,
+        "reference_images_per_s": ref_wall,
+        "max_abs_diff": diff,
+        "first_call_s": first_call,
+    }
+    rows = [
+        (f"{label}, images/s CPU time", f"{ours_cpu:.2f}", f"{ref_cpu:.2f}", f"{ours_cpu / ref_cpu:.2f}x"),
+        (f"{label}, images/s wall", f"{ours_wall:.2f}", f"{ref_wall:.2f}", f"{ours_wall / ref_wall:.2f}x"),
+        (f"{label}, max |ours - reference|", f"{diff:.1e}", "", ""),
+    ]
+    if mode == "compiled":
+        rows.append((f"{label}, first call (compiles), s", f"{first_call['microformers']:.1f}",
+                     f"{first_call['reference']:.1f}", ""))  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--models", nargs="+", default=["vit-b16", "clip-b32"], choices=["vit-b16", "clip-b32"])
     parser.add_argument("--quick", action="store_true", help="one timed run per row")
+    parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile")
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
     common.set_threads()
     import torch
 
-    print(f"{common.THREADS} threads, float32, eager, median of {repeats}, load average {common.load_average()}")
+    print(f"{common.THREADS} threads, float32, median of {repeats}, load average {common.load_average()}")
     results: dict[str, Any] = {}
     for name in args.models:
         models = load_both(name)
         rows: list[tuple[str, str, str, str]] = []
-        for batch in args.batches:
-            pixels = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(batch))
-            cpu: dict[str, list[float]] = {impl: [] for impl in models}
-            wall: dict[str, list[float]] = {impl: [] for impl in models}
-            outputs: dict[str, Any] = {}
-            with torch.inference_mode():
-                for impl, model in models.items():
-                    outputs[impl] = encode(name, model, pixels)  # warm-up
-                for _ in range(repeats):
-                    for impl, model in models.items():
-                        wall_start = time.perf_counter()
-                        seconds, outputs[impl] = common.timed(
-                            lambda m=model, n=name, p=pixels: encode(n, m, p), clock=time.process_time
-                        )
-                        cpu[impl].append(seconds)
-                        wall[impl].append(time.perf_counter() - wall_start)
-            diff = float((outputs["microformers"] - outputs["reference"]).abs().max())
-            ours_cpu, ref_cpu = batch / common.median(cpu["microformers"]), batch / common.median(cpu["reference"])
-            ours_wall, ref_wall = batch / common.median(wall["microformers"]), batch / common.median(wall["reference"])
-            rows.append((f"batch {batch}, images/s CPU time", f"{ours_cpu:.2f}", f"{ref_cpu:.2f}",
-                         f"{ours_cpu / ref_cpu:.2f}x"))  # fmt: skip
-            rows.append((f"batch {batch}, images/s wall", f"{ours_wall:.2f}", f"{ref_wall:.2f}",
-                         f"{ours_wall / ref_wall:.2f}x"))  # fmt: skip
-            results[f"{name}/batch{batch}"] = {
-                "ours_images_per_cpu_s": ours_cpu,
-                "reference_images_per_cpu_s": ref_cpu,
-                "ours_images_per_s": ours_wall,
-                "reference_images_per_s": ref_wall,
-                "max_abs_diff": diff,
-            }
-            rows.append((f"batch {batch}, max |ours - reference|", f"{diff:.1e}", "", ""))
+        modes = ["eager", "compiled"] if args.compile else ["eager"]
+        for mode in modes:
+            runners = {impl: (lambda p, m=model, n=name: encode(n, m, p)) for impl, model in models.items()}
+            if mode == "compiled":
+                runners = {impl: torch.compile(run) for impl, run in runners.items()}
+            for batch in args.batches:
+                rows += time_batch(name, mode, batch, runners, repeats, results)
         title = "ViT-B/16-shaped ViTForImageClassification" if name == "vit-b16" else (
             "CLIP-B/32-shaped CLIPModel.get_image_features")  # fmt: skip
         common.print_table(title, rows)
