@@ -1,7 +1,9 @@
 """Quantized SmolLM2-135M: speed, memory and accuracy, side by side in one run.
 
     .venv/bin/python bench/quant.py [--scenario decode|prefill|batch8] [--new-tokens 64] [--rounds 3]
-                                    [--repeats 2] [--compiled] [--only gguf int4 ...]
+                                    [--repeats 2] [--compiled] [--cpu-time] [--only gguf int4 ...]
+    MICROFORMERS_BENCH_THREADS=1 .venv/bin/python bench/quant.py --cpu-time \
+        --only gguf gguf-dynamic fp32 reference llama.cpp     # what a user gets by default, against the anchors
     .venv/bin/python bench/quant.py --layers [--rows 1 8 16 512]     # per-layer kernel timings
     .venv/bin/python bench/quant.py --accuracy [--tokens 512]
 
@@ -12,8 +14,10 @@ threads (default 2) for torch and llama.cpp alike. Scenarios: ``decode``, greedy
 (tok/s = N / wall time, prompt included); ``prefill``, a 512-token prompt and one new token (tok/s =
 512 / time); ``batch8``, greedy decoding of 8 left-padded prompts of 24-59 tokens (tok/s = 8 N /
 time). Besides wall time each row reports tokens per CPU-second of its process, which a machine
-loaded by other processes distorts less. Generated tokens are compared with the reference's.
-Variants:
+loaded by other processes distorts less; ``--cpu-time`` makes that the measure the ratios are
+taken on (use it, with ``MICROFORMERS_BENCH_THREADS=1``, on a busy machine). Generated tokens are
+compared with the reference's (the float32 model; the first differing new token is shown).
+Every run prints the CPU model and the thread count. Variants:
 
 * ``fp32``: microformers, the float32 folder (``bench/_common.model_folder``; the reference
   de-quantised the GGUF once); ``fp32-packed``: the same with ``pack_linear_weights`` (opt-in:
@@ -23,7 +27,8 @@ Variants:
   per 32 values; int8 is llama.cpp's way);
 * ``reference``: ``transformers`` on the float32 folder;
 * ``llama.cpp``: ``llama_cpp.Llama`` on the same Q4_1 file, same thread count, when llama-cpp-python
-  is importable (a bench-only dependency, not in requirements-test.txt; no batch8 row);
+  is importable (a bench-only dependency, not in requirements-test.txt; no batch8 row); otherwise
+  the run says it is not installed and goes on without that row;
 * ``--compiled`` adds ``<variant>+compiled`` rows (``compile_decode_step()`` + a static cache; the
   first call's compile time is printed separately). For a quantized variant that is the native step
   (every layer, the final norm and the quantized head in one C++ call, nothing compiled); for ``fp32``
@@ -54,11 +59,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
 
-VARIANTS = ["fp32", "fp32-packed", "int8", "int4", "gguf", "gguf-a16", "gguf-a8", "int4-a16", "int4-a8", "reference", "llama.cpp"]
+VARIANTS = ["fp32", "fp32-packed", "int8", "int4", "gguf", "gguf-dynamic", "gguf-a16", "gguf-a8", "int4-a16", "int4-a8",
+            "reference", "llama.cpp"]  # fmt: skip
 ACTIVATIONS = {"-a8": "int8", "-a16": "int16"}
 
 
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it, its core count and vector extensions (``unknown`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = info.read().splitlines()
+    except OSError:
+        return "unknown"
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    cores = sum(line.startswith("processor") for line in lines)
+    isa = "AVX-512" if "avx512f" in flags else "AVX2, no AVX-512" if "avx2" in flags else "no AVX2"
+    return f"{name}, {cores} cores, {isa}"
+
+
 def quant_config(variant: str) -> dict[str, Any] | None:
+    variant = variant.removesuffix("-dynamic")
     suffix = next((s for s in ACTIVATIONS if variant.endswith(s)), "")
     base = variant.removesuffix(suffix) if suffix else variant
     config = {"int8": {"quant_method": "int8"}, "int4": {"quant_method": "int4", "group_size": 32},
@@ -147,19 +168,32 @@ def run_one(variant: str, new_tokens: int, repeats: int, scenario: str) -> dict[
             return out
     else:
         base = variant.removesuffix("+compiled")
-        seconds, model = common.timed(lambda: load(base))
+        seconds, model = common.timed(lambda: load(base.removesuffix("-dynamic")))
         rss = common.peak_rss_mb()
-        settings = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
+        settings: dict[str, Any] = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
         if variant.endswith("+compiled"):
             model.compile_decode_step()
             settings["cache_implementation"] = "static"
+        if base.endswith("-dynamic"):
+            settings["cache_implementation"] = "dynamic"  # the eager path: plain generate's before the native default
 
         def decode() -> Any:
             with torch.no_grad():
                 return model.generate(ids, attention_mask=mask, **settings)[:, ids.shape[1] :].tolist()
 
     rss_now = common.current_rss_mb()
-    first, tokens = common.timed(decode)
+    path = "-"
+    if variant not in ("llama.cpp", "reference"):  # which path the steps take: count the native ones once
+        from microformers_quant import decoder_step
+
+        native_steps: list[int] = []
+        original = decoder_step.QuantDecoderStep.__call__
+        decoder_step.QuantDecoderStep.__call__ = lambda self, *a: native_steps.append(1) or original(self, *a)
+        first, tokens = common.timed(decode)
+        decoder_step.QuantDecoderStep.__call__ = original
+        path = "native" if native_steps else "eager"
+    else:
+        first, tokens = common.timed(decode)
     walls, cpus = [], []
     for _ in range(repeats):
         cpu_start = time.process_time()
@@ -178,6 +212,7 @@ def run_one(variant: str, new_tokens: int, repeats: int, scenario: str) -> dict[
         "tok_s": counted / common.median(walls),
         "cpu_tok_s": counted / common.median(cpus),  # tokens per CPU-second of this process (all its threads)
         "tokens": tokens,
+        "path": path,
         "load_average": common.load_average(),
     }
 
@@ -189,7 +224,10 @@ def speed(args: argparse.Namespace) -> None:
             import llama_cpp  # noqa: F401
         except ImportError:
             variants.remove("llama.cpp")
-            print("llama.cpp: llama-cpp-python is not importable here (pip install llama-cpp-python); row skipped")
+            print(
+                "llama.cpp: llama-cpp-python is not installed here (a bench-only extra: pip install "
+                "llama-cpp-python); its row is skipped"
+            )
         else:
             if args.scenario == "batch8":
                 variants.remove("llama.cpp")
@@ -198,8 +236,9 @@ def speed(args: argparse.Namespace) -> None:
         variants += [f"{v}+compiled" for v in ("fp32", "int8", "gguf", "gguf-a16", "int4", "int4-a16") if v in variants]
     common.model_folder("smollm2")  # build the shared float32 folder once, outside the timings
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-    print(f"{args.scenario}: {SCENARIOS[args.scenario]}; {common.THREADS} threads")
-    print(f"load average at start: {common.load_average()}")
+    measure = "CPU time" if args.cpu_time else "wall time"
+    print(f"{args.scenario}: {SCENARIOS[args.scenario]}; {common.THREADS} threads; ratios on {measure}")
+    print(f"CPU: {cpu_model()}; load average at start: {common.load_average()}")
     for round_index in range(args.rounds):
         for variant in variants:
             command = [sys.executable, __file__, "--one", variant, "--new-tokens", str(args.new_tokens)]
@@ -215,41 +254,41 @@ def speed(args: argparse.Namespace) -> None:
                 f"round {round_index + 1} {variant}: {result['tok_s']:.1f} tok/s, {result['cpu_tok_s']:.1f} per CPU-s "
                 f"(load avg {result['load_average']})"
             )
+    key = "cpu_tok_s" if args.cpu_time else "tok_s"
+
+    def rate(variant: str, field: str = key) -> float:
+        return common.median([r[field] for r in results.get(variant, [])])
+
     fp32_runs, ref_runs = results.get("fp32", []), results.get("reference", [])
-    fp32 = common.median([r["tok_s"] for r in fp32_runs])
-    fp32_cpu = common.median([r["cpu_tok_s"] for r in fp32_runs])
-    ref = common.median([r["tok_s"] for r in ref_runs])
-    ref_cpu = common.median([r["cpu_tok_s"] for r in ref_runs])
+    fp32, ref, anchor = rate("fp32"), rate("reference"), rate("llama.cpp")
     fp32_rss = common.median([r["rss_after_load_mb"] for r in fp32_runs])
     fp32_end = common.median([r["peak_rss_after_decode_mb"] for r in fp32_runs])
     fp32_added = fp32_end - common.median([r["rss_before_load_mb"] for r in fp32_runs])
     expected = ref_runs[0]["tokens"] if ref_runs and args.scenario != "prefill" else None
     print(
         f"\n== {args.scenario}, {'512-token prompt' if args.scenario == 'prefill' else f'{args.new_tokens} new tokens'}, "
-        f"{common.THREADS} threads (medians of {args.rounds} rounds)"
+        f"{common.THREADS} threads, {measure} (medians of {args.rounds} rounds); CPU: {cpu_model()}"
     )
     print(
-        f"{'variant':<16}{'tok/s':>8}{'x fp32':>8}{'x ref':>7}{'cpu tok/s':>10}{'x fp32':>8}{'x ref':>7}{'load s':>8}"
-        f"{'peak MB':>8}{'x fp32':>7}{'end MB':>8}{'x fp32':>7}{'model MB':>9}{'x fp32':>7}  tokens"
+        f"{'variant':<18}{'tok/s':>8}{'cpu tok/s':>10}{'x fp32':>8}{'x ref':>7}{'x l.cpp':>8}{'load s':>8}"
+        f"{'peak MB':>8}{'x fp32':>7}{'end MB':>8}{'x fp32':>7}{'model MB':>9}{'x fp32':>7}  {'path':<7} tokens"
     )
     for variant, runs in results.items():
         if not runs:
             continue
-        tok = common.median([r["tok_s"] for r in runs])
-        cpu = common.median([r["cpu_tok_s"] for r in runs])
+        tok, cpu, measured = rate(variant, "tok_s"), rate(variant, "cpu_tok_s"), rate(variant)
         rss = common.median([r["rss_after_load_mb"] for r in runs])
         end = common.median([r["peak_rss_after_decode_mb"] for r in runs])
         added = end - common.median([r["rss_before_load_mb"] for r in runs])
-        same = (
-            "-"
-            if expected is None or variant == "llama.cpp"
-            else ("= ref" if runs[0]["tokens"] == expected else "differ")
-        )
         print(
-            f"{variant:<16}{tok:>8.1f}{tok / fp32:>8.2f}{tok / ref:>7.2f}{cpu:>10.1f}{cpu / fp32_cpu:>8.2f}"
-            f"{cpu / ref_cpu:>7.2f}{common.median([r['load_s'] for r in runs]):>8.2f}{rss:>8.0f}{rss / fp32_rss:>7.2f}"
-            f"{end:>8.0f}{end / fp32_end:>7.2f}{added:>9.0f}{added / fp32_added:>7.2f}  {same}"
+            f"{variant:<18}{tok:>8.1f}{cpu:>10.1f}{measured / fp32:>8.2f}{measured / ref:>7.2f}{measured / anchor:>8.2f}"
+            f"{common.median([r['load_s'] for r in runs]):>8.2f}{rss:>8.0f}{rss / fp32_rss:>7.2f}"
+            f"{end:>8.0f}{end / fp32_end:>7.2f}{added:>9.0f}{added / fp32_added:>7.2f}  {runs[0].get('path', '-'):<7} "
+            f"{same_tokens(runs[0]['tokens'], expected, variant)}"
         )
+    print(
+        f"x fp32 / x ref / x l.cpp: ratios of {measure} tok/s to our float32, the reference and llama.cpp (nan: no row)"
+    )
     print("cpu tok/s: tokens per CPU-second of the process (less distorted by a loaded machine than wall time)")
     print(
         "peak MB: VmHWM right after load; end MB: VmHWM after the timed calls; model MB: end MB less the RSS "
@@ -259,6 +298,17 @@ def speed(args: argparse.Namespace) -> None:
     print(f"RSS before loading (python + torch + imports): {before:.0f} MB")
     print(f"load average at end: {common.load_average()}")
     common.write_json(f"quant-{args.scenario}", {"new_tokens": args.new_tokens, "results": results})
+
+
+def same_tokens(tokens: Any, expected: Any, variant: str) -> str:
+    """``= ref`` where the new tokens equal the reference's, else where they first differ."""
+    if expected is None or tokens is None or variant in ("llama.cpp", "reference"):
+        return "-"
+    for row, (ours, theirs) in enumerate(zip(tokens, expected)):
+        differ = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+        if differ is not None:
+            return f"differ (row {row}, new token {differ})"
+    return "= ref"
 
 
 def layers(args: argparse.Namespace) -> None:
@@ -355,6 +405,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--compiled", action="store_true")
+    parser.add_argument("--cpu-time", action="store_true", help="take the ratios on CPU time (busy machines)")
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--accuracy", action="store_true")
     parser.add_argument("--tokens", type=int, default=512)
@@ -363,6 +414,11 @@ def main() -> None:
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="decode")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if common.THREADS < 1:
+        raise SystemExit(
+            f"MICROFORMERS_BENCH_THREADS={common.THREADS}: torch and llama.cpp need at least 1 thread; set it to 1 "
+            "(CPU-time runs on a busy machine) or more"
+        )
     if args.layers:
         layers(args)
     elif args.one:
