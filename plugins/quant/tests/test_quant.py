@@ -235,8 +235,8 @@ def test_load_in_8bit_and_4bit_warn_and_quantize(tiny_llama: Path, caplog: pytes
 
 
 def test_bad_quantization_configs(tiny_llama: Path) -> None:
-    with pytest.raises(MicroformersError, match="quantization method 'awq'"):
-        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "awq"})
+    with pytest.raises(MicroformersError, match="quantization method 'eetq'"):
+        AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "eetq"})
     with pytest.raises(ConfigError, match="quant_method"):
         AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"bits": 4})
     with pytest.raises(ConfigError, match=r"group_size 128 does not divide the input size 64 of layer"):
