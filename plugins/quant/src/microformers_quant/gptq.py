@@ -159,6 +159,8 @@ class GptqQuantizer(Quantizer):
         if not scales.is_floating_point() or scales.dim() != 2:
             raise CheckpointError(f"{where}: '{stem}.scales' must be a 2-D float tensor, got {scales.dtype}")
         k, n = qweight.shape[0] * per_word, qweight.shape[1]
+        if not k or not n:
+            raise CheckpointError(f"{where}: '{stem}.qweight' is empty {tuple(qweight.shape)}; the folder is corrupt")
         groups = 1 if self.group_size == -1 else -(-k // self.group_size)
         if scales.shape != (groups, n) or qzeros.shape != (groups, n // per_word) or n % per_word:
             raise CheckpointError(
