@@ -154,3 +154,49 @@ def test_prefill_chunk_below_one_token_is_refused(engine_model: Any) -> None:
     tokenizer, model = engine_model
     with pytest.raises(ValueError, match="prefill_chunk must be >= 1"):
         Engine(model, tokenizer, prefill_chunk=0)
+
+
+def test_prompts_sharing_a_beginning_compute_it_once_and_answer_as_alone(engine_model: Any) -> None:
+    tokenizer, model = engine_model
+    engine = started(Engine(model, tokenizer, max_batch_size=8))
+    rng = random.Random(4)
+    system = [rng.randrange(3, 500) for _ in range(30)]  # a chat template's system prompt, say
+    tails = [[rng.randrange(3, 500) for _ in range(n)] for n in (6, 9, 4)]
+    first, first_done = request([*system, *tails[0]], 12)
+    with one_thread():
+        engine.submit(first)  # running (and holding the shared beginning) when the others arrive
+        assert first_done.done.wait(60)
+        running, running_done = request([*system, 77, 78], 40)
+        engine.submit(running)
+        while not running.output_ids:
+            assert not running_done.done.wait(0.001)
+        before = engine.prefill_tokens
+        jobs = [request([*system, *tail], 12) for tail in tails[1:]]
+        jobs.append(request([*system[:20], 99], 12))  # shares less: 20 positions
+        jobs.append(request(list(system), 12))  # the whole prompt shared: its last token is still computed
+        submit_together(engine, jobs)
+        wait_all([*jobs, (running, running_done)])
+    # each computes only what no earlier row holds: its own tail (the last token at least)
+    assert engine.prefill_tokens - before == 9 + 4 + 1 + 1
+    for job, collector in [*jobs, (running, running_done), (first, first_done)]:
+        assert_like_alone(model, job, collector)
+    engine.drain()
+    assert engine.join(10)
+
+
+def test_prompts_sharing_a_beginning_within_one_forward_copy_it_from_the_first(engine_model: Any) -> None:
+    tokenizer, model = engine_model
+    engine = started(Engine(model, tokenizer, max_batch_size=8))
+    rng = random.Random(5)
+    system = [rng.randrange(3, 500) for _ in range(25)]
+    jobs = [request([*system, *[rng.randrange(3, 500) for _ in range(n)]], 10) for n in (3, 7, 5)]
+    before_tokens, before_forwards = engine.prefill_tokens, engine.prefill_forwards
+    with one_thread():
+        submit_together(engine, jobs)
+        wait_all(jobs)
+    assert engine.prefill_forwards - before_forwards == 1
+    assert engine.prefill_tokens - before_tokens == 25 + 3 + 7 + 5  # the beginning computed once, by the first
+    for job, collector in jobs:
+        assert_like_alone(model, job, collector)
+    engine.drain()
+    assert engine.join(10)

@@ -163,6 +163,7 @@ class RaggedCache(Cache):
         self._fresh: tuple[torch.Tensor, torch.Tensor, int] | None = None
         self._prefilling: _RowBuffers | None = None
         self._packed: list[tuple[_RowBuffers, int, int]] | None = None  # (row, start, count) per segment
+        self._donors: list[tuple[_RowBuffers, int] | None] = []
         self.stacked = False
         self.updates = 0
         self.hits = 0
@@ -231,13 +232,23 @@ class RaggedCache(Cache):
             store.append(buffer)
         return key, value
 
-    def begin_packed(self, segments: Sequence[tuple[_RowBuffers, int]]) -> None:
+    def begin_packed(
+        self,
+        segments: Sequence[tuple[_RowBuffers, int]],
+        donors: Sequence[tuple[_RowBuffers, int] | None] | None = None,
+    ) -> None:
         """The next forward prefills ``count`` new positions of each ``(row, count)``, packed end to end in one
-        sequence; each row continues at its own ``length`` (0 for a new prompt, more for a later chunk)."""
+        sequence; each row continues at its own ``length`` (0 for a new prompt, more for a later chunk).
+
+        A segment's donor ``(source, shared)`` supplies its first ``shared`` positions (the row's ``length``): a
+        prompt that begins with the same tokens as ``source``'s copies those keys and values, layer by layer,
+        instead of computing them. ``source`` is a row already holding them, or an earlier segment of this
+        forward that writes them first."""
         for row, _count in segments:
             if row.keys:
                 row.ensure(row.length + _count)
         self._packed = [(row, row.length, count) for row, count in segments]
+        self._donors = list(donors) if donors is not None else [None] * len(segments)
         self._fresh = None
         self.updates = self.hits = 0
 
@@ -245,6 +256,7 @@ class RaggedCache(Cache):
         """After the packed forward: advance every segment's row (``keep``) or leave the lengths (it failed)."""
         packed, self._packed = self._packed, None
         self._fresh = None
+        self._donors = []
         if keep and packed is not None:
             for row, start, count in packed:
                 row.length = start + count
@@ -270,6 +282,12 @@ class RaggedCache(Cache):
             row.keys[layer_idx][0, :, start : start + count] = key[0, :, offset : offset + count]
             row.values[layer_idx][0, :, start : start + count] = value[0, :, offset : offset + count]
             offset += count
+        # after every segment's own writes: a donor in this forward has written its positions of this layer
+        for (row, _start, _count), donor in zip(packed, self._donors, strict=True):
+            if donor is not None:
+                source, shared = donor
+                row.keys[layer_idx][:, :, :shared] = source.keys[layer_idx][:, :, :shared]
+                row.values[layer_idx][:, :, :shared] = source.values[layer_idx][:, :, :shared]
         self.updates += 1
         self._fresh = (key, value, layer_idx)
         return key, value
@@ -548,6 +566,7 @@ class Engine:
         self._prefilling: list[GenerationRequest] = []  # admitted; their prompts are partly in the cache
         self._packing: bool | None = None  # whether prompts can be packed (probed on the loop thread)
         self.prefill_forwards = 0  # model forwards that prefilled prompts (packed or alone)
+        self.prefill_tokens = 0  # prompt positions those forwards computed (shared prefixes are copied instead)
         self._stepping: list[GenerationRequest] = []  # the rows of the forward in progress
         self._cache = RaggedCache()
         self._condition = threading.Condition()
@@ -600,6 +619,7 @@ class Engine:
             return {
                 "running": len(self._running), "waiting": len(self._waiting), "steps": self.steps,
                 "prefilling": len(self._prefilling), "prefill_forwards": self.prefill_forwards,
+                "prefill_tokens": self.prefill_tokens,
                 "kv_tokens_reserved": self._reserved, "kv_tokens_budget": self.max_kv_tokens,
             }  # fmt: skip
 
@@ -687,21 +707,28 @@ class Engine:
             return
         budget = self.prefill_chunk
         chosen: list[tuple[GenerationRequest, int]] = []
+        donors: list[tuple[_RowBuffers, int] | None] = []
         for request in self._prefilling:
             if budget <= 0:
                 break
+            donor = None
             if request.buffers is None:
                 limit = max(request.reserved, len(request.prompt_ids) + 1)
                 request.buffers = _RowBuffers(0, limit, planned=len(request.prompt_ids))
+                donor = self._prefix_donor(request, chosen)
+                if donor is not None:
+                    request.buffers.length = donor[1]
                 if request.seed is not None:
                     request.generator = torch.Generator().manual_seed(request.seed)
             count = min(budget, len(request.prompt_ids) - request.buffers.length)
             chosen.append((request, count))
+            donors.append(donor)
             budget -= count
         try:
             logits = self._packed_forward(
                 self._cache,
                 [(r.buffers, r.prompt_ids[r.buffers.length : r.buffers.length + n]) for r, n in chosen],  # type: ignore[union-attr]
+                donors,
             )
         except Exception:  # which prompts fail on their own? each is prefilled alone, and only those are retired
             for request, _count in chosen:
@@ -721,9 +748,34 @@ class Engine:
             self._running.append(request)
             self._guarded(request, lambda r, i=index: self._accept(r, self._choose(r, logits[i])))
 
-    def _packed_forward(self, cache: RaggedCache, segments: list[tuple[_RowBuffers, list[int]]]) -> torch.Tensor:
+    def _prefix_donor(
+        self, request: GenerationRequest, chosen: list[tuple[GenerationRequest, int]]
+    ) -> tuple[_RowBuffers, int] | None:
+        """The row whose cache holds the longest beginning of ``request``'s prompt (a running row, or a prompt
+        prefilled in this forward before it), and how many positions it can give; ``None`` when none shares any.
+        At least the last prompt token is left to compute: its logits choose the first new token."""
+        prompt = request.prompt_ids
+        candidates = [(row, r.prompt_ids, len(r.prompt_ids)) for row, r in zip(self._cache._rows, self._running)]
+        candidates += [(r.buffers, r.prompt_ids, r.buffers.length + n) for r, n in chosen if r.buffers is not None]
+        best: tuple[_RowBuffers, int] | None = None
+        for row, ids, covered in candidates:
+            limit = min(covered, len(prompt) - 1, len(ids))
+            shared = 0
+            while shared < limit and ids[shared] == prompt[shared]:
+                shared += 1
+            if shared and (best is None or shared > best[1]):
+                best = (row, shared)
+        return best
+
+    def _packed_forward(
+        self,
+        cache: RaggedCache,
+        segments: list[tuple[_RowBuffers, list[int]]],
+        donors: Sequence[tuple[_RowBuffers, int] | None] | None = None,
+    ) -> torch.Tensor:
         """One forward over ``segments`` (a row and the prompt ids it takes next) packed into one sequence;
-        returns the float32 logits ``(segments, vocab)`` of each segment's last position."""
+        returns the float32 logits ``(segments, vocab)`` of each segment's last position. ``donors``: see
+        :meth:`RaggedCache.begin_packed`."""
         ids: list[int] = []
         positions: list[int] = []
         last: list[int] = []
@@ -731,7 +783,7 @@ class Engine:
             ids.extend(tokens)
             positions.extend(range(row.length, row.length + len(tokens)))
             last.append(len(ids) - 1)
-        cache.begin_packed([(row, len(tokens)) for row, tokens in segments])
+        cache.begin_packed([(row, len(tokens)) for row, tokens in segments], donors)
         _STEP.lengths = None
         _STEP.packed = True
         _STEP.cache = cache
@@ -756,6 +808,7 @@ class Engine:
             _STEP.cache = None
             cache.end_packed(keep=kept)
         self.prefill_forwards += 1
+        self.prefill_tokens += len(ids)
         return logits.to(dtype=torch.float32)
 
     def _probe_packing(self) -> bool:
@@ -772,7 +825,7 @@ class Engine:
         except Exception:
             return False
         finally:
-            self.prefill_forwards = 0
+            self.prefill_forwards = self.prefill_tokens = 0
         scale = float(alone.abs().max()) + 1.0
         # other shapes, so equal up to rounding; a wrong position or a leak between segments is far larger
         return bool(torch.isfinite(packed).all() and ((packed - alone).abs().max() <= 1e-3 * scale))
@@ -784,6 +837,7 @@ class Engine:
         if request.seed is not None:
             request.generator = torch.Generator().manual_seed(request.seed)
         self.prefill_forwards += 1
+        self.prefill_tokens += len(request.prompt_ids)
         ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=self.device)
         positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)
         _STEP.lengths = None
