@@ -23,6 +23,12 @@ prompt at batch 1, ``model(ids, use_cache=True, logits_to_keep=1)`` under ``torc
 ``--cpu-time`` times with the CPU time of the process instead of the wall clock: on a machine whose
 cores other work shares, wall time mostly measures the scheduler; with
 ``MICROFORMERS_BENCH_THREADS=1`` the CPU time is the work done.
+
+On the CPU at batch 1 the script also reports the share of the machine's memory bandwidth each batch-1
+row uses: the weights one token streams (every parameter once, the embedding table only where it is
+the tied head) times tokens/s, over the bandwidth of a large copy measured in the same process with
+the same threads and clock (``dst.copy_(src)`` of 512 MiB, bytes read + written, best of 5; a
+read-only pass, ``src.sum()``, is printed next to it). ``--no-bandwidth`` skips it.
 """
 
 from __future__ import annotations
@@ -123,6 +129,48 @@ def prefill_row(
     return row, {"tokens_per_s": speed, "times": times, "max_logit_difference": difference}
 
 
+def memory_bandwidth(clock: Any, size_mib: int = 512, repeats: int = 5) -> dict[str, float]:
+    """GB/s of a large copy (bytes read + written) and of a read-only sum, best of ``repeats``, with ``clock``."""
+    import torch
+
+    source = torch.ones(size_mib * 2**20 // 4)
+    target = torch.empty_like(source)
+    target.copy_(source)  # fault both buffers in before timing
+    copy = min(common.timed(lambda: target.copy_(source), clock)[0] for _ in range(repeats))
+    read = min(common.timed(source.sum, clock)[0] for _ in range(repeats))
+    return {"copy_gb_s": 2 * source.nbytes / copy / 1e9, "read_gb_s": source.nbytes / read / 1e9}
+
+
+def streamed_bytes(model: Any) -> int:
+    """Bytes of weights one decoding step reads: every parameter once; an untied embedding table only a row."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings()
+    if head is None or head.weight.data_ptr() != embedding.data_ptr():
+        total -= embedding.numel() * embedding.element_size()
+    return total
+
+
+def bandwidth_rows(
+    speed: dict[str, float], weights: int, bandwidth: dict[str, float]
+) -> list[tuple[str, str, str, str]]:
+    """Per batch-1 variant: the weight bytes streamed per second as a share of the measured copy bandwidth."""
+    copy = bandwidth["copy_gb_s"]
+    rows = []
+    for name, tokens_per_s in speed.items():
+        if name == "reference":
+            continue
+        ours, theirs = weights * tokens_per_s / 1e9, weights * speed["reference"] / 1e9
+        rows.append(
+            (
+                f"batch 1 ({name}): weights streamed, GB/s and share of copy bandwidth",
+                f"{ours:.1f} ({ours / copy:.0%})",
+                f"{theirs:.1f} ({theirs / copy:.0%})",
+                f"{ours / theirs:.2f}x",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["smollm2", "random"], default="smollm2")
@@ -138,6 +186,7 @@ def main() -> None:
     parser.add_argument(
         "--no-loop", action="store_true", help="skip the forward-loop variant (eager generate and reference only)"
     )
+    parser.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth rows of batch 1")
     args = parser.parse_args()
 
     import time
@@ -176,7 +225,10 @@ def main() -> None:
 
         variants = {name: synchronised(run) for name, run in variants.items()}
     payload: dict[str, Any] = {
-        "model": args.model, "new_tokens": n, "threads": torch.get_num_threads(), "device": str(device)
+        "model": args.model,
+        "new_tokens": n,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
     }
     rows: list[tuple[str, str, str, str]] = []
     notes: list[str] = [f"load average at start: {common.load_average()}"]
@@ -214,6 +266,16 @@ def main() -> None:
             notes.append(
                 f"batch {batch}: first compiled call {first['compiled']:.1f}s (compile ~{compile_seconds:.1f}s)"
             )
+        if batch == 1 and device.type == "cpu" and not args.no_bandwidth:
+            bandwidth = memory_bandwidth(clock)
+            weights = streamed_bytes(ours)
+            rows.extend(bandwidth_rows(speed, weights, bandwidth))
+            notes.append(
+                f"memory bandwidth ({torch.get_num_threads()} threads, same clock): copy {bandwidth['copy_gb_s']:.1f} GB/s "
+                f"(read + write), read-only sum {bandwidth['read_gb_s']:.1f} GB/s; weights per token {weights / 2**20:.0f} "
+                "MiB; tokens/s include the prompt's prefill"
+            )
+            payload["bandwidth"] = {**bandwidth, "weight_bytes_per_token": weights}
         payload[f"batch{batch}"] = {
             "tokens_per_s": speed,
             "times": times,

@@ -9,7 +9,8 @@ from torch import nn
 
 from microformers_sdk import layers
 from microformers_sdk.cache import DynamicCache, StaticCache
-from microformers_sdk.layers import RMSNorm, apply_linear, row_linear
+from microformers_sdk.layers import ACTIVATIONS, FusedGatedMLP, GatedMLP, RMSNorm, apply_linear, gated, row_linear
+from microformers_sdk.rotary import apply_rotary_pos_emb, rotate, rotate_half
 from microformers_sdk.testing import assert_close
 
 
@@ -127,3 +128,61 @@ def test_layer_storage_and_advance(make: object) -> None:
     keys[:, :, 3:4] = step  # what a compiled step does, then reports
     cache.advance(1)
     assert cache.get_seq_length() == 4 and torch.equal(cache[0][0][:, :, 3:], step)
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_rotary_without_gradients_equals_the_formula_to_the_bit(partial: bool) -> None:
+    torch.manual_seed(0)
+    # query as projections hand it over: (batch, heads, seq, dim), a transposed view of (batch, seq, heads, dim)
+    query, key = torch.randn(2, 7, 4, 16).transpose(1, 2), torch.randn(2, 7, 2, 16).transpose(1, 2)
+    dim = 8 if partial else 16
+    cos, sin = torch.randn(2, 7, dim), torch.randn(2, 7, dim)
+
+    def formula(x: torch.Tensor) -> torch.Tensor:
+        rot = x[..., :dim]
+        turned = rot * cos.unsqueeze(1) + rotate_half(rot) * sin.unsqueeze(1)
+        return torch.cat((turned, x[..., dim:]), dim=-1)
+
+    with torch.inference_mode():
+        q_out, k_out = apply_rotary_pos_emb(query, key, cos, sin)
+    # exact: the same products and sums, each rounded once, in the same order (no fused multiply-add)
+    assert torch.equal(q_out, formula(query)) and torch.equal(k_out, formula(key))
+    leaf = query[..., :dim].clone().requires_grad_(True)
+    rotated = rotate(leaf, cos.unsqueeze(1), sin.unsqueeze(1))  # autograd on: the formula itself, differentiable
+    rotated.sum().backward()
+    assert leaf.grad is not None
+    assert torch.equal(rotated.detach(), formula(query)[..., :dim])  # exact: the same ops
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_pytorch_tanh", "relu"])
+def test_gated_product_without_gradients_equals_the_formula_to_the_bit(act: str) -> None:
+    torch.manual_seed(0)
+    gate, up = torch.randn(3, 5, 24), torch.randn(3, 5, 24)
+    fn = ACTIVATIONS[act]
+    expected = fn(gate) * up
+    with torch.no_grad():
+        out = gated(fn, gate.clone(), up)
+    assert torch.equal(out, expected)  # exact: the same two element-wise ops, only written in place
+    leaf = gate.clone().requires_grad_(True)
+    with_grad = gated(fn, leaf, up)
+    with_grad.sum().backward()  # nothing written in place where autograd needs the inputs
+    assert torch.equal(leaf.detach(), gate) and leaf.grad is not None
+    with torch.no_grad():
+        wide = gated(fn, gate[:1].clone(), up)  # a gate that broadcasts against up cannot take the product in place
+    assert torch.equal(wide, fn(gate[:1]) * up)  # exact: the formula itself
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_gated_mlps_without_gradients_match_the_formula(fused: bool) -> None:
+    torch.manual_seed(0)
+    mlp = FusedGatedMLP(16, 24) if fused else GatedMLP(16, 24)
+    x = torch.randn(2, 9, 16)
+    if fused:
+        gate, up = F.linear(x, mlp.gate_up_proj.weight).chunk(2, dim=-1)
+    else:
+        gate, up = F.linear(x, mlp.gate_proj.weight), F.linear(x, mlp.up_proj.weight)
+    expected = F.linear(F.silu(gate) * up, mlp.down_proj.weight)
+    with torch.inference_mode():
+        out = mlp(x)
+    assert_close(out, expected)
+    assert_close(mlp(x), expected)  # with autograd on

@@ -327,3 +327,50 @@ def test_packed_weights_decode_a_padded_batch_like_the_float_model() -> None:
         prompt_length=ids.shape[1],
         pad_token_id=0,
     )
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2-bias", "mistral-window"])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("keep", [1, 3])
+def test_logits_to_keep_computes_the_last_positions_of_the_full_forward(family: str, padded: bool, keep: int) -> None:
+    # logits_to_keep=n runs the last layer's attention output and MLP for the last n positions only
+    if family == "llama":
+        model = tiny_model()
+    elif family == "qwen2-bias":
+        model = tiny_model(Qwen2ForCausalLM, Qwen2Config)
+    else:
+        model = tiny_model(MistralForCausalLM, MistralConfig, sliding_window=4)
+    ids = torch.randint(2, 64, (2, 9), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :3] = 0
+    with torch.inference_mode():
+        full = model(ids, attention_mask=mask, past_key_values=DynamicCache())
+        kept = model(ids, attention_mask=mask, past_key_values=DynamicCache(), logits_to_keep=keep)
+        assert kept.logits.shape == (2, keep, 64)
+        assert_close(kept.logits, full.logits[:, -keep:])
+        for layer in range(len(model.model.layers)):  # the cache holds every position's keys and values
+            for got, expected in zip(kept.past_key_values[layer], full.past_key_values[layer], strict=True):
+                assert_close(got, expected)
+        step = torch.tensor([[5], [7]])
+        step_mask = torch.cat((mask, torch.ones(2, 1, dtype=mask.dtype)), dim=1)
+        after_full = model(step, attention_mask=step_mask, past_key_values=full.past_key_values).logits
+        after_kept = model(step, attention_mask=step_mask, past_key_values=kept.past_key_values).logits
+    assert_close(after_kept, after_full)
+
+
+def test_logits_to_keep_still_runs_the_last_layer_whole_where_asked_to() -> None:
+    model = tiny_model()
+    ids = torch.randint(2, 64, (1, 8), generator=torch.Generator().manual_seed(4))
+    last = model.model.layers[-1]
+    seen: list[int] = []
+    handle = last.register_forward_hook(lambda _module, _args, output: seen.append(output[0].shape[1]))
+    with torch.inference_mode():
+        hooked = model(ids, logits_to_keep=1).logits
+        handle.remove()
+        hidden = model(ids, logits_to_keep=1, output_hidden_states=True)
+        plain = model(ids, logits_to_keep=1).logits
+    assert seen == [8]  # a hooked layer is called as a module, over every position
+    assert hidden.hidden_states[-1].shape[1] == 8  # per-layer outputs asked for: every position computed
+    assert_close(plain, hooked)
+    assert_close(hidden.logits, hooked)

@@ -126,6 +126,20 @@ class ScaledEmbedding(nn.Embedding):
         return f"{super().extra_repr()}, embed_scale={self.embed_scale:g}"
 
 
+def gated(act: Callable[[torch.Tensor], torch.Tensor], gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """``act(gate) * up``; without gradients the product is written into the activation's output, and SiLU
+    into ``gate`` itself (callers pass a ``gate`` they own: a projection's fresh output), so no
+    intermediate-sized temporary is allocated. The values are the formula's to the bit."""
+    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+        return act(gate) * up
+    if act is F.silu and gate.shape == up.shape and gate.dtype == up.dtype:
+        return F.silu(gate, inplace=True).mul_(up)
+    activated = act(gate)
+    if activated.shape != torch.broadcast_shapes(activated.shape, up.shape) or activated.dtype != up.dtype:
+        return activated * up
+    return activated.mul_(up)
+
+
 class GatedMLP(nn.Module):
     """``down_proj(act(gate_proj(x)) * up_proj(x))``: SwiGLU with ``act="silu"``.
 
@@ -142,7 +156,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = apply_linears((self.gate_proj, self.up_proj), x)
-        return apply_linear(self.down_proj, self.act_fn(gate) * up)
+        return apply_linear(self.down_proj, gated(self.act_fn, gate, up))
 
 
 class FusedGatedMLP(nn.Module):
@@ -161,7 +175,7 @@ class FusedGatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = apply_linear(self.gate_up_proj, x).chunk(2, dim=-1)
-        return apply_linear(self.down_proj, self.act_fn(gate) * up)
+        return apply_linear(self.down_proj, gated(self.act_fn, gate, up))
 
 
 # One input row (a single token of a single sequence, i.e. batch-1 decoding) makes a linear layer a

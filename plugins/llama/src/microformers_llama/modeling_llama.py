@@ -39,7 +39,7 @@ from microformers_sdk.layers import GatedMLP, RMSNorm, apply_linear, apply_linea
 from microformers_sdk.losses import causal_lm_loss
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, rope_settings_from_config
+from microformers_sdk.rotary import RotaryEmbedding, apply_rotary, apply_rotary_pos_emb, rope_settings_from_config
 from microformers_sdk.static_steps import (
     DecoderLayerParts,
     DecoderStepShape,
@@ -279,15 +279,36 @@ class LlamaModel(LlamaPreTrainedModel):
         past_key_values: Cache | None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        keep_last: int = 0,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
-        """The decoder layers and the final norm; returns the hidden states and the optional per-layer outputs."""
+        """The decoder layers and the final norm; returns the hidden states and the optional per-layer outputs.
+
+        ``keep_last=n > 0`` says only the last ``n`` positions of the result are wanted (a head with
+        ``logits_to_keep=n``): the last layer then computes keys and values for every position (the cache
+        needs them) but its attention output, residual and MLP for those ``n`` only, and the hidden
+        states returned have ``n`` positions. Where that cannot apply (per-layer outputs asked for,
+        training, a layer that is not Llama's own computation, hooks) every position is computed.
+        """
         rotary, cache_position = layer_inputs.rotary, layer_inputs.cache_position
         all_hidden_states: list[torch.Tensor] = []
         all_attentions: list[torch.Tensor] = []
-        for layer in self.layers:
+        last = len(self.layers) - 1
+        for index, layer in enumerate(self.layers):
             if output_hidden_states:
                 all_hidden_states.append(hidden_states)
             mask, is_causal = layer_inputs.masks[layer.self_attn.sliding_window]
+            if (
+                index == last
+                and 0 < keep_last < hidden_states.shape[1]
+                and cache_position is None
+                and not (output_attentions or output_hidden_states or self.training)
+                and _computes_last_positions_only(layer)
+            ):
+                hidden_states = _last_positions_layer(
+                    layer, hidden_states, rotary, mask, is_causal, past_key_values, layer_inputs.attention_fn,
+                    keep_last,
+                )  # fmt: skip
+                continue
             hidden_states, weights = self._call_layer(
                 layer, hidden_states, rotary, mask, is_causal, past_key_values, layer_inputs.attention_fn, output_attentions,
                 cache_position,
@@ -302,6 +323,50 @@ class LlamaModel(LlamaPreTrainedModel):
             tuple(all_hidden_states) if output_hidden_states else None,
             tuple(all_attentions) if output_attentions else None,
         )
+
+
+def _computes_last_positions_only(layer: nn.Module) -> bool:
+    """Whether ``layer`` is Llama's own layer computation (variants may override ``project``), with no hooks
+    that calling its parts directly would skip."""
+    attention = getattr(layer, "self_attn", None)
+    return (
+        type(layer).forward is LlamaDecoderLayer.forward
+        and isinstance(attention, LlamaAttention)
+        and type(attention).forward is LlamaAttention.forward
+        and not any(module._forward_hooks or module._forward_pre_hooks for module in (layer, attention))
+        and not (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks)
+    )
+
+
+def _last_positions_layer(
+    layer: LlamaDecoderLayer,
+    hidden_states: torch.Tensor,
+    rotary: tuple[torch.Tensor, torch.Tensor],
+    attention_mask: torch.Tensor | None,
+    is_causal: bool,
+    past_key_values: Cache | None,
+    attention_fn: Any,
+    keep: int,
+) -> torch.Tensor:
+    """``layer(...)`` (eager, no cache position) restricted to the last ``keep`` positions of its output: keys and
+    values for every position go to the cache, the rest is computed for the kept queries only."""
+    attention = layer.self_attn
+    batch = hidden_states.shape[0]
+    query, key, value = attention.project(layer.input_layernorm(hidden_states))
+    cos, sin = rotary
+    query = apply_rotary(query[:, :, -keep:], cos[:, -keep:], sin[:, -keep:])
+    key = apply_rotary(key, cos, sin)
+    if past_key_values is not None:
+        key, value = past_key_values.update(key, value, attention.layer_idx)
+    if attention_mask is not None:
+        attention_mask = attention_mask[..., -keep:, :]
+    elif is_causal and keep > 1:  # the kept queries are the last ones: causality aligned to the end of the keys
+        kv_length = key.shape[2]
+        attention_mask = torch.ones(keep, kv_length, dtype=torch.bool, device=key.device).tril(kv_length - keep)
+    output = attention_fn(query, key, value, attention_mask, scaling=attention.scaling, dropout=0.0, is_causal=False)
+    output = output.transpose(1, 2).reshape(batch, keep, -1)
+    hidden_states = hidden_states[:, -keep:] + apply_linear(attention.o_proj, output)
+    return hidden_states + layer.mlp(layer.post_attention_layernorm(hidden_states))
 
 
 class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
@@ -365,8 +430,9 @@ class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
         logits_to_keep: int | torch.Tensor = 0,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
         """The decoder and the head: what ``forward`` runs after preparing its inputs, and what is compiled."""
+        keep_last = logits_to_keep if isinstance(logits_to_keep, int) and logits_to_keep > 0 else 0
         hidden_states, all_hidden_states, attentions = self.model.decode(
-            inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states
+            inputs_embeds, layer_inputs, past_key_values, output_attentions, output_hidden_states, keep_last
         )
         logits = apply_linear(self.lm_head, keep_logits_positions(hidden_states, logits_to_keep))
         return logits, all_hidden_states, attentions
