@@ -19,6 +19,8 @@ _LAZY: dict[str, str] = {
     "ORTModelForTokenClassification": "modeling_ort",
     "ORTModelForQuestionAnswering": "modeling_ort",
     "ORTModelForMaskedLM": "modeling_ort",
+    "ORTModelForImageClassification": "modeling_ort",
+    "ORTModelForCTC": "modeling_ort",
     "export_command": "commands",
 }
 

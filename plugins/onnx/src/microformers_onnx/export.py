@@ -133,7 +133,7 @@ class ExportResult:
         ]
         if len(self.graphs) > 1:
             for file, (inputs, outputs) in self.graphs.items():
-                lines.append(f"  {file}: {', '.join(inputs)} -> {', '.join(_abridged(outputs))}")
+                lines.append(f"  {file}: {', '.join(_abridged(inputs))} -> {', '.join(_abridged(outputs))}")
         else:
             lines += [f"  inputs: {', '.join(self.input_names)}", f"  outputs: {', '.join(self.output_names)}"]
         if self.max_difference is not None:

@@ -21,6 +21,8 @@ from microformers.generation import GenerationMixin
 from microformers_sdk.cache import Cache
 from microformers_sdk.outputs import (
     BaseModelOutput,
+    BaseModelOutputWithPooling,
+    CausalLMOutput,
     CausalLMOutputWithPast,
     MaskedLMOutput,
     QuestionAnsweringModelOutput,
@@ -129,6 +131,20 @@ class ORTModel:
         outputs = self.session.run(list(self.output_names), arrays)
         return {name: torch.from_numpy(value) for name, value in zip(self.output_names, outputs)}
 
+    def _single_input_feeds(
+        self, name: str, value: torch.Tensor | None, input_ids: Any, attention_mask: Any, kwargs: dict[str, Any]
+    ) -> dict[str, torch.Tensor]:
+        unused = {k: v for k, v in kwargs.items() if v is not None and k != "return_dict"}
+        if input_ids is not None or attention_mask is not None:
+            unused["input_ids" if input_ids is not None else "attention_mask"] = True
+        if unused:
+            raise InputError(
+                f"{type(self).__name__}.forward does not take {sorted(unused)} (the graph's input: {name})"
+            )
+        if value is None:
+            raise InputError(f"{type(self).__name__}.forward needs {name}")
+        return {name: value}
+
     def _encoder_feeds(
         self,
         input_ids: torch.Tensor | None,
@@ -154,11 +170,54 @@ class ORTModel:
 
 
 class ORTModelForFeatureExtraction(ORTModel):
+    """``last_hidden_state`` of a text encoder (ids and mask) or of an image encoder (``pixel_values``; with
+    ``pooler_output`` / ``image_embeds`` where the graph has them)."""
+
     task = ("feature-extraction",)
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs: Any) -> BaseModelOutput:
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, pixel_values=None, **kwargs: Any
+    ) -> BaseModelOutput:
+        if "pixel_values" in self.input_names:
+            out = self.run(self._single_input_feeds("pixel_values", pixel_values, input_ids, attention_mask, kwargs))
+            extra = {name: out[name] for name in ("pooler_output", "image_embeds") if name in out}
+            return (BaseModelOutputWithPooling if extra else BaseModelOutput)(
+                last_hidden_state=out["last_hidden_state"], **extra
+            )
+        if pixel_values is not None:
+            raise InputError(f"the graph in {self.folder} reads token ids, not pixel_values")
         out = self.run(self._encoder_feeds(input_ids, attention_mask, token_type_ids, kwargs))
         return BaseModelOutput(last_hidden_state=out["last_hidden_state"])
+
+
+class ORTModelForImageClassification(ORTModel):
+    """``pixel_values`` (the model's image size) -> ``logits``; ``config.id2label`` names the classes."""
+
+    task = ("image-classification",)
+    main_input_name = "pixel_values"
+
+    def forward(self, pixel_values=None, **kwargs: Any) -> SequenceClassifierOutput:
+        out = self.run(self._single_input_feeds("pixel_values", pixel_values, None, None, kwargs))
+        return SequenceClassifierOutput(logits=out["logits"])
+
+
+class ORTModelForCTC(ORTModel):
+    """A CTC speech model's graph (Wav2Vec2): ``input_values`` (16 kHz samples) -> ``logits`` per frame.
+
+    The graph takes no attention mask: pass unpadded audio (one clip per call, or clips of one length), as for
+    the checkpoints whose feature encoder uses group norm (``feat_extract_norm="group"``).
+    """
+
+    task = ("automatic-speech-recognition",)
+    main_input_name = "input_values"
+
+    def forward(self, input_values=None, attention_mask=None, **kwargs: Any) -> CausalLMOutput:
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise InputError(
+                f"the graph in {self.folder} takes no attention_mask; pass audio without padding (one clip at a time)"
+            )
+        out = self.run(self._single_input_feeds("input_values", input_values, None, None, kwargs))
+        return CausalLMOutput(logits=out["logits"])
 
 
 class ORTModelForSequenceClassification(ORTModel):

@@ -14,6 +14,8 @@ ORT_CLASSES = (
     "ORTModelForTokenClassification",
     "ORTModelForQuestionAnswering",
     "ORTModelForMaskedLM",
+    "ORTModelForImageClassification",
+    "ORTModelForCTC",
 )
 
 
