@@ -8,6 +8,7 @@ switched on; settings left at their defaults are accepted, so files written by a
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -38,15 +39,25 @@ def _string_list(value: Any) -> Any:
     return sorted(set(value)) if isinstance(value, (set, frozenset)) else list(value)
 
 
+def _flag(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, bool):  # "no" would be truthy: a string here is a damaged file, not a choice
+        raise ConfigError(f"{type(instance).__name__}({attribute.name}={value!r}): give true or false")
+
+
+def _optional_text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{type(instance).__name__}({attribute.name}={value!r}): give a string or null")
+
+
 @attrs.define(kw_only=True)
 class PeftConfig:
     """What every adapter configuration carries (``peft``'s ``PeftConfig`` fields)."""
 
     peft_type: ClassVar[str] = ""
-    task_type: str | None = None
-    base_model_name_or_path: str | None = None
-    revision: str | None = None
-    inference_mode: bool = False
+    task_type: str | None = attrs.field(default=None, validator=_optional_text)
+    base_model_name_or_path: str | None = attrs.field(default=None, validator=_optional_text)
+    revision: str | None = attrs.field(default=None, validator=_optional_text)
+    inference_mode: bool = attrs.field(default=False, validator=_flag)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = ADAPTER_CONFIG_NAME) -> PeftConfig:
@@ -122,6 +133,50 @@ def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None
         raise ConfigError(f"LoraConfig({attribute.name}={value!r}): the rank must be a positive integer")
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _alpha(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not _number(value):
+        raise ConfigError(f"LoraConfig({attribute.name}={value!r}): the scale must be a finite number")
+
+
+def _rank_pattern(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"LoraConfig(rank_pattern={value!r}): give a mapping of module name/pattern -> rank")
+    for key, rank in value.items():
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
+            raise ConfigError(f"LoraConfig(rank_pattern={{{key!r}: {rank!r}}}): each rank must be a positive integer")
+
+
+def _alpha_pattern(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"LoraConfig(alpha_pattern={value!r}): give a mapping of module name/pattern -> alpha")
+    for key, alpha in value.items():
+        if not _number(alpha):
+            raise ConfigError(f"LoraConfig(alpha_pattern={{{key!r}: {alpha!r}}}): each alpha must be a finite number")
+
+
+def _layer_indices(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    values = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if value is None:
+        return
+    if not isinstance(values, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
+    ):
+        raise ConfigError(f"LoraConfig(layers_to_transform={value!r}): give a layer index or a list of them")
+
+
+def _layer_names(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if (
+        value is not None
+        and not isinstance(value, str)
+        and not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+    ):
+        raise ConfigError(f"LoraConfig(layers_pattern={value!r}): give the name of the layer list, or a list of names")
+
+
 def _choice(choices: tuple[Any, ...]) -> Any:
     def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         if not any(value is c or (isinstance(value, str) and value == c) for c in choices):
@@ -158,19 +213,19 @@ class LoraConfig(PeftConfig):
 
     peft_type: ClassVar[str] = "LORA"
     r: int = attrs.field(default=8, validator=_positive_int)
-    lora_alpha: float = 8
+    lora_alpha: float = attrs.field(default=8, validator=_alpha)
     lora_dropout: float = attrs.field(default=0.0, validator=_dropout)
     target_modules: list[str] | str | None = attrs.field(default=None, converter=_string_list, validator=_modules)
     exclude_modules: list[str] | str | None = attrs.field(default=None, converter=_string_list, validator=_modules)
     modules_to_save: list[str] | None = attrs.field(default=None, converter=_string_list, validator=_modules)
     bias: str = attrs.field(default="none", validator=_choice(BIAS_CHOICES))
-    use_rslora: bool = False
-    fan_in_fan_out: bool = False
+    use_rslora: bool = attrs.field(default=False, validator=_flag)
+    fan_in_fan_out: bool = attrs.field(default=False, validator=_flag)
     init_lora_weights: bool | str = attrs.field(default=True, validator=_choice(INIT_CHOICES))
-    layers_to_transform: list[int] | int | None = None
-    layers_pattern: list[str] | str | None = None
-    rank_pattern: dict[str, int] = attrs.field(factory=dict)
-    alpha_pattern: dict[str, float] = attrs.field(factory=dict)
+    layers_to_transform: list[int] | int | None = attrs.field(default=None, validator=_layer_indices)
+    layers_pattern: list[str] | str | None = attrs.field(default=None, validator=_layer_names)
+    rank_pattern: dict[str, int] = attrs.field(factory=dict, validator=_rank_pattern)
+    alpha_pattern: dict[str, float] = attrs.field(factory=dict, validator=_alpha_pattern)
 
     def scaling(self, r: int, alpha: float) -> float:
         return alpha / (r**0.5) if self.use_rslora else alpha / r
