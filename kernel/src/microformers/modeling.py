@@ -408,6 +408,12 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if device is not None:
             check_device(device, "device")
         check_device_map(device_map)
+        tensor_parallel = None
+        if any(k in kwargs for k in ("tp_plan", "tp_size", "device_mesh")):
+            from .tensor_parallel import tensor_parallel_request
+
+            tp_args = [kwargs.pop(k, None) for k in ("tp_plan", "tp_size", "device_mesh")]
+            tensor_parallel = tensor_parallel_request(*tp_args, device, device_map)
         checkpoint, kwargs = open_checkpoint(pretrained_model_name_or_path, kwargs)
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
@@ -453,9 +459,12 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             raise ConfigError(f"{config_source(fmt, files)}: {exc}") from exc
         quantizer = _quantizer(config, **quant_args)
         source = quantizer.prepare(model, fmt, files, target_dtype) if quantizer else fmt.load(files, dtype=target_dtype)
-        info = model._materialise(
-            source, target_dtype, ignore_mismatched_sizes, strict, files, placement=tensor_placement(device, device_map)
-        )
+        placement = tensor_placement(device, device_map)
+        if tensor_parallel is not None:
+            if quantizer is not None:
+                raise ConfigError("tp_plan: tensor parallelism of a quantized model is not supported; drop one of them")
+            source, placement = tensor_parallel.shard(model, source), tensor_parallel.placement
+        info = model._materialise(source, target_dtype, ignore_mismatched_sizes, strict, files, placement=placement)
         model.tie_weights()
         if quantizer is not None:
             quantizer.finish(model)

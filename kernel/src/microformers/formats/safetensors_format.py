@@ -47,6 +47,10 @@ class LazySafetensors(Mapping[str, Any]):
         except Exception as exc:
             raise CheckpointError(f"cannot read tensor '{name}' from {path}: {exc}") from exc
 
+    def get_slice(self, name: str) -> Any:
+        """The memory-mapped tensor ``name``, indexable (``[a:b]``, ``[:, a:b]``) to read only that part."""
+        return self._handles[self._where[name]].get_slice(name)
+
     def shape_of(self, name: str) -> tuple[int, ...]:
         return tuple(self._handles[self._where[name]].get_slice(name).get_shape())
 

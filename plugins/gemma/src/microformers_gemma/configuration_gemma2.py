@@ -13,7 +13,7 @@ starting with a sliding layer).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
@@ -42,6 +42,17 @@ class Gemma2Config(PretrainedConfig):
     """Gemma 2: scaled embeddings, GeGLU MLP, pre- and post-norms, soft-capped logits, local/global layers."""
 
     model_type = "gemma2"
+    # How tensor parallelism splits the base model (from_pretrained(..., tp_plan="auto")): as Llama's, the
+    # attention's and MLP's input projections by output rows, their output projections by input columns.
+    base_model_tp_plan: ClassVar[dict[str, str]] = {
+        "layers.*.self_attn.q_proj": "colwise",
+        "layers.*.self_attn.k_proj": "colwise",
+        "layers.*.self_attn.v_proj": "colwise",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.mlp.gate_proj": "colwise",
+        "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    }
     # What the layers of a file without ``layer_types`` look like: every other layer slides.
     default_sliding_pattern = 2
 

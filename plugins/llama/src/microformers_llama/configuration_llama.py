@@ -7,7 +7,7 @@ and ``config.rope_parameters`` shows the merged view.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
@@ -19,6 +19,18 @@ class LlamaConfig(PretrainedConfig):
     """Decoder-only transformer with RMSNorm, rotary embeddings, grouped-query attention and a SwiGLU MLP."""
 
     model_type = "llama"
+    # How tensor parallelism splits the base model (from_pretrained(..., tp_plan="auto")), as the reference's
+    # plan: query/key/value and gate/up split by output rows (each rank computes heads / tp heads), the output
+    # and down projections by input columns, summed across ranks. Mistral, Qwen2 and Qwen3 inherit it.
+    base_model_tp_plan: ClassVar[dict[str, str]] = {
+        "layers.*.self_attn.q_proj": "colwise",
+        "layers.*.self_attn.k_proj": "colwise",
+        "layers.*.self_attn.v_proj": "colwise",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.mlp.gate_proj": "colwise",
+        "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    }
 
     def __init__(
         self,
