@@ -35,7 +35,14 @@ ENCODERS: dict[str, tuple[str, str, str, dict[str, Any], str, str, tuple[str, ..
                  "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 20, "conv_dim": (8, 8),
                  "conv_stride": (5, 2), "conv_kernel": (10, 3), "num_conv_pos_embeddings": 16,
                  "num_conv_pos_embedding_groups": 2}, "automatic-speech-recognition", "ORTModelForCTC", ("logits",)),
+    "whisper": ("whisper", "whisper", "AutoModelForSpeechSeq2Seq", {"vocab_size": 60, "d_model": 16,
+                "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+                "encoder_ffn_dim": 20, "decoder_ffn_dim": 20, "num_mel_bins": 8, "max_source_positions": 10,
+                "max_target_positions": 20, "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 3,
+                "decoder_start_token_id": 2}, "feature-extraction", "ORTModelForFeatureExtraction",
+                ("last_hidden_state",)),
 }  # fmt: skip
+INPUTS = {"wav2vec2": "input_values", "whisper": "input_features"}
 
 
 def build(name: str) -> Any:
@@ -67,6 +74,8 @@ def new_input(name: str, batch: int) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(11)
     if name == "wav2vec2":
         return {"input_values": torch.randn(batch, 2345, generator=generator)}  # a length the export never saw
+    if name == "whisper":
+        return {"input_features": torch.randn(batch, 8, 20, generator=generator)}  # 2 x max_source_positions frames
     return {"pixel_values": torch.randn(batch, 3, 8, 8, generator=generator)}
 
 
@@ -75,7 +84,7 @@ def test_export_names_and_validates_the_graph(exported) -> None:
     *_, task, _, outputs = ENCODERS[name]
     info = json.loads((folder / "onnx_export.json").read_text())
     assert info["task"] == task and info["exporter"] == "dynamo"
-    assert info["input_names"] == ["input_values" if name == "wav2vec2" else "pixel_values"]
+    assert info["input_names"] == [INPUTS.get(name, "pixel_values")]
     assert tuple(info["output_names"]) == outputs
     assert info["max_difference"] <= 1e-4  # the export's own check: ONNX Runtime against PyTorch
     assert (folder / "model.onnx").is_file() and (folder / "config.json").is_file()
@@ -88,7 +97,8 @@ def test_ort_model_class_gives_the_pytorch_outputs_on_a_new_batch(exported) -> N
     inputs = new_input(name, batch=4)
     got = ort(**inputs)
     with torch.no_grad():
-        want = (model.vision_model if name == "clip" else model)(**inputs)
+        encoder = model.vision_model if name == "clip" else model.get_encoder() if name == "whisper" else model
+        want = encoder(**inputs)
     for output in outputs:
         assert_close(getattr(got, output), getattr(want, output), atol=1e-4, msg=f"{name} {output}")
 
@@ -111,6 +121,7 @@ def test_ort_model_refuses_inputs_its_graph_does_not_take(exported) -> None:
         ("vit", "automatic-speech-recognition", "choose --task feature-extraction or --task image-classification"),
         ("wav2vec2", "image-classification", "choose --task feature-extraction or --task automatic-speech-recognition"),
         ("vit", "text2text-generation", "is not one. Choose another --task"),
+        ("whisper", "text2text-generation", "only its encoder is exported .--task feature-extraction."),
     ],
 )
 def test_task_that_does_not_fit_the_model_is_refused_before_writing(

@@ -48,6 +48,10 @@ class EncoderGraph(ExportGraph):
         parameter = next(self.model.parameters())
         if self.input_name == "input_values":
             values = torch.randn(case.batch, case.length, generator=generator)
+        elif self.input_name == "input_features":  # Whisper: a fixed number of frames (2 x the encoder's positions)
+            config = self.model.config
+            frames = 2 * config.max_source_positions
+            values = torch.randn(case.batch, config.num_mel_bins, frames, generator=generator)
         else:
             config = self.model.config
             side = config.image_size if isinstance(config.image_size, int) else config.image_size[0]
@@ -71,9 +75,12 @@ def encoder_graph(model: nn.Module, task: str) -> EncoderGraph:
     if main_input == "input_ids" and isinstance(getattr(model, "vision_model", None), nn.Module):
         model = model.vision_model  # a two-tower model: its image encoder
         main_input = getattr(model, "main_input_name", "pixel_values")
+    if main_input == "input_features" and getattr(model.config, "is_encoder_decoder", False):
+        model = model.get_encoder()  # Whisper: the encoder of log-mel features
     fits = {
         "pixel_values": ("feature-extraction", "image-classification"),
         "input_values": ("feature-extraction", "automatic-speech-recognition"),
+        "input_features": ("feature-extraction",),
     }
     if main_input not in fits:
         raise OnnxExportError(

@@ -516,6 +516,15 @@ def _check_exportable(model: nn.Module, task: str, quantize: str | None) -> None
         )
     spec = TASKS[task]
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    main_input = getattr(model, "main_input_name", "input_ids")
+    if encoder_decoder and main_input != "input_ids":
+        if task == "feature-extraction" and main_input in NON_TEXT_INPUTS:
+            return  # its encoder alone (Whisper's)
+        raise OnnxExportError(
+            f"{type(model).__name__} is an encoder-decoder reading {main_input!r} (Whisper-style); only its encoder is "
+            "exported (--task feature-extraction): its decoder graphs are not yet. Encoder-decoders on token ids "
+            "(T5, BART, mBART, Marian) export with --task text2text-generation"
+        )
     if encoder_decoder and not spec.seq2seq:
         raise OnnxExportError(
             f"{type(model).__name__} is an encoder-decoder model; task {task!r} is exported for encoder-only and "
@@ -526,7 +535,6 @@ def _check_exportable(model: nn.Module, task: str, quantize: str | None) -> None
             f"task {task!r} exports the encoder and decoder of an encoder-decoder model (T5, BART, Marian ...); "
             f"{type(model).__name__} is not one. Choose another --task (tasks: {', '.join(TASKS)})"
         )
-    main_input = getattr(model, "main_input_name", "input_ids")
     if main_input != "input_ids" and spec.generation and not spec.seq2seq:
         raise OnnxExportError(
             f"task {task!r} needs a causal LM on token ids; {type(model).__name__} reads {main_input}"

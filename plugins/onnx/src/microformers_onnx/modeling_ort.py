@@ -170,14 +170,27 @@ class ORTModel:
 
 
 class ORTModelForFeatureExtraction(ORTModel):
-    """``last_hidden_state`` of a text encoder (ids and mask) or of an image encoder (``pixel_values``; with
-    ``pooler_output`` / ``image_embeds`` where the graph has them)."""
+    """``last_hidden_state`` of a text encoder (ids and mask), of an image encoder (``pixel_values``; with
+    ``pooler_output`` / ``image_embeds`` where the graph has them) or of Whisper's encoder (``input_features``)."""
 
     task = ("feature-extraction",)
 
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, pixel_values=None, **kwargs: Any
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        pixel_values=None,
+        input_features=None,
+        **kwargs: Any,
     ) -> BaseModelOutput:
+        if "input_features" in self.input_names:  # Whisper's encoder
+            out = self.run(
+                self._single_input_feeds("input_features", input_features, input_ids, attention_mask, kwargs)
+            )
+            return BaseModelOutput(last_hidden_state=out["last_hidden_state"])
+        if input_features is not None:
+            raise InputError(f"the graph in {self.folder} reads {self.input_names[0]}, not input_features")
         if "pixel_values" in self.input_names:
             out = self.run(self._single_input_feeds("pixel_values", pixel_values, input_ids, attention_mask, kwargs))
             extra = {name: out[name] for name in ("pooler_output", "image_embeds") if name in out}
