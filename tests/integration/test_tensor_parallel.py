@@ -21,9 +21,9 @@ WORKER = Path(__file__).parent / "tp_scripts" / "tp_worker.py"
 IDS = torch.tensor([[3, 17, 5, 42, 8, 1], [9, 2, 30, 11, 6, 7]])  # the worker's prompt
 
 
-def _save(model_class: type, config: object, folder: Path) -> str:
+def _save(model_class: type, config: object, folder: Path, safe: bool = True) -> str:
     torch.manual_seed(0)
-    model_class(config).save_pretrained(folder)
+    model_class(config).save_pretrained(folder, safe_serialization=safe)
     return str(folder)
 
 
@@ -44,6 +44,10 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         made[model_type] = _save(
             microformers.AutoModelForCausalLM.from_config(config).__class__, config, root / model_type
         )
+    llama = _tiny("llama")  # pytorch_model.bin: no memory-mapped slices, each tensor read whole then sliced
+    made["llama_bin"] = _save(
+        type(microformers.AutoModelForCausalLM.from_config(llama)), llama, root / "llama_bin", False
+    )
     three = _tiny("llama", hidden_size=24, num_attention_heads=3, num_key_value_heads=3)
     made["bad_three_heads"] = _save(
         microformers.AutoModelForCausalLM.from_config(three).__class__, three, root / "bad_three_heads"
@@ -75,7 +79,7 @@ def run(folders: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tu
     return torch.load(output / "results.pt", weights_only=False), json.loads((output / "errors.json").read_text())
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "gemma2"])
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "gemma2", "llama_bin"])
 def test_two_ranks_give_the_single_process_logits_and_tokens(run, folders, model_type):
     results, _ = run
     got = results[model_type]

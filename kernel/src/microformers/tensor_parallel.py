@@ -141,6 +141,10 @@ class TensorParallel:
                 by_key.setdefault(name[len(prefix) + 1 :], value)
             elif prefix:
                 by_key.setdefault(f"{prefix}.{name}", value)
+        for owner in model.modules():  # buffers made while building (rotary tables) go to the mesh's device too
+            for key, buffer in owner._buffers.items():
+                if buffer is not None and not buffer.is_meta and buffer.device != self.device:
+                    owner._buffers[key] = buffer.to(self.device)
         model._tp_plan = plan
         model._tp_size = self.size
         model._device_mesh = self.mesh
