@@ -2,7 +2,9 @@
 
 The graph is built by ``torch.onnx.export`` with the dynamo exporter (``torch.export`` underneath);
 where that fails, the TorchScript exporter is tried and :attr:`ExportResult.exporter` says which one
-ran. The model is wrapped in :class:`TaskGraph`, which gives the graph the input and output names
+ran. Each graph file is an :class:`ExportGraph` (sample inputs, the PyTorch answer, dynamic axes): text
+models are wrapped in :class:`TaskGraph`, encoder-decoders in the three graphs of ``seq2seq.py``, vision and
+audio encoders in ``encoders.py``. :class:`TaskGraph` gives the graph the input and output names
 ONNX Runtime users know (``input_ids``, ``attention_mask``, ``position_ids``,
 ``past_key_values.N.key/value``; ``logits``, ``present.N.key/value`` ...) and turns the 2-D padding
 mask into the ready-made boolean attention mask the models accept, so the graph holds no branch on
