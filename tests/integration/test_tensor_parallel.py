@@ -73,15 +73,16 @@ def _torchrun(output: Path, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def run(folders: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+def run(folders: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Path]:
     output = tmp_path_factory.mktemp("tp_run")
     _torchrun(output, *folders.values())
-    return torch.load(output / "results.pt", weights_only=False), json.loads((output / "errors.json").read_text())
+    results = torch.load(output / "results.pt", weights_only=False)
+    return results, json.loads((output / "errors.json").read_text()), output
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "gemma2", "llama_bin"])
 def test_two_ranks_give_the_single_process_logits_and_tokens(run, folders, model_type):
-    results, _ = run
+    results = run[0]
     got = results[model_type]
     single = microformers.AutoModelForCausalLM.from_pretrained(folders[model_type])
     with torch.no_grad():
@@ -103,6 +104,24 @@ def test_each_rank_holds_its_slice_of_the_sharded_weights(run, folders):
         assert torch.equal(held["o_proj"], o_cols[rank])
         assert torch.equal(held["embed"], single.model.embed_tokens.weight.detach())  # not in the plan: whole
     assert got["global_shapes"]["q_proj"] == tuple(attention.q_proj.weight.shape)
+
+
+def test_save_pretrained_writes_the_whole_weights_once(run, folders):
+    saved = Path(run[2]) / "saved_llama"
+    reloaded = microformers.AutoModelForCausalLM.from_pretrained(saved).state_dict()
+    original = microformers.AutoModelForCausalLM.from_pretrained(folders["llama"]).state_dict()
+    assert reloaded.keys() == original.keys()
+    for key, value in original.items():
+        assert torch.equal(reloaded[key], value), key  # exact: gathered copies of the stored floats, no arithmetic
+
+
+@pytest.mark.parametrize(("label", "size"), [("tp_size_1", 1), ("device_mesh", 2)])
+def test_tp_size_and_device_mesh_arguments_pick_the_split(run, folders, label, size):
+    got = run[0][label]
+    assert got["tp_size"] == size
+    single = microformers.AutoModelForCausalLM.from_pretrained(folders[got["model"]])
+    with torch.no_grad():
+        assert_close(got["logits"], single(input_ids=IDS).logits, msg=label)
 
 
 def test_kv_cache_holds_the_local_heads(run):

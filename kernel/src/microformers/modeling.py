@@ -650,6 +650,10 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         **kwargs: Any,
     ) -> None:
         refuse_push_to_hub(kwargs.get("push_to_hub"))
+        if getattr(self, "_device_mesh", None) is not None:  # tensor parallel: every rank gathers, rank 0 writes
+            from .tensor_parallel import gathered_state
+
+            state_dict, is_main_process = gathered_state(self, state_dict, is_main_process)
         if not is_main_process:
             return
         if self.__dict__.get("_adapter_manager") is not None:  # adapter files only, as the reference does

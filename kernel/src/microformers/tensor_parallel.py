@@ -206,6 +206,19 @@ class ShardedSource(Mapping[str, Any]):
         return len(self._source)
 
 
+def gathered_state(
+    model: nn.Module, state_dict: Mapping[str, Any] | None, is_main_process: bool
+) -> tuple[dict[str, Any], bool]:
+    """``save_pretrained`` of a tensor-parallel model: the whole tensors (every rank must take part in the
+    gather, so call it on all of them) and whether this rank writes (global rank 0 only, as all hold the same)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    state = model.state_dict() if state_dict is None else state_dict
+    full = {key: value.full_tensor() if isinstance(value, DTensor) else value for key, value in state.items()}
+    return full, is_main_process and dist.get_rank() == 0
+
+
 def tensor_parallel_request(
     tp_plan: Any, tp_size: Any, device_mesh: Any, device: Any, device_map: Any
 ) -> TensorParallel | None:

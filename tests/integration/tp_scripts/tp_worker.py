@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 import microformers
 from microformers.errors import ConfigError
@@ -46,6 +47,7 @@ for folder in folders:
             return_dict_in_generate=True,
         )
         cached_keys = model(input_ids=ids, use_cache=True).past_key_values[0][0]
+    model.save_pretrained(output / f"saved_{name}")  # every rank gathers; rank 0 writes
     per_rank = [None] * dist.get_world_size()
     dist.all_gather_object(per_rank, {k: v[0] for k, v in weights.items()})
     if rank == 0:
@@ -73,6 +75,15 @@ def refused(label: str, folder: str, **kwargs) -> None:
 
 
 by_name = {Path(f).name: f for f in folders}
+# tp_size below the world size (one copy per rank here) and a caller's 1-D mesh
+for label, kwargs in (("tp_size_1", {"tp_size": 1}), ("device_mesh", {"device_mesh": init_device_mesh("cpu", (2,))})):
+    model = microformers.AutoModelForCausalLM.from_pretrained(folders[0], tp_plan="auto", **kwargs)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    if dist.get_rank() == 0:
+        results[label] = {"logits": logits, "tp_size": model._tp_size, "model": Path(folders[0]).name}
+        torch.save(results, output / "results.pt")
+
 refused("tp_size_not_dividing", folders[0], tp_plan="auto", tp_size=3)
 refused("unknown_style", folders[0], tp_plan={"model.layers.*.mlp.up_proj": "diagonal"})
 refused("heads_not_divisible", by_name["bad_three_heads"], tp_plan="auto")
