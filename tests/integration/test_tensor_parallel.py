@@ -165,3 +165,19 @@ def test_tp_plan_outside_a_distributed_run_is_refused(folders, monkeypatch):
 def test_bad_tensor_parallel_arguments_are_refused(folders, kwargs, match):
     with pytest.raises(ConfigError, match=match):
         microformers.AutoModelForCausalLM.from_pretrained(folders["llama"], **kwargs)
+
+
+def test_a_rank_reads_only_its_slice_from_a_safetensors_file(folders, monkeypatch):
+    from microformers.formats.safetensors_format import LazySafetensors
+    from microformers.tensor_parallel import ShardedSource
+
+    files = sorted(Path(folders["llama"]).glob("*.safetensors"))
+    whole = LazySafetensors(files)["model.layers.0.mlp.down_proj.weight"]
+
+    def refuse_whole_reads(self, name):
+        raise AssertionError(f"{name} was read whole")
+
+    monkeypatch.setattr(LazySafetensors, "__getitem__", refuse_whole_reads)
+    source = ShardedSource(LazySafetensors(files), {}, mesh=None, device=torch.device("cpu"))
+    columns = source._slice("model.layers.0.mlp.down_proj.weight", dim=1, start=24, stop=48)
+    assert torch.equal(columns, whole[:, 24:48])  # exact: the stored floats, read from the file's bytes

@@ -179,7 +179,7 @@ class ShardedSource(Mapping[str, Any]):
             if size * self._mesh.size() != shape[dim]:  # not this model's shape: the loader reports the mismatch
                 return self._source[key]
             start = self._mesh.get_local_rank() * size
-            local = self._slice(key, dim, start, start + size, len(shape))
+            local = self._slice(key, dim, start, start + size)
         else:
             local = self._source[key]
         local = local.to(self._device) if local.device != self._device else local
@@ -192,7 +192,7 @@ class ShardedSource(Mapping[str, Any]):
         shape_of = getattr(self._source, "shape_of", None)
         return tuple(shape_of(key)) if shape_of is not None else tuple(self._source[key].shape)
 
-    def _slice(self, key: str, dim: int, start: int, stop: int, ndim: int) -> torch.Tensor:
+    def _slice(self, key: str, dim: int, start: int, stop: int) -> torch.Tensor:
         index = (slice(None),) * dim + (slice(start, stop),)
         get_slice = getattr(self._source, "get_slice", None)
         if get_slice is not None:  # a memory-mapped file: only this rank's bytes are read
