@@ -39,7 +39,13 @@ def _tiny(model_type: str, **overrides: object) -> object:
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("tp_models")
     made = {}
-    for model_type, extra in (("llama", {}), ("qwen3", {"head_dim": 8}), ("qwen2", {}), ("gemma2", {"head_dim": 8})):
+    for model_type, extra in (
+        ("llama", {}),
+        ("qwen3", {"head_dim": 8}),
+        ("qwen2", {}),
+        ("gemma2", {"head_dim": 8}),
+        ("gemma3_text", {"head_dim": 8}),
+    ):
         config = _tiny(model_type, **extra)
         made[model_type] = _save(
             microformers.AutoModelForCausalLM.from_config(config).__class__, config, root / model_type
@@ -80,7 +86,7 @@ def run(folders: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tu
     return results, json.loads((output / "errors.json").read_text()), output
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "gemma2", "llama_bin"])
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "gemma2", "gemma3_text", "llama_bin"])
 def test_two_ranks_give_the_single_process_logits_and_tokens(run, folders, model_type):
     results = run[0]
     got = results[model_type]
