@@ -665,6 +665,7 @@ class Engine:
         with torch.inference_mode():
             if self._packing is None:
                 self._packing = self._probe_packing()
+            prefilled = 0  # prompt tokens prefilled since the last decoding step
             while True:
                 with self._condition:
                     while (
@@ -681,7 +682,16 @@ class Engine:
                         self._prefilling.append(self._waiting.popleft())
                 self._retire_cancelled()
                 if self._prefilling:
+                    before = self.prefill_tokens
                     self._prefill_round()
+                    prefilled += self.prefill_tokens - before
+                    with self._condition:
+                        more = bool(self._waiting) and len(self._running) + len(self._prefilling) < self.max_batch_size
+                    if (more or self._prefilling) and prefilled < self.prefill_chunk:
+                        # requests that arrived during that forward are prefilled first, while the running rows'
+                        # wait stays under one chunk's forward: their first tokens come sooner
+                        continue
+                prefilled = 0
                 if self._running:
                     self._step()
                     if not self._running:
