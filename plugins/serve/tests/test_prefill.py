@@ -200,3 +200,32 @@ def test_prompts_sharing_a_beginning_within_one_forward_copy_it_from_the_first(e
         assert_like_alone(model, job, collector)
     engine.drain()
     assert engine.join(10)
+
+
+def test_a_request_arriving_during_a_prefill_is_prefilled_before_the_next_decoding_step(engine_model: Any) -> None:
+    tokenizer, model = engine_model
+    engine = started(Engine(model, tokenizer, max_batch_size=4))
+    first_done, late_done = Collector(), Collector()
+    late = GenerationRequest(prompt_ids=[40, 41, 42], max_new_tokens=6, emit=late_done)
+    seen: dict[str, int] = {}
+
+    def on_first(event: Event) -> None:  # the first token comes out of the prefill forward: the other arrives now
+        if "submitted" not in seen:
+            seen["submitted"] = 1
+            engine.submit(late)
+        first_done(event)
+
+    def on_late(event: Event) -> None:
+        seen.setdefault("first_has", len(first.output_ids))
+        late_done(event)
+
+    late.emit = on_late
+    first = GenerationRequest(prompt_ids=[30, 31, 32, 33], max_new_tokens=6, emit=on_first)
+    with one_thread():
+        engine.submit(first)
+        wait_all([(first, first_done), (late, late_done)])
+    assert seen["first_has"] == 1  # no decoding step ran between the two prefills
+    assert_like_alone(model, first, first_done)
+    assert_like_alone(model, late, late_done)
+    engine.drain()
+    assert engine.join(10)
