@@ -86,7 +86,7 @@ def test_a_quantization_config_from_the_argument_or_the_config_file(
 def test_a_quantization_config_without_a_known_method_is_refused(quantizers: Registry) -> None:
     with pytest.raises(
         ConfigError,
-        match=r"^quantization_config \{'bits': 4\} has no 'quant_method' \(e\.g\. 'int8', 'int4', 'gguf'\)$",
+        match=r"^the quantization_config argument \{'bits': 4\} has no 'quant_method' \(e\.g\. 'int8', 'int4', 'gguf'\)$",
     ):
         modeling_module._quantizer(PretrainedConfig(), {"bits": 4})
     with pytest.raises(Exception, match=r"^No installed plugin provides quantization method 'int3'\. "):

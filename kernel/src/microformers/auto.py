@@ -136,7 +136,7 @@ class _AutoModel:
                 config_kwargs.update(checkpoint.hub_kwargs)
             config = AutoConfig.from_pretrained(config or checkpoint, **config_kwargs, **code)
             for key in list(kwargs):
-                if hasattr(config, key) and key not in ("dtype", "torch_dtype"):
+                if hasattr(config, key) and key not in ("dtype", "torch_dtype", "quantization_config"):
                     setattr(config, key, kwargs.pop(key))
         model_cls = cls._model_class(config, checkpoint.source, trust_remote_code, checkpoint.hub_kwargs, code)
         model = model_cls.from_pretrained(checkpoint, *model_args, config=config, **kwargs)

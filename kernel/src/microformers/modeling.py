@@ -721,12 +721,26 @@ def _quantizer(
         if spec is not None or (load_in_8bit and load_in_4bit):
             raise ConfigError("pass one of quantization_config, load_in_8bit=True or load_in_4bit=True")
         spec = {"quant_method": "int8" if load_in_8bit else "int4"}
+    source = "the quantization_config argument" if spec is not None else "config.json's quantization_config"
     spec = spec if spec is not None else getattr(config, "quantization_config", None)
     if spec is None:
         return None
-    spec = dict(spec) if isinstance(spec, Mapping) else spec.to_dict()
+    if isinstance(spec, Mapping):
+        spec = dict(spec)
+    elif callable(getattr(spec, "to_dict", None)):
+        spec = spec.to_dict()
+    else:
+        raise ConfigError(
+            f"{source} is a {type(spec).__name__} ({spec!r:.80}); it must be an object such as "
+            '{"quant_method": "int8"} or a quantization config class (Int8Config(), GPTQConfig(...))'
+        )
     if not spec.get("quant_method"):
-        raise ConfigError(f"quantization_config {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
+        raise ConfigError(f"{source} {spec} has no 'quant_method' (e.g. 'int8', 'int4', 'gguf')")
+    if not isinstance(spec["quant_method"], str):
+        raise ConfigError(
+            f"{source}: 'quant_method' is {spec['quant_method']!r:.80}, expected a method name such as 'int8', "
+            "'int4' or 'gguf'"
+        )
     factory: QuantizerFactory = registry.require("quantizers", spec["quant_method"], what="quantization method")
     quantizer = factory(spec)
     if load_in_8bit or load_in_4bit:

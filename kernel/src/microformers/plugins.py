@@ -276,10 +276,10 @@ class Registry:
     def missing_error(self, kind: str, name: Any, what: str | None = None) -> UnknownModelTypeError | PluginError:
         self.discover()
         what = what or kind.rstrip("s").replace("_", " ")
-        installed = [n if isinstance(n, str) else ":".join(n) for n in self.names(kind)]
+        installed = [_display_name(n) for n in self.names(kind)]
         lookup_name = name[0] if isinstance(name, tuple) else name
-        provider = self.provider_of(kind, lookup_name)
-        lines = [f"No installed plugin provides {what} '{name if isinstance(name, str) else ':'.join(name)}'."]
+        provider = self.provider_of(kind, lookup_name) if isinstance(lookup_name, str) else None
+        lines = [f"No installed plugin provides {what} {_display_name(name)!r}."]
         broken = [p for p in self.plugins.values() if p.broken]
         provider_broken = [p for p in broken if provider and p.distribution and _same_dist(p.distribution, provider)]
         if provider_broken:
@@ -297,6 +297,13 @@ class Registry:
         lines.append(f"Installed: {', '.join(installed) if installed else 'none'}.")
         error_cls = PluginError if provider or broken else UnknownModelTypeError
         return error_cls(" ".join(lines))
+
+
+def _display_name(name: Any) -> str:
+    """A registry key as users write it: ``'llama'``, or ``'model:Task'`` for tuple keys; any other value as its repr."""
+    if isinstance(name, tuple):
+        return ":".join(map(str, name))
+    return name if isinstance(name, str) else repr(name)
 
 
 def _same_dist(a: str, b: str) -> bool:

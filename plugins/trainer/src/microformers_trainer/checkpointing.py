@@ -498,6 +498,22 @@ def load_trainer_state(path: Path) -> Any:
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise CheckpointError(f"{path}: {key!r} is {value!r:.80}, expected a number; the checkpoint is corrupt")
+    if not math.isfinite(data.get("epoch") or 0):
+        raise CheckpointError(
+            f"{path}: 'epoch' is {data['epoch']!r}, expected a finite number; the checkpoint is corrupt"
+        )
+    for key in ("logging_steps", "eval_steps", "save_steps", "train_batch_size"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise CheckpointError(
+                f"{path}: {key!r} is {value!r:.80}, expected a number above 0; the checkpoint is corrupt"
+            )
+    for key, kind in (("stateful_callbacks", dict), ("trial_params", dict), ("is_hyper_param_search", bool)):
+        value = data.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise CheckpointError(
+                f"{path}: {key!r} is {value!r:.80}, expected a {kind.__name__}; the checkpoint is corrupt"
+            )
     for key in ("best_global_step",):
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):

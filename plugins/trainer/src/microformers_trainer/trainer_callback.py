@@ -68,10 +68,12 @@ class TrainerState:
 
     @classmethod
     def load_from_json(cls, json_path: str | os.PathLike[str]) -> TrainerState:
-        with open(json_path, encoding="utf-8") as f:
-            data = json.load(f)
-        known = {a.name for a in attrs.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """The state saved in ``json_path``; a ``CheckpointError`` naming the file when it does not hold one."""
+        from pathlib import Path
+
+        from .checkpointing import load_trainer_state
+
+        return load_trainer_state(Path(json_path))
 
 
 @attrs.define(slots=False)
