@@ -23,6 +23,7 @@ TINY: dict[str, Any] = {"vocab_size": 64, "hidden_size": 32, "n_layer": 2, "n_he
         ({"hidden_size": 30}, "hidden_size=30"),
         ({"n_head": 0}, "n_head"),
         ({"attention_dropout": 2}, "attention_dropout=2"),
+        ({"head_dim": 16}, "head_dim=16 disagrees"),
     ],
 )
 def test_bad_config_is_refused_naming_the_field(overrides: dict[str, Any], named: str) -> None:
@@ -34,6 +35,7 @@ def test_generic_names_read_the_files_names() -> None:
     config = BloomConfig(**TINY)
     assert (config.num_hidden_layers, config.num_attention_heads, config.head_dim) == (2, 4, 8)
     assert "n_layer" in config.to_dict()
+    assert BloomConfig(**TINY, head_dim=8).head_dim == 8  # a stated head size that agrees is accepted
 
 
 def test_alibi_slopes_for_powers_of_two_and_between() -> None:

@@ -25,11 +25,16 @@ TINY: dict[str, Any] = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers"
         ({"new_decoder_architecture": True, "parallel_attn": False}, "parallel_attn"),
         ({"num_ln_in_parallel_attn": 3}, "num_ln_in_parallel_attn=3"),
         ({"hidden_dropout": -0.1}, "hidden_dropout=-0.1"),
+        ({"head_dim": 16}, "head_dim=16 disagrees"),
     ],
 )
 def test_bad_config_is_refused_naming_the_field(overrides: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         FalconConfig(**{**TINY, **overrides})
+
+
+def test_a_stated_head_dim_that_agrees_is_accepted() -> None:
+    assert FalconConfig(**TINY, head_dim=8).head_dim == 8
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ class BloomConfig(PretrainedConfig):
         **kwargs: Any,
     ) -> None:
         n_embed = kwargs.pop("n_embed", None)  # the oldest files' name for hidden_size
+        stated_head_dim = kwargs.pop("head_dim", None)  # derived here; a file may still state it
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size if n_embed is None else n_embed
         self.n_layer = n_layer
@@ -65,6 +66,11 @@ class BloomConfig(PretrainedConfig):
         if self.hidden_size % self.n_head:
             raise ConfigError(
                 f"hidden_size={self.hidden_size} is not divisible by n_head={self.n_head}; fix one of them in config.json"
+            )
+        if stated_head_dim is not None and stated_head_dim != self.head_dim:
+            raise ConfigError(
+                f"head_dim={stated_head_dim!r} disagrees with hidden_size / n_head = {self.head_dim}; "
+                "remove head_dim from config.json or fix the sizes"
             )
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)

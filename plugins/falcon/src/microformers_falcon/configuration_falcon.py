@@ -55,6 +55,7 @@ class FalconConfig(PretrainedConfig):
     ) -> None:
         rope_parameters = kwargs.pop("rope_parameters", None)
         n_embed = kwargs.pop("n_embed", None)  # the oldest files' name for hidden_size
+        stated_head_dim = kwargs.pop("head_dim", None)  # derived here; a file may still state it
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size if n_embed is None else n_embed
         self.num_hidden_layers = num_hidden_layers
@@ -86,6 +87,11 @@ class FalconConfig(PretrainedConfig):
             **kwargs,
         )
         self._validate()
+        if stated_head_dim is not None and stated_head_dim != self.head_dim:
+            raise ConfigError(
+                f"head_dim={stated_head_dim!r} disagrees with hidden_size / num_attention_heads = {self.head_dim}; "
+                "remove head_dim from config.json or fix the sizes"
+            )
         normalize_rope_settings(
             head_dim=self.head_dim,
             max_position_embeddings=self.max_position_embeddings,
