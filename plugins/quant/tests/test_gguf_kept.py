@@ -65,6 +65,20 @@ def test_blocks_are_kept_and_match_the_dequantised_model(
     assert_similar_generation(kept.generate(IDS, **settings), expected.sequences, expected.scores, prompt_length=8)
 
 
+@pytest.mark.parametrize("embedding", [T.Q8_0, T.Q4_1])
+def test_an_untied_quantized_embedding_is_read_dequantised(writer: ModuleType, tmp_path: Path, embedding: T) -> None:
+    """Untied, the embedding stays a float ``nn.Embedding``: its kept blocks are read de-quantised, not refused as
+    a missing ``embed_tokens.weight``; the head and the other layers keep their blocks."""
+    path = write(writer, tmp_path, T.Q8_0, embedding=embedding, tied=False)
+    dequantised = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
+    kept = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, quantization_config=GgufQuantConfig())
+    assert type(kept.model.embed_tokens) is torch.nn.Embedding
+    assert isinstance(kept.lm_head, QuantLinear) and isinstance(kept.model.layers[0].mlp.up_proj, QuantLinear)
+    # exact: the same de-quantisation of the same blocks as the float load
+    assert torch.equal(kept.model.embed_tokens.weight, dequantised.model.embed_tokens.weight)
+    assert torch.allclose(logits(kept), logits(dequantised), atol=5e-4, rtol=1e-4)  # summation order only
+
+
 def test_other_block_types_are_requantised_to_int8(writer: ModuleType, tmp_path: Path) -> None:
     path = write(writer, tmp_path, T.Q5_0, embedding=T.F32)
     dequantised = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)

@@ -115,7 +115,7 @@ class ConvertingSource(Mapping[str, torch.Tensor]):
             stem, _, leaf = key.rpartition(".")
             if leaf != "weight":
                 continue
-            module_name = _module_for(stem, quantizer.converted, prefix)
+            module_name = module_for(stem, quantizer.converted, prefix)
             if module_name is None:
                 continue
             suffixes = [n for n, _ in quantizer.converted[module_name].named_buffers(recurse=False)]
@@ -155,7 +155,8 @@ class ConvertingSource(Mapping[str, torch.Tensor]):
         return file_of(derived[0] if derived else key) if file_of else None
 
 
-def _module_for(stem: str, converted: Mapping[str, Any], prefix: str) -> str | None:
+def module_for(stem: str, converted: Mapping[str, Any], prefix: str) -> str | None:
+    """The converted module a checkpoint stem names (with or without the model's base prefix), or None."""
     if stem in converted:
         return stem
     if prefix and f"{prefix}.{stem}" in converted:

@@ -62,6 +62,19 @@ class GgufBlockSource(Mapping[str, torch.Tensor]):
             for part in parts:
                 self.entries[f"{stem}.{part}"] = (info, layout, part, hf)
 
+    def kept_weights(self) -> list[str]:
+        """The Hugging Face names of the weights whose blocks are kept (read as ``qweight``/``scales``[/``mins``])."""
+        return sorted({entry[3] for entry in self.entries.values() if entry[1] != "float"})
+
+    def read_as_float(self, hf: str) -> None:
+        """Read weight ``hf`` de-quantised to the load dtype under its own name instead of as kept blocks."""
+        parts = [key for key, entry in self.entries.items() if entry[3] == hf and entry[1] != "float"]
+        info = self.entries[parts[0]][0]
+        for key in parts:
+            del self.entries[key]
+        self.row_order.pop(hf, None)
+        self.entries[hf] = (info, "float", "", hf)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.entries)
 
@@ -164,3 +177,13 @@ class GgufQuantizer(PluginQuantizer):
 
     def layout_for(self, name: str, module: Any, is_head: bool) -> None:
         return None  # whatever the file holds as float stays float
+
+    def match_source_to_modules(self) -> None:
+        """A module that stays float (an untied embedding, a layer in ``modules_to_not_convert``) reads its kept
+        blocks de-quantised as ``weight``: it has no ``qweight``/``scales`` to fill."""
+        from microformers_sdk.quantization import module_for
+
+        if isinstance(self.source, GgufBlockSource):
+            for hf in self.source.kept_weights():
+                if module_for(hf.rpartition(".")[0], self.converted, self.prefix) is None:
+                    self.source.read_as_float(hf)

@@ -101,7 +101,11 @@ class PluginQuantizer(Quantizer):
         self.head_name = next((n for n, m in model.named_modules() if m is head), None) if head is not None else None
         self.replace_modules(model)
         self.replace_embedding(model, dtype)
+        self.match_source_to_modules()
         return ConvertingSource(self.source, self, self.prefix)
+
+    def match_source_to_modules(self) -> None:
+        """After the modules are swapped: let the source adjust tensors kept for modules that stayed float."""
 
     def finish(self, model: nn.Module) -> None:
         super().finish(model)
