@@ -13,7 +13,8 @@ PY=.venv/bin/python
 TESTS=(sdk/tests plugins/llama/tests plugins/gemma/tests plugins/phi3/tests plugins/mixtral/tests
   plugins/qwen2_moe/tests plugins/gpt2/tests plugins/bert/tests plugins/distilbert/tests plugins/roberta/tests
   plugins/wav2vec2/tests plugins/generation/tests plugins/pipelines/tests plugins/quant/tests plugins/peft/tests
-  plugins/gguf/tests tests/parity)
+  plugins/gguf/tests plugins/starcoder2/tests plugins/stablelm/tests plugins/falcon/tests plugins/bloom/tests
+  tests/parity)
 legs=("$@")
 [ ${#legs[@]} -gt 0 ] || legs=(default-isa avx2-isa no-native threads-1 threads-2)
 
