@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from microformers import ConfigError
-from microformers_sdk.rope_settings import RopeSettings, normalize_rope_settings, rope_settings_from_config
+from microformers_sdk.rope_settings import (
+    RopeParametersMixin,
+    RopeSettings,
+    normalize_rope_settings,
+    rope_settings_from_config,
+)
 
 # From test_rope_settings_full_mutants.py: ``microformers_sdk.rope_settings`` behaviour the full mutation run found
 # unasserted (docs/reliability.md). Each scaling type's settings are compared whole, so every field a config carries
@@ -365,3 +370,39 @@ def test_settings_from_a_config_object() -> None:
     plain = SimpleNamespace(hidden_size=32, num_attention_heads=4, max_position_embeddings=64)
     assert rope_settings_from_config(plain).dim == 8
     assert rope_settings_from_config(plain, head_dim=16).dim == 16  # an explicit head size wins
+
+
+class _Classic(RopeParametersMixin):
+    def __init__(self, rope_theta: float, rope_scaling: dict | None = None, partial: float | None = None) -> None:
+        self.rope_theta, self.rope_scaling = rope_theta, rope_scaling
+        if partial is not None:
+            self.partial_rotary_factor = partial
+
+
+class _Partial(_Classic):
+    rope_parameters_take_partial_rotary_factor = True
+
+
+def test_rope_parameters_view_merges_theta_scaling_and_partial_factor() -> None:
+    config = _Classic(1e4, {"type": "linear", "factor": 2.0}, partial=0.5)
+    assert config.rope_parameters == {
+        "rope_type": "linear",
+        "rope_theta": 1e4,
+        "partial_rotary_factor": 0.5,
+        "factor": 2.0,
+    }
+    assert _Classic(5e5).rope_parameters == {"rope_type": "default", "rope_theta": 5e5}
+
+
+def test_setting_rope_parameters_converts_back_to_the_classic_spelling() -> None:
+    config = _Classic(1e4)
+    config.rope_parameters = {"rope_type": "default", "rope_theta": 2e4}
+    assert (config.rope_theta, config.rope_scaling) == (2e4, None)
+    config.rope_parameters = {"rope_type": "llama3", "rope_theta": 3e4, "factor": 8.0, "partial_rotary_factor": 0.5}
+    # a config without partial rotary keeps the key where the file put it
+    assert config.rope_scaling == {"rope_type": "llama3", "factor": 8.0, "partial_rotary_factor": 0.5}
+    partial = _Partial(1e4)
+    partial.rope_parameters = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25}
+    assert (partial.partial_rotary_factor, partial.rope_scaling) == (0.25, None)
+    with pytest.raises(ConfigError, match="rope_parameters must be a JSON object"):
+        partial.rope_parameters = [1]  # type: ignore[assignment]

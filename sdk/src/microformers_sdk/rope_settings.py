@@ -18,7 +18,7 @@ the long set beyond it, and cos/sin are scaled by ``attention_factor`` (default
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -38,6 +38,40 @@ _REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
     "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor"),
 }
+
+
+class RopeParametersMixin:
+    """``config.rope_parameters``, the reference's current spelling, as a view over the classic one:
+    ``rope_theta`` plus ``rope_scaling`` (plus ``partial_rotary_factor`` where the config has one).
+
+    Setting it (a file written with ``rope_parameters``) converts back: ``rope_theta`` and, for configs that set
+    :attr:`rope_parameters_take_partial_rotary_factor`, ``partial_rotary_factor`` move to their attributes; the
+    rest becomes ``rope_scaling`` (``None`` for the default rotation)."""
+
+    rope_parameters_take_partial_rotary_factor: ClassVar[bool] = False
+
+    @property
+    def rope_parameters(self) -> dict[str, Any]:
+        scaling = dict(self.rope_scaling or {})  # type: ignore[attr-defined]
+        rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
+        merged: dict[str, Any] = {"rope_type": rope_type, "rope_theta": self.rope_theta}  # type: ignore[attr-defined]
+        if getattr(self, "partial_rotary_factor", None) is not None:
+            merged["partial_rotary_factor"] = self.partial_rotary_factor  # type: ignore[attr-defined]
+        return {**merged, **scaling}
+
+    @rope_parameters.setter
+    def rope_parameters(self, value: dict[str, Any] | None) -> None:
+        if value is None:
+            return
+        if not isinstance(value, dict):
+            raise ConfigError(f"rope_parameters must be a JSON object, got {type(value).__name__}: {value!r}")
+        scaling = dict(value)
+        if "rope_theta" in scaling:
+            self.rope_theta = scaling.pop("rope_theta")
+        if self.rope_parameters_take_partial_rotary_factor and "partial_rotary_factor" in scaling:
+            self.partial_rotary_factor = scaling.pop("partial_rotary_factor")
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+        self.rope_scaling = None if rope_type == "default" and not set(scaling) - {"rope_type", "type"} else scaling
 
 
 @attrs.frozen

@@ -16,10 +16,10 @@ from typing import Any
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
 from microformers_sdk.config_checks import check_positive_ints
-from microformers_sdk.rope_settings import normalize_rope_settings
+from microformers_sdk.rope_settings import RopeParametersMixin, normalize_rope_settings
 
 
-class FalconConfig(PretrainedConfig):
+class FalconConfig(RopeParametersMixin, PretrainedConfig):
     """Decoder-only transformer with a fused QKV projection, rotary positions, LayerNorm and a GELU MLP."""
 
     model_type = "falcon"
@@ -159,23 +159,3 @@ class FalconConfig(PretrainedConfig):
         if self.new_decoder_architecture and self.num_ln_in_parallel_attn in (None, 2):
             return 2
         return 1
-
-    # -- rotary settings in the newer spelling ------------------------------------------------------
-    @property
-    def rope_parameters(self) -> dict[str, Any]:
-        """``{"rope_type": ..., "rope_theta": ..., **scaling}``, the reference's current spelling."""
-        scaling = dict(self.rope_scaling or {})
-        rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
-        return {"rope_type": rope_type, "rope_theta": self.rope_theta, **scaling}
-
-    @rope_parameters.setter
-    def rope_parameters(self, value: dict[str, Any] | None) -> None:
-        if value is None:
-            return
-        if not isinstance(value, dict):
-            raise ConfigError(f"rope_parameters must be a JSON object, got {type(value).__name__}: {value!r}")
-        scaling = dict(value)
-        if "rope_theta" in scaling:
-            self.rope_theta = scaling.pop("rope_theta")
-        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-        self.rope_scaling = None if rope_type == "default" and not set(scaling) - {"rope_type", "type"} else scaling

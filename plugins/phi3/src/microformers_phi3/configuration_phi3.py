@@ -15,7 +15,7 @@ from typing import Any
 
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
-from microformers_sdk.rope_settings import normalize_rope_settings
+from microformers_sdk.rope_settings import RopeParametersMixin, normalize_rope_settings
 
 # Rotary scaling names Phi-3 files use for LongRoPE (the reference reads all three as "longrope").
 _LONGROPE_NAMES = ("longrope", "su", "yarn")
@@ -27,8 +27,10 @@ def _positive_int(config: PretrainedConfig, name: str, value: Any = None) -> Non
         raise ConfigError(f"{name}={value!r} in {type(config).__name__} must be a positive integer; fix config.json")
 
 
-class Phi3Config(PretrainedConfig):
+class Phi3Config(RopeParametersMixin, PretrainedConfig):
     """Decoder-only transformer with fused ``qkv_proj`` / ``gate_up_proj``, RMSNorm and (LongRoPE) rotary positions."""
+
+    rope_parameters_take_partial_rotary_factor = True
 
     model_type = "phi3"
 
@@ -140,28 +142,3 @@ class Phi3Config(PretrainedConfig):
                     f"{type(self).__name__}.rope_scaling type {rope_type!r} is not one Phi-3 uses; use 'longrope' "
                     "(or null for plain rotary positions) in config.json"
                 )
-
-    # -- rotary settings in the newer spelling ------------------------------------------------------
-    @property
-    def rope_parameters(self) -> dict[str, Any]:
-        """``{"rope_type": ..., "rope_theta": ..., **scaling}``, the reference's current spelling."""
-        scaling = dict(self.rope_scaling or {})
-        rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
-        merged = {"rope_type": rope_type, "rope_theta": self.rope_theta, **scaling}
-        if getattr(self, "partial_rotary_factor", None) is not None:
-            merged.setdefault("partial_rotary_factor", self.partial_rotary_factor)
-        return merged
-
-    @rope_parameters.setter
-    def rope_parameters(self, value: dict[str, Any] | None) -> None:
-        if value is None:
-            return
-        if not isinstance(value, dict):
-            raise ConfigError(f"rope_parameters must be a JSON object, got {type(value).__name__}: {value!r}")
-        scaling = dict(value)
-        if "rope_theta" in scaling:
-            self.rope_theta = scaling.pop("rope_theta")
-        if "partial_rotary_factor" in scaling:
-            self.partial_rotary_factor = scaling.pop("partial_rotary_factor")
-        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-        self.rope_scaling = None if rope_type == "default" and not set(scaling) - {"rope_type", "type"} else scaling

@@ -15,12 +15,14 @@ from typing import Any
 from microformers import PretrainedConfig
 from microformers.errors import ConfigError
 from microformers_sdk.config_checks import check_attention_heads, check_positive_ints
-from microformers_sdk.rope_settings import normalize_rope_settings
+from microformers_sdk.rope_settings import RopeParametersMixin, normalize_rope_settings
 
 
-class StableLmConfig(PretrainedConfig):
+class StableLmConfig(RopeParametersMixin, PretrainedConfig):
     """Decoder-only transformer with LayerNorm, partial rotary positions, a SwiGLU MLP and optional parallel
     residual, q/k/v biases and per-head q/k LayerNorm."""
+
+    rope_parameters_take_partial_rotary_factor = True
 
     model_type = "stablelm"
 
@@ -100,30 +102,3 @@ class StableLmConfig(PretrainedConfig):
             partial_rotary_factor=self.partial_rotary_factor,
             setting=f"{type(self).__name__}.rope_scaling",
         )
-
-    # -- rotary settings in the newer spelling ------------------------------------------------------
-    @property
-    def rope_parameters(self) -> dict[str, Any]:
-        """``{"rope_type": ..., "rope_theta": ..., "partial_rotary_factor": ..., **scaling}``, the reference's spelling."""
-        scaling = dict(self.rope_scaling or {})
-        rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
-        return {
-            "rope_type": rope_type,
-            "rope_theta": self.rope_theta,
-            "partial_rotary_factor": self.partial_rotary_factor,
-            **scaling,
-        }
-
-    @rope_parameters.setter
-    def rope_parameters(self, value: dict[str, Any] | None) -> None:
-        if value is None:
-            return
-        if not isinstance(value, dict):
-            raise ConfigError(f"rope_parameters must be a JSON object, got {type(value).__name__}: {value!r}")
-        scaling = dict(value)
-        if "rope_theta" in scaling:
-            self.rope_theta = scaling.pop("rope_theta")
-        if "partial_rotary_factor" in scaling:
-            self.partial_rotary_factor = scaling.pop("partial_rotary_factor")
-        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-        self.rope_scaling = None if rope_type == "default" and not set(scaling) - {"rope_type", "type"} else scaling
