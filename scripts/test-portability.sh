@@ -47,8 +47,8 @@ for leg in "${legs[@]}"; do
     threads-2) env=(OMP_NUM_THREADS=2 MICROFORMERS_TEST_THREADS=2) ;;
     *) echo "unknown leg '$leg' (default-isa, avx2-isa, no-native, threads-1, threads-2)" >&2; exit 2 ;;
   esac
-  # inductor's cache per leg: its precompiled headers are keyed without ATEN_CPU_CAPABILITY, and one built
-  # under another ISA setting fails to compile the leg's kernels ("'at::vec' has not been declared")
+  # inductor's cache per leg: with the shared one, the default-isa leg once failed to compile a kernel against
+  # a precompiled header left by other runs ("'at::vec' has not been declared"); with a fresh cache it compiles
   inductor_cache=$(mktemp -d)
   env+=("TORCHINDUCTOR_CACHE_DIR=$inductor_cache")
   echo "== portability leg: $leg (${env[*]})"
