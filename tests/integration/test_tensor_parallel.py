@@ -142,6 +142,7 @@ def test_kv_cache_holds_the_local_heads(run):
         ("unknown_style", ("'diagonal'", "colwise", "model.layers.*.mlp.up_proj")),
         ("heads_not_divisible", ("num_attention_heads=3", "tp_size=2")),
         ("no_plan", ("base_model_tp_plan", "GPT2Config")),
+        ("not_strict", ("strict=True", "would not be split")),
     ],
 )
 def test_bad_requests_under_torchrun_are_refused_naming_the_setting(run, case, names):

@@ -463,6 +463,11 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         if tensor_parallel is not None:
             if quantizer is not None:
                 raise ConfigError("tp_plan: tensor parallelism of a quantized model is not supported; drop one of them")
+            if not strict or ignore_mismatched_sizes:
+                raise ConfigError(
+                    "tp_plan: tensor parallelism needs every weight from the checkpoint (strict=True, "
+                    "ignore_mismatched_sizes=False); a weight initialised here would not be split across processes"
+                )
             source, placement = tensor_parallel.shard(model, source), tensor_parallel.placement
         info = model._materialise(source, target_dtype, ignore_mismatched_sizes, strict, files, placement=placement)
         model.tie_weights()

@@ -88,6 +88,7 @@ refused("tp_size_not_dividing", folders[0], tp_plan="auto", tp_size=3)
 refused("unknown_style", folders[0], tp_plan={"model.layers.*.mlp.up_proj": "diagonal"})
 refused("heads_not_divisible", by_name["bad_three_heads"], tp_plan="auto")
 refused("no_plan", by_name["bad_no_plan"], tp_plan="auto")
+refused("not_strict", folders[0], tp_plan="auto", strict=False)
 if dist.get_rank() == 0:
     (output / "errors.json").write_text(json.dumps(errors))
 dist.barrier()
