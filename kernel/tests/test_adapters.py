@@ -111,7 +111,7 @@ def test_an_adapter_type_no_plugin_provides_is_named_in_the_error(
     with pytest.raises(Exception, match=r"^No installed plugin provides adapter type \(peft_type\) 'IA3'\. "):
         toy_model.add_adapter(_PeftConfig(_PeftType.IA3), "a")
     assert "_adapter_manager" not in toy_model.__dict__
-    with pytest.raises(Exception, match=r"^No installed plugin provides adapter type \(peft_type\) 'None'\. "):
+    with pytest.raises(ConfigError, match=r"^the adapter config: 'peft_type' is None; it must name the adapter type"):
         toy_model.add_adapter(object(), "a")  # no peft_type at all
 
 

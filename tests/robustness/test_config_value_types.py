@@ -88,3 +88,26 @@ def test_a_valid_trainer_state_json_still_loads(tmp_path: Path) -> None:
     TrainerState(global_step=4, epoch=1.5, logging_steps=2).save_to_json(path)
     state = TrainerState.load_from_json(path)
     assert (state.global_step, state.epoch, state.logging_steps) == (4, 1.5, 2)
+
+
+@pytest.mark.parametrize(("peft_type", "message"), [(5, "'peft_type' is 5"), (None, "'peft_type' is None")])
+def test_an_adapter_config_without_a_peft_type_name_names_the_file(
+    tmp_path: Path, peft_type: object, message: str
+) -> None:
+    model = microformers.AutoModelForCausalLM.from_pretrained(tiny_llama_folder(tmp_path / "model", None))
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": peft_type, "r": 2}))
+    with pytest.raises(ConfigError, match=message) as caught:
+        model.load_adapter(str(adapter))
+    assert "adapter_config.json" in str(caught.value)
+
+
+def test_an_unknown_peft_type_names_the_adapter_file(tmp_path: Path) -> None:
+    model = microformers.AutoModelForCausalLM.from_pretrained(tiny_llama_folder(tmp_path / "model", None))
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "NOT_A_TYPE", "r": 2}))
+    with pytest.raises(Exception, match="NOT_A_TYPE") as caught:
+        model.load_adapter(str(adapter))
+    assert "adapter_config.json" in str(caught.value)

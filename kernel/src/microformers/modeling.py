@@ -307,15 +307,21 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
 
     # -- adapters: the reference's API, each call handed to the adapter plugin registered for the
     # adapter's peft_type (hookspecs.register_adapters), which keeps one manager per model -----------
-    def _adapters(self, adapter_config: Any = None) -> AdapterManager:
+    def _adapters(self, adapter_config: Any = None, source: Any = None) -> AdapterManager:
         manager = self.__dict__.get("_adapter_manager")
         if manager is None and adapter_config is not None:
             if isinstance(adapter_config, Mapping):
                 peft_type = adapter_config.get("peft_type")
             else:
                 peft_type = getattr(adapter_config, "peft_type", None)
-            what = "adapter type (peft_type)"
-            cls = registry.require("adapters", str(getattr(peft_type, "value", peft_type)), what=what)
+            peft_type = getattr(peft_type, "value", peft_type)
+            where = str(source) if source is not None else "the adapter config"
+            if not isinstance(peft_type, str):
+                raise ConfigError(
+                    f"{where}: 'peft_type' is {peft_type!r:.80}; it must name the adapter type, e.g. \"LORA\""
+                )
+            what = "adapter type (peft_type)" if source is None else f"adapter type (peft_type in {where})"
+            cls = registry.require("adapters", peft_type, what=what)
             manager = self.__dict__["_adapter_manager"] = cls(self)
         if manager is None:
             if not registry.names("adapters"):
@@ -336,6 +342,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             hub_kwargs = split_hub_kwargs({**(kwargs.get("adapter_kwargs") or {}), **kwargs})[0]
             path = resolve_file(peft_model_id, "adapter_config.json", **hub_kwargs)
             config = read_json(path, what="adapter configuration")
+            return self._adapters(config, source=path).load_adapter(peft_model_id, adapter_name, **kwargs)
         return self._adapters(config).load_adapter(peft_model_id, adapter_name, **kwargs)
 
     def set_adapter(self, adapter_name: str | list[str]) -> None:
