@@ -278,8 +278,9 @@ def test_a_broken_other_entry_blocks_only_the_listing(tmp_path: Path) -> None:
 
 def test_a_missing_module_is_named(tmp_path: Path) -> None:
     folder = write_folder(tmp_path / "m", {}, {"AutoConfig": "gone.RemoteConfig"})
-    with pytest.raises(FileMissingError, match=r"gone\.py not found"):
+    with pytest.raises(FileMissingError, match=r"gone\.py not found") as info:
         AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert "auto_map entry 'gone.RemoteConfig' in config.json" in str(info.value)
 
 
 def test_code_in_a_subfolder_is_read_from_the_subfolder(tmp_path: Path) -> None:

@@ -180,8 +180,16 @@ def load_remote_class(
     if code_options.get("code_revision"):
         hub_kwargs["revision"] = code_options["code_revision"]
     pinned = _code_pins(code_options.get("code_sha256"))
-    files = collect_code_files(module, source, hub_kwargs)
-    module_file = _module_file(source, module, hub_kwargs, required=True)[1]  # type: ignore[index]
+    try:
+        files = collect_code_files(module, source, hub_kwargs)
+        module_file = _module_file(source, module, hub_kwargs, required=True)[1]  # type: ignore[index]
+    except RemoteCodeError:
+        raise
+    except MicroformersError as exc:  # the same error type, saying which setting named the file
+        raise type(exc)(
+            f"auto_map entry {reference!r} in config.json names module '{module}': {exc} Or fix auto_map in "
+            "config.json."
+        ) from exc
     folder = module_file.parents[module.count(".") + module_file.name.endswith("__init__.py")]
     would_run = dict(files)  # every file any auto_map entry of this folder would run
     for other in (auto_map or {}).values():
