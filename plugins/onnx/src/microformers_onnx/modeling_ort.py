@@ -39,7 +39,28 @@ _NUMPY_TYPES = {"tensor(int64)": torch.long, "tensor(int32)": torch.int32, "tens
                 "tensor(float16)": torch.float16}  # fmt: skip
 
 
-class ORTModel:
+class _OnCpu:
+    """What torch-module callers ask of a model that ONNX Runtime runs: CPU tensors in and out, the export's dtype."""
+
+    export_info: dict[str, Any]
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float16 if self.export_info.get("dtype") == "fp16" else torch.float32
+
+    def eval(self) -> Any:
+        return self
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        """Only CPU tensors go in and out; the sessions' providers decide where the graphs run."""
+        return self
+
+
+class ORTModel(_OnCpu):
     """An ONNX Runtime session over an exported folder; subclasses turn its outputs into output classes."""
 
     task: ClassVar[tuple[str, ...]] = ()  # the export tasks whose graphs this class runs
@@ -97,21 +118,6 @@ class ORTModel:
         session = onnxruntime.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
         config = AutoConfig.from_pretrained(str(root))
         return cls(session, config, root, info)
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch.float16 if self.export_info.get("dtype") == "fp16" else torch.float32
-
-    def eval(self) -> ORTModel:
-        return self
-
-    def to(self, *args: Any, **kwargs: Any) -> ORTModel:
-        """Only CPU tensors go in and out; the session's providers decide where the graph runs."""
-        return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
@@ -418,7 +424,7 @@ class _Session:
         return {name: torch.from_numpy(value) for name, value in zip(self.output_names, outputs)}
 
 
-class ORTModelForSeq2SeqLM(GenerationMixin):
+class ORTModelForSeq2SeqLM(_OnCpu, GenerationMixin):
     """An encoder-decoder exported for ``text2text-generation`` (T5, BART, mBART, Marian) with ``generate``.
 
     ``encoder_model.onnx`` runs once per ``generate`` call (``get_encoder()``); ``decoder_model.onnx`` runs the
@@ -505,21 +511,6 @@ class ORTModelForSeq2SeqLM(GenerationMixin):
         }
         config = AutoConfig.from_pretrained(str(root))
         return cls(sessions, config, root, info)
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch.float16 if self.export_info.get("dtype") == "fp16" else torch.float32
-
-    def eval(self) -> ORTModelForSeq2SeqLM:
-        return self
-
-    def to(self, *args: Any, **kwargs: Any) -> ORTModelForSeq2SeqLM:
-        """Only CPU tensors go in and out; the sessions' providers decide where the graphs run."""
-        return self
 
     def get_encoder(self) -> ORTEncoder:
         return self.encoder
