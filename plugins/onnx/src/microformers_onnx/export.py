@@ -52,6 +52,8 @@ TOKENIZER_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
     "chat_template.jinja",
+    "preprocessor_config.json",  # the feature extractor (audio and image models), which pipelines load from the folder
+    "processor_config.json",
 )
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 QUANTIZATIONS = ("int8",)
@@ -88,6 +90,8 @@ TASKS: dict[str, TaskSpec] = {
     "image-classification": TaskSpec("AutoModelForImageClassification", ("logits",)),
     "automatic-speech-recognition": TaskSpec("AutoModelForCTC", ("logits",)),
 }
+# automatic-speech-recognition of an encoder-decoder (Whisper): encoder and decoder graphs, as text2text-generation's
+SPEECH_SEQ2SEQ = TaskSpec("AutoModelForSpeechSeq2Seq", ("logits",), generation=True, with_past=True, seq2seq=True)
 # Tasks whose graphs read something else than token ids (the model's main_input_name).
 NON_TEXT_INPUTS = ("pixel_values", "input_values", "input_features")
 NON_TEXT_TASKS = {"image-classification": "pixel_values", "automatic-speech-recognition": "input_values"}
@@ -327,8 +331,23 @@ def infer_task(config: Any) -> str:
     for architecture in getattr(config, "architectures", None) or ():
         for ending, task in ARCHITECTURE_TASKS:
             if architecture.endswith(ending):
+                if task == "text2text-generation" and _speech_encoder_decoder(config):
+                    return "automatic-speech-recognition"  # Whisper's ...ForConditionalGeneration
                 return task
     return "feature-extraction"
+
+
+def _speech_encoder_decoder(config: Any) -> bool:
+    """An encoder-decoder whose encoder reads log-mel features (Whisper)."""
+    return bool(getattr(config, "is_encoder_decoder", False)) and getattr(config, "num_mel_bins", None) is not None
+
+
+def task_spec(task: str, config: Any) -> TaskSpec:
+    """What ``task`` exports for a model of ``config``: speech recognition by an encoder-decoder (Whisper) is
+    :data:`SPEECH_SEQ2SEQ` (encoder and decoder graphs), by a CTC model the single graph of ``TASKS``."""
+    if task == "automatic-speech-recognition" and bool(getattr(config, "is_encoder_decoder", False)):
+        return SPEECH_SEQ2SEQ
+    return TASKS[task]
 
 
 def export_onnx(
@@ -371,9 +390,10 @@ def export_onnx(
             loaded = base  # the hidden states under a head
     else:
         source = model
-        task = task or infer_task(_load_config(model))
-        loaded = _load_model(model, task)
-    spec = TASKS[task]
+        config = _load_config(model)
+        task = task or infer_task(config)
+        loaded = _load_model(model, task, task_spec(task, config))
+    spec = task_spec(task, loaded.config)
     _check_exportable(loaded, task, quantize)
     loaded = loaded.eval().to(DTYPES[dtype])
     target = Path(output_dir)
@@ -485,10 +505,10 @@ def _load_config(model: str | os.PathLike[str]) -> Any:
     return microformers.AutoConfig.from_pretrained(str(model))
 
 
-def _load_model(model: str | os.PathLike[str], task: str) -> nn.Module:
+def _load_model(model: str | os.PathLike[str], task: str, spec: TaskSpec) -> nn.Module:
     import microformers
 
-    auto = getattr(microformers, TASKS[task].auto_class)
+    auto = getattr(microformers, spec.auto_class)
     try:
         return auto.from_pretrained(str(model), dtype=torch.float32)
     except ConfigError as exc:
@@ -516,17 +536,18 @@ def _check_exportable(model: nn.Module, task: str, quantize: str | None) -> None
             f"the model is quantized (quantization_config.quant_method={method!r}); its quantized layers have no "
             f"ONNX form here: {fix}"
         )
-    spec = TASKS[task]
+    spec = task_spec(task, config)
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     main_input = getattr(model, "main_input_name", "input_ids")
     if encoder_decoder and main_input != "input_ids":
         if task == "feature-extraction" and main_input in NON_TEXT_INPUTS:
             return  # its encoder alone (Whisper's)
-        raise OnnxExportError(
-            f"{type(model).__name__} is an encoder-decoder reading {main_input!r} (Whisper-style); only its encoder is "
-            "exported (--task feature-extraction): its decoder graphs are not yet. Encoder-decoders on token ids "
-            "(T5, BART, mBART, Marian) export with --task text2text-generation"
-        )
+        if spec is not SPEECH_SEQ2SEQ or main_input != "input_features":
+            raise OnnxExportError(
+                f"{type(model).__name__} is an encoder-decoder reading {main_input!r} (Whisper-style); task {task!r} "
+                "does not fit it. Use --task automatic-speech-recognition (encoder and decoder graphs) or --task "
+                "feature-extraction (the encoder alone)"
+            )
     if encoder_decoder and not spec.seq2seq:
         raise OnnxExportError(
             f"{type(model).__name__} is an encoder-decoder model; task {task!r} is exported for encoder-only and "
@@ -562,7 +583,7 @@ def _sliding_window(model: nn.Module) -> int | None:
 
 def build_graphs(model: nn.Module, task: str) -> list[ExportGraph]:
     """The graphs ``task`` exports for ``model``: one, or the encoder and decoders of an encoder-decoder."""
-    if TASKS[task].seq2seq:
+    if task_spec(task, model.config).seq2seq:
         from .seq2seq import seq2seq_graphs
 
         return seq2seq_graphs(model)
