@@ -169,9 +169,7 @@ class Seq2SeqDecoderGraph(ExportGraph):
         """Zeros shaped like the encoder output, for a with-past step: the cross-attention states are given, so
         the model reads only the shape (batch and encoder length: those of the past cross-attention keys)."""
         keys = named["past_key_values.0.encoder.key"]
-        return torch.zeros(
-            keys.shape[0], keys.shape[2], self.hidden_size, dtype=_dtype(self.model), device=keys.device
-        )
+        return torch.zeros(keys.shape[0], keys.shape[2], self.hidden_size, dtype=_dtype(self.model), device=keys.device)
 
     # -- samples and the model's own answer ---------------------------------------------------------------
     def sample(self, case: Case, seed: int = 0) -> tuple[torch.Tensor, ...]:
