@@ -127,19 +127,19 @@ def _tokenize(folder: Path, text: str) -> list[int]:
     return Tokenizer.from_file(str(path)).encode(text).ids
 
 
-def load_reference(folder: Path) -> Any:
+def load_reference(folder: Path, dtype: str = "float32") -> Any:
     import torch
     import transformers
 
-    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
 
 
-def load_ours(folder: Path) -> Any:
+def load_ours(folder: Path, dtype: str = "float32") -> Any:
     import torch
 
     import microformers
 
-    return microformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    return microformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
 
 
 def timed(fn: Callable[[], Any], clock: Callable[[], float] = time.perf_counter) -> tuple[float, Any]:

