@@ -1,7 +1,8 @@
 """The reference's quantization config classes, by name: ``GPTQConfig``, ``AwqConfig``, ``BitsAndBytesConfig``,
 ``QuantoConfig``, ``TorchAoConfig``, ``HqqConfig``, and what each ``quant_method`` does here.
 
-- ``gptq``, ``awq``: GPTQ and AutoAWQ GEMM checkpoints load, de-quantised to float (``microformers_quant.gptq``).
+- ``gptq``, ``awq``: GPTQ and AutoAWQ GEMM checkpoints load: 4-bit layers kept packed in this plugin's int4
+  format, 2/8-bit ones (and 4-bit ones the kernels cannot take) de-quantised to float (``microformers_quant.gptq``).
 - ``bitsandbytes``: ``load_in_8bit=True`` quantizes a float checkpoint with this library's int8 (symmetric,
   per output channel; the LLM.int8 outlier split has no counterpart, which is logged); 4-bit NF4/FP4 and
   checkpoints saved by bitsandbytes are refused, naming ``Int4Config``.
@@ -44,7 +45,8 @@ class _ReferenceConfig:
 @attrs.define(kw_only=True)
 class GPTQConfig(_ReferenceConfig):
     """A GPTQ checkpoint's settings: ``bits`` (2, 4, 8), ``group_size`` (-1: one group per row), ``desc_act``,
-    ``sym``, ``checkpoint_format`` ("gptq" or "gptq_v2"). Such checkpoints load de-quantised; ``dataset``
+    ``sym``, ``checkpoint_format`` ("gptq" or "gptq_v2"). 4-bit ones load kept packed as int4 (act-order or
+    groups not a multiple of 32: de-quantised), 2/8-bit ones de-quantised; ``dataset``
     (quantizing a float model by calibration) is refused at load time."""
 
     quant_method: ClassVar[str] = "gptq"
@@ -61,7 +63,7 @@ class GPTQConfig(_ReferenceConfig):
 @attrs.define(kw_only=True)
 class AwqConfig(_ReferenceConfig):
     """An AutoAWQ checkpoint's settings (4 bits, ``group_size``, ``version="gemm"``); such checkpoints load
-    de-quantised."""
+    kept packed as int4 (a group size not a multiple of 32: de-quantised)."""
 
     quant_method: ClassVar[str] = "awq"
     bits: int = 4
