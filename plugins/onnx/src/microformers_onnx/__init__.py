@@ -14,6 +14,7 @@ _LAZY: dict[str, str] = {
     "ORTModel": "modeling_ort",
     "ORTModelForCausalLM": "modeling_ort",
     "ORTModelForSeq2SeqLM": "modeling_ort",
+    "ORTModelForSpeechSeq2Seq": "modeling_ort",
     "ORTModelForFeatureExtraction": "modeling_ort",
     "ORTModelForSequenceClassification": "modeling_ort",
     "ORTModelForTokenClassification": "modeling_ort",

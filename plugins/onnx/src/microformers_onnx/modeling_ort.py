@@ -9,6 +9,7 @@ installed generation strategies (``microformers-generation``): a with-past graph
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -365,39 +366,6 @@ class ORTModelForCausalLM(ORTModel, GenerationMixin):
         return CausalLMOutputWithPast(logits=out["logits"], past_key_values=cache if use_cache is not False else None)
 
 
-class ORTEncoder:
-    """The ``encoder_model.onnx`` session as ``get_encoder()`` hands it to ``generate``: ids and mask in,
-    ``BaseModelOutput`` out."""
-
-    main_input_name = "input_ids"
-
-    def __init__(self, parent: ORTModelForSeq2SeqLM) -> None:
-        self.parent = parent
-
-    def __call__(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        return_dict: bool | None = None,
-        **kwargs: Any,
-    ) -> BaseModelOutput:
-        asked = sorted(k for k, v in kwargs.items() if v is not None and v is not False)
-        if asked:
-            raise InputError(
-                f"the ONNX encoder in {self.parent.folder} returns only last_hidden_state and takes input_ids and "
-                f"attention_mask; it cannot give {asked}"
-            )
-        if input_ids is None:
-            raise InputError("the ONNX encoder needs input_ids (the graph has no inputs_embeds)")
-        if input_ids.dim() == 1:
-            input_ids = input_ids.unsqueeze(0)
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        out = self.parent.encoder_session.run({"input_ids": input_ids, "attention_mask": mask})
-        return BaseModelOutput(last_hidden_state=out["last_hidden_state"])
-
-    forward = __call__
-
-
 class _Session:
     """One graph file's ONNX Runtime session with named torch tensors in and out."""
 
@@ -424,18 +392,69 @@ class _Session:
         return {name: torch.from_numpy(value) for name, value in zip(self.output_names, outputs)}
 
 
-class ORTModelForSeq2SeqLM(_OnCpu, GenerationMixin):
-    """An encoder-decoder exported for ``text2text-generation`` (T5, BART, mBART, Marian) with ``generate``.
+class ORTEncoder:
+    """The ``encoder_model.onnx`` session as ``get_encoder()`` hands it to ``generate``: the encoder's input (token ids
+    and their mask, or Whisper's ``input_features``) in, ``BaseModelOutput`` out."""
+
+    def __init__(self, parent: ORTModelForConditionalGeneration) -> None:
+        self.parent = parent
+        self.main_input_name = parent.main_input_name
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        input_features: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutput:
+        asked = sorted(k for k, v in kwargs.items() if v is not None and v is not False)
+        if asked:
+            raise InputError(
+                f"the ONNX encoder in {self.parent.folder} returns only last_hidden_state and takes "
+                f"{self.main_input_name}{' and attention_mask' if self.main_input_name == 'input_ids' else ''}; it "
+                f"cannot give {asked}"
+            )
+        session = self.parent.encoder_session
+        if self.main_input_name == "input_features":
+            if input_ids is not None:
+                raise InputError(f"the ONNX encoder in {self.parent.folder} reads input_features, not input_ids")
+            if input_features is None:
+                raise InputError("the ONNX encoder needs input_features (the log-mel features of the audio)")
+            # attention_mask (the feature extractor's) is not read: Whisper's encoder attends to every frame
+            frames = session.input_shapes["input_features"][-1]
+            if isinstance(frames, int) and input_features.shape[-1] != frames:
+                raise InputError(
+                    f"input_features has {input_features.shape[-1]} frames but the exported encoder takes exactly "
+                    f"{frames}; pad or truncate the audio to 30 s (the feature extractor does by default)"
+                )
+            out = session.run({"input_features": input_features.to(self.parent.dtype)})
+            return BaseModelOutput(last_hidden_state=out["last_hidden_state"])
+        if input_features is not None:
+            raise InputError(f"the ONNX encoder in {self.parent.folder} reads input_ids, not input_features")
+        if input_ids is None:
+            raise InputError("the ONNX encoder needs input_ids (the graph has no inputs_embeds)")
+        if input_ids.dim() == 1:
+            input_ids = input_ids.unsqueeze(0)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        out = session.run({"input_ids": input_ids, "attention_mask": mask})
+        return BaseModelOutput(last_hidden_state=out["last_hidden_state"])
+
+    forward = __call__
+
+
+class ORTModelForConditionalGeneration(_OnCpu, GenerationMixin):
+    """The three graphs of an encoder-decoder export behind ``generate`` (what :class:`ORTModelForSeq2SeqLM` and
+    :class:`ORTModelForSpeechSeq2Seq` share).
 
     ``encoder_model.onnx`` runs once per ``generate`` call (``get_encoder()``); ``decoder_model.onnx`` runs the
     first decoding step and returns both the decoder's and the cross-attention key/value states, then
     ``decoder_with_past_model.onnx`` runs each later step on its new token. The states travel as an
     ``EncoderDecoderCache`` of two :class:`OrtCache`, so greedy, sampling and beam search (which reorders the
-    decoder's side) run unchanged. ``pipeline("text2text-generation" | "summarization" | "translation",
-    model=..., tokenizer=...)`` takes it.
+    decoder's side) run unchanged.
     """
 
-    task: ClassVar[tuple[str, ...]] = ("text2text-generation",)
+    task: ClassVar[tuple[str, ...]] = ()
     main_input_name = "input_ids"
     _can_generate = True
 
@@ -448,6 +467,13 @@ class ORTModelForSeq2SeqLM(_OnCpu, GenerationMixin):
         self.export_info = export_info
         self.name_or_path = str(folder)
         self.num_layers = sum(1 for name in self.decoder_session.output_names if name.endswith(".decoder.key"))
+        encoder_input = self.encoder_session.input_names[0]
+        if encoder_input != self.main_input_name:
+            raise OnnxExportError(
+                f"{folder / ENCODER_FILE} reads {encoder_input}; {type(self).__name__} runs encoders of "
+                f"{self.main_input_name}. Load it with "
+                f"{'ORTModelForSpeechSeq2Seq' if encoder_input == 'input_features' else 'ORTModelForSeq2SeqLM'}"
+            )
         self.encoder = ORTEncoder(self)
         path = folder / "generation_config.json"
         self.generation_config = (
@@ -467,8 +493,8 @@ class ORTModelForSeq2SeqLM(_OnCpu, GenerationMixin):
         session_options: Any = None,
         use_cache: bool = True,
         **kwargs: Any,
-    ) -> ORTModelForSeq2SeqLM:
-        """Load the three graphs of a folder ``microformers export onnx --task text2text-generation`` wrote.
+    ) -> Any:
+        """Load the three graphs of a folder ``microformers export onnx`` wrote for this class's task.
 
         ``use_cache=False`` skips ``decoder_with_past_model.onnx`` (every step reruns the decoder on the whole
         sequence). ``providers`` defaults to the CPU execution provider; ``session_options`` is an
@@ -486,15 +512,15 @@ class ORTModelForSeq2SeqLM(_OnCpu, GenerationMixin):
         info = json.loads(info_path.read_text()) if info_path.is_file() else {}
         if info.get("task") and info["task"] not in cls.task:
             raise OnnxExportError(
-                f"{root} was exported for task {info['task']!r}; {cls.__name__} runs text2text-generation graphs. "
-                "Export again with --task text2text-generation, or load it with the class for its task"
+                f"{root} was exported for task {info['task']!r}; {cls.__name__} runs {' or '.join(cls.task)} graphs. "
+                f"Export again with --task {cls.task[0]}, or load it with the class for its task"
             )
         files = (ENCODER_FILE, DECODER_FILE) + ((DECODER_WITH_PAST_FILE,) if use_cache else ())
         missing = [name for name in files if not (root / name).is_file()]
         if missing:
             raise FileMissingError(
                 f"{root} lacks {', '.join(missing)}: export the model first (microformers export onnx MODEL {root} "
-                "--task text2text-generation)"
+                f"--task {cls.task[0]})"
             )
         options = session_options
         if options is None:
@@ -518,6 +544,76 @@ class ORTModelForSeq2SeqLM(_OnCpu, GenerationMixin):
     def __call__(self, *args: Any, **kwargs: Any) -> Seq2SeqLMOutput:
         return self.forward(*args, **kwargs)
 
+    def _decode(
+        self,
+        encoder_inputs: dict[str, torch.Tensor | None],
+        attention_mask: torch.Tensor | None,
+        decoder_input_ids: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        encoder_outputs: Any,
+        past_key_values: Any,
+        use_cache: bool | None,
+        kwargs: dict[str, Any],
+    ) -> Seq2SeqLMOutput:
+        unused = {k: v for k, v in kwargs.items() if v is not None and v is not False and k != "return_dict"}
+        if unused:
+            raise InputError(f"{type(self).__name__}.forward does not take {sorted(unused)}")
+        if decoder_input_ids is None:
+            raise InputError(f"{type(self).__name__}.forward needs decoder_input_ids (the decoder's tokens)")
+        if decoder_attention_mask is not None and not bool(decoder_attention_mask.all()):
+            raise InputError(
+                "the exported decoder attends causally over every decoder token and takes no decoder_attention_mask; "
+                "pass decoder tokens without padding (or none)"
+            )
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(**encoder_inputs, attention_mask=attention_mask)
+        hidden = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
+        batch = hidden.shape[0]
+        encoder_mask = "encoder_attention_mask" in self.decoder_session.input_names
+        if attention_mask is None or not encoder_mask:  # Whisper's decoder graphs take no mask: every frame is read
+            attention_mask = torch.ones(batch, hidden.shape[1], dtype=torch.long)
+        use_cache = self.generation_config.use_cache if use_cache is None else use_cache
+        if use_cache and self.decoder_with_past_session is None:
+            raise GenerationError(
+                f"{self.folder} was loaded with use_cache=False (no decoder_with_past_model.onnx session); pass "
+                "use_cache=False, or load it with use_cache=True"
+            )
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        feeds = {"input_ids": decoder_input_ids, "encoder_attention_mask": attention_mask}
+        if past and use_cache:
+            for i in range(self.num_layers):
+                self_keys, self_values, cross_keys, cross_values = past_key_values[i]
+                feeds[f"past_key_values.{i}.decoder.key"], feeds[f"past_key_values.{i}.decoder.value"] = (
+                    self_keys, self_values
+                )  # fmt: skip
+                feeds[f"past_key_values.{i}.encoder.key"] = cross_keys
+                feeds[f"past_key_values.{i}.encoder.value"] = cross_values
+            out = self.decoder_with_past_session.run(feeds)
+            cross = past_key_values.cross_attention_cache
+        else:
+            feeds["encoder_hidden_states"] = hidden
+            out = self.decoder_session.run(feeds)
+            cross = OrtCache([
+                (out[f"present.{i}.encoder.key"], out[f"present.{i}.encoder.value"]) for i in range(self.num_layers)
+            ])  # fmt: skip
+        cache = None
+        if use_cache:
+            own = OrtCache([
+                (out[f"present.{i}.decoder.key"], out[f"present.{i}.decoder.value"]) for i in range(self.num_layers)
+            ])  # fmt: skip
+            cache = EncoderDecoderCache(own, cross)
+        return Seq2SeqLMOutput(logits=out["logits"], past_key_values=cache, encoder_last_hidden_state=hidden)
+
+
+class ORTModelForSeq2SeqLM(ORTModelForConditionalGeneration):
+    """An encoder-decoder exported for ``text2text-generation`` (T5, BART, mBART, Marian) with ``generate``.
+
+    ``pipeline("text2text-generation" | "summarization" | "translation", model=..., tokenizer=...)`` takes it.
+    """
+
+    task: ClassVar[tuple[str, ...]] = ("text2text-generation",)
+    main_input_name = "input_ids"
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -532,51 +628,211 @@ class ORTModelForSeq2SeqLM(_OnCpu, GenerationMixin):
     ) -> Seq2SeqLMOutput:
         """One decoder call (the encoder too, unless ``encoder_outputs`` are given); ``past_key_values`` is the
         ``EncoderDecoderCache`` a previous call returned, and then ``decoder_input_ids`` are the new tokens only."""
-        unused = {k: v for k, v in kwargs.items() if v is not None and v is not False}
-        if unused:
-            raise InputError(f"{type(self).__name__}.forward does not take {sorted(unused)}")
-        if decoder_input_ids is None:
-            raise InputError(f"{type(self).__name__}.forward needs decoder_input_ids (the decoder's tokens)")
-        if decoder_attention_mask is not None and not bool(decoder_attention_mask.all()):
-            raise InputError(
-                "the exported decoder attends causally over every decoder token and takes no decoder_attention_mask; "
-                "pass decoder tokens without padding (or none)"
+        return self._decode(
+            {"input_ids": input_ids}, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs,
+            past_key_values, use_cache, kwargs,
+        )  # fmt: skip
+
+
+# PyTorch Whisper's generate() arguments for timestamps, long-form and fallback decoding, which the exported graphs'
+# generate does not run (refused by name rather than ignored)
+_WHISPER_PYTORCH_ONLY = (
+    "return_token_timestamps", "return_segments", "condition_on_prev_tokens", "compression_ratio_threshold",
+    "logprob_threshold", "no_speech_threshold", "prompt_ids", "prompt_condition_type", "force_unique_generate_call",
+)  # fmt: skip
+
+
+class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
+    """A speech encoder-decoder exported for ``automatic-speech-recognition`` (Whisper) with ``generate``.
+
+    ``encoder_model.onnx`` reads ``input_features`` (the feature extractor's log-mel frames; its ``attention_mask``
+    is not read: Whisper's encoder attends to every frame, as the PyTorch model). ``generate`` builds Whisper's
+    decoder prompt (``<|startoftranscript|>``, the language given as ``language="en"`` / ``"<|en|>"`` or detected
+    from the first step's logits, ``task="transcribe" | "translate"``, ``<|notimestamps|>``) and decodes with
+    microformers-generation (greedy, beam search, ``temperature=`` sampling); like the PyTorch model it returns
+    the generated tokens without the prompt and final eos (the whole output with ``return_dict_in_generate=True``).
+    Short-form only: one 30 s window per row, without timestamps; ``pipeline("automatic-speech-recognition",
+    model=..., tokenizer=..., feature_extractor=...)`` takes it (``chunk_length_s`` for longer audio).
+    """
+
+    task: ClassVar[tuple[str, ...]] = ("automatic-speech-recognition",)
+    main_input_name = "input_features"
+
+    def forward(
+        self,
+        input_features: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: Any = None,
+        past_key_values: Any = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs: Any,
+    ) -> Seq2SeqLMOutput:
+        """One decoder call (the encoder too, unless ``encoder_outputs`` are given); ``past_key_values`` is the
+        ``EncoderDecoderCache`` a previous call returned, and then ``decoder_input_ids`` are the new tokens only."""
+        return self._decode(
+            {"input_features": input_features}, attention_mask, decoder_input_ids, decoder_attention_mask,
+            encoder_outputs, past_key_values, use_cache, kwargs,
+        )  # fmt: skip
+
+    def generate(
+        self,
+        input_features: torch.Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
+        language: str | list[str] | None = None,
+        task: str | None = None,
+        return_timestamps: bool | None = None,
+        temperature: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Transcribe (or translate) up to 30 s of audio per row; see the class docstring."""
+        if getattr(self.config, "model_type", None) != "whisper":  # another speech encoder-decoder: plain decoding
+            if language is not None or task is not None or return_timestamps:
+                raise GenerationError("language=, task= and return_timestamps= are Whisper's generate() arguments")
+            if temperature is not None:
+                kwargs["temperature"] = temperature
+            return super().generate(input_features, generation_config=generation_config, **kwargs)
+        refused = sorted(name for name in _WHISPER_PYTORCH_ONLY if kwargs.get(name) not in (None, False))
+        if return_timestamps:
+            refused.insert(0, "return_timestamps")
+        if isinstance(temperature, (list, tuple)):
+            refused.append("temperature=[...] (fallback temperatures)")
+        if refused:
+            raise GenerationError(
+                f"{type(self).__name__}.generate runs short-form decoding without timestamps; {', '.join(refused)} "
+                "need the PyTorch Whisper model (AutoModelForSpeechSeq2Seq)"
             )
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
+        for name in _WHISPER_PYTORCH_ONLY:
+            kwargs.pop(name, None)
+        if kwargs.get("decoder_input_ids") is not None:
+            raise GenerationError("Whisper's generate builds decoder_input_ids itself; pass language= / task= instead")
+        kwargs.pop("decoder_input_ids", None)
+        config = copy.deepcopy(generation_config if generation_config is not None else self.generation_config)
+        encoder_outputs = kwargs.get("encoder_outputs")
+        if input_features is None:
+            input_features = kwargs.pop("inputs", None)
+        if input_features is None and encoder_outputs is None:
+            raise GenerationError("generate() needs input_features (from WhisperFeatureExtractor) or encoder_outputs")
+        window = 2 * int(self.config.max_source_positions)
+        if input_features is not None and input_features.shape[-1] > window:
+            raise GenerationError(
+                f"input_features has {input_features.shape[-1]} frames (over 30 s); the exported model decodes one "
+                f"{window}-frame window per row: use the pipeline's chunk_length_s=30, or the PyTorch model for "
+                "long-form decoding"
+            )
+        if encoder_outputs is None:  # encoded once, for language detection and decoding
+            encoder_outputs = self.encoder(input_features=input_features)
+            kwargs["encoder_outputs"] = encoder_outputs
+        kwargs.pop("attention_mask", None)  # the feature extractor's frame mask: Whisper reads every frame
+        prompt = self._whisper_prompt(config, encoder_outputs, language, task)
+        begin = prompt.shape[-1]
+        for name in ("max_new_tokens", "max_length", "num_beams", "return_dict_in_generate"):
+            if name in kwargs:
+                setattr(config, name, kwargs.pop(name))
+        kwargs.pop("do_sample", None)  # as PyTorch Whisper: sampling is asked for with temperature > 0
+        max_positions = int(self.config.max_target_positions)
+        if (config.max_new_tokens or 0) + begin > max_positions:
+            raise GenerationError(
+                f"the decoder prompt ({begin} tokens) plus max_new_tokens={config.max_new_tokens} exceeds "
+                f"max_target_positions={max_positions}; lower max_new_tokens"
+            )
+        if config.max_new_tokens is None:  # as PyTorch Whisper: max_length grows by the prompt
+            config.max_length = min((config.max_length or 20) + min(max_positions // 2 - 1, begin), max_positions)
+        config.do_sample = temperature is not None and temperature > 0.0
+        config.temperature = temperature if config.do_sample else 1.0
+        if config.do_sample:
+            config.num_beams = 1
+        outputs = super().generate(generation_config=config, decoder_input_ids=prompt, **kwargs)
+        if not isinstance(outputs, torch.Tensor):
+            return outputs
+        return _generated_tokens(outputs, begin, config)
+
+    def _whisper_prompt(
+        self, config: GenerationConfig, encoder_outputs: Any, language: str | list[str] | None, task: str | None
+    ) -> torch.Tensor:
+        """``(batch, n)``: ``<|startoftranscript|>`` [language] [task] [``<|notimestamps|>``]."""
         hidden = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
         batch = hidden.shape[0]
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, hidden.shape[1], dtype=torch.long)
-        use_cache = self.generation_config.use_cache if use_cache is None else use_cache
-        if use_cache and self.decoder_with_past_session is None:
+        lang_to_id = dict(getattr(config, "lang_to_id", None) or {})
+        task_to_id = dict(getattr(config, "task_to_id", None) or {})
+        if getattr(config, "is_multilingual", None) is False and (language is not None or task is not None):
             raise GenerationError(
-                f"{self.folder} was loaded with use_cache=False (no decoder_with_past_model.onnx session); pass "
-                "use_cache=False, or load it with use_cache=True"
+                "this is an English-only Whisper model (is_multilingual=False): drop language= and task="
             )
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if past and use_cache:
-            feeds = {"input_ids": decoder_input_ids, "encoder_attention_mask": attention_mask}
-            for i in range(self.num_layers):
-                self_keys, self_values, cross_keys, cross_values = past_key_values[i]
-                feeds[f"past_key_values.{i}.decoder.key"], feeds[f"past_key_values.{i}.decoder.value"] = (
-                    self_keys, self_values
-                )  # fmt: skip
-                feeds[f"past_key_values.{i}.encoder.key"] = cross_keys
-                feeds[f"past_key_values.{i}.encoder.value"] = cross_values
-            out = self.decoder_with_past_session.run(feeds)
-            cross = past_key_values.cross_attention_cache
+        if language is not None and not lang_to_id:
+            raise GenerationError("language= needs generation_config.lang_to_id, which this model's lacks; drop it")
+        if task is not None and task not in task_to_id:
+            raise GenerationError(
+                f"task={task!r} is not one of this model's generation_config.task_to_id ({sorted(task_to_id)})"
+            )
+        start = [int(config.decoder_start_token_id)]
+        forced = getattr(config, "forced_decoder_ids", None)
+        if language is None and task is None and forced:
+            for position, (index, token) in enumerate(forced, start=1):
+                if index != position:
+                    raise GenerationError(
+                        f"generation_config.forced_decoder_ids {forced} do not follow Whisper's prompt (positions 1, "
+                        "2, ...); pass language= and task= instead"
+                    )
+                start.append(token)
+        languages: list[int | None]
+        if isinstance(language, (list, tuple)):
+            if len(language) != batch:
+                raise GenerationError(f"language= as a list needs one language per row ({batch}), got {language}")
+            languages = [self._language_id(item, lang_to_id) for item in language]
+        elif language is not None:
+            languages = [self._language_id(language, lang_to_id)] * batch
+        elif lang_to_id and (len(start) < 2 or start[1] is None):  # detected from the first step's logits
+            first = torch.full((batch, 1), start[0], dtype=torch.long)
+            logits = self(encoder_outputs=encoder_outputs, decoder_input_ids=first, use_cache=False).logits[:, -1]
+            keep = torch.zeros(logits.shape[-1], dtype=torch.bool)
+            keep[list(lang_to_id.values())] = True
+            languages = logits.masked_fill(~keep, -float("inf")).argmax(-1).tolist()
         else:
-            feeds = {"input_ids": decoder_input_ids, "encoder_attention_mask": attention_mask,
-                     "encoder_hidden_states": hidden}  # fmt: skip
-            out = self.decoder_session.run(feeds)
-            cross = OrtCache([
-                (out[f"present.{i}.encoder.key"], out[f"present.{i}.encoder.value"]) for i in range(self.num_layers)
-            ])  # fmt: skip
-        cache = None
-        if use_cache:
-            own = OrtCache([
-                (out[f"present.{i}.decoder.key"], out[f"present.{i}.decoder.value"]) for i in range(self.num_layers)
-            ])  # fmt: skip
-            cache = EncoderDecoderCache(own, cross)
-        return Seq2SeqLMOutput(logits=out["logits"], past_key_values=cache, encoder_last_hidden_state=hidden)
+            languages = [None] * batch
+        task_ids = set(task_to_id.values())
+        no_timestamps = getattr(config, "no_timestamps_token_id", None)
+        rows = []
+        for language_id in languages:
+            tokens = list(start)
+            if language_id is not None:
+                tokens[1:2] = [language_id]
+            if task is not None:
+                tokens = [t for t in tokens if t not in task_ids] + [task_to_id[task]]
+            elif language is not None and "transcribe" in task_to_id and not task_ids & set(tokens):
+                tokens.append(task_to_id["transcribe"])
+            if no_timestamps is not None and tokens[-1] != no_timestamps:
+                tokens.append(int(no_timestamps))
+            rows.append([t for t in tokens if t is not None])
+        return torch.tensor(rows, dtype=torch.long)
+
+    @staticmethod
+    def _language_id(language: str, lang_to_id: dict[str, int]) -> int:
+        token = language if language in lang_to_id else f"<|{language.lower().strip()}|>"
+        if token not in lang_to_id:
+            codes = ", ".join(name.strip("<|>") for name in lang_to_id)
+            raise GenerationError(
+                f"language={language!r} is not in this model's generation_config.lang_to_id; pass one of its codes "
+                f"({codes})"
+            )
+        return int(lang_to_id[token])
+
+
+def _generated_tokens(sequences: torch.Tensor, begin: int, config: GenerationConfig) -> torch.Tensor:
+    """Each row's tokens after the prompt, without trailing padding and the final eos, right-padded again (what
+    PyTorch Whisper's generate returns)."""
+    pad, eos = config.pad_token_id, config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    rows = []
+    for row in sequences[:, begin:].tolist():
+        if row and pad is not None and row[-1] == pad:
+            pads = row.count(pad) - (1 if pad == eos else 0)
+            row = row[: len(row) - pads] if pads else row
+        if row and eos is not None and row[-1] == eos:
+            row = row[:-1]
+        rows.append(row)
+    width = max(len(row) for row in rows)
+    filler = pad if pad is not None else 0
+    return torch.tensor([row + [filler] * (width - len(row)) for row in rows], dtype=torch.long)

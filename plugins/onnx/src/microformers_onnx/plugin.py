@@ -9,6 +9,7 @@ MICROFORMERS_API_VERSION = 1
 ORT_CLASSES = (
     "ORTModelForCausalLM",
     "ORTModelForSeq2SeqLM",
+    "ORTModelForSpeechSeq2Seq",
     "ORTModelForFeatureExtraction",
     "ORTModelForSequenceClassification",
     "ORTModelForTokenClassification",
