@@ -127,7 +127,7 @@ class _Fixed(FeatureExtractionMixin):
 def test_settings_become_attributes_and_a_read_only_one_is_named() -> None:
     fe = FeatureExtractionMixin(processor_class="P", feature_extractor_type="Old", rate=3)
     assert vars(fe) == {"_processor_class": "P", "rate": 3}
-    with pytest.raises(ConfigError, match=r"^cannot set 'frozen' on _Fixed: "):
+    with pytest.raises(ConfigError, match=r"^cannot set 'frozen' \(argument\) on _Fixed: "):
         _Fixed(frozen=2)
 
 

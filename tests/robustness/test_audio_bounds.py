@@ -122,9 +122,11 @@ def test_whisper_feature_extractor_settings_are_bounded_before_use(
     (tmp_path / "preprocessor_config.json").write_text(
         json.dumps({"feature_extractor_type": "WhisperFeatureExtractor", setting: value})
     )
-    with pytest.raises(ConfigError, match=f"WhisperFeatureExtractor: {setting}="):
+    with pytest.raises(ConfigError, match=f"WhisperFeatureExtractor: {setting}=") as info:
         WhisperFeatureExtractor.from_pretrained(tmp_path)
     assert bounded_allocations() < ALLOCATION_CEILING
+    if setting != "dither":  # the sizes name the file they were read from
+        assert f"({tmp_path / 'preprocessor_config.json'})" in str(info.value)
 
 
 def test_whisper_max_length_is_bounded_before_padding(bounded_allocations: Callable[[], int]) -> None:
@@ -142,6 +144,31 @@ def test_whisper_max_length_is_bounded_before_padding(bounded_allocations: Calla
 def test_wav2vec2_feature_extractor_settings_are_bounded(setting: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=f"Wav2Vec2FeatureExtractor: {setting}="):
         Wav2Vec2FeatureExtractor(**{setting: value})
+
+
+@pytest.mark.parametrize(("setting", "value"), [("sampling_rate", 2**62), ("feature_size", -1)])
+def test_a_bad_setting_names_the_file_it_was_read_from_or_the_keyword(tmp_path: Path, setting: str, value: Any) -> None:
+    file = tmp_path / "preprocessor_config.json"
+    file.write_text(json.dumps({"feature_extractor_type": "Wav2Vec2FeatureExtractor", setting: value}))
+    with pytest.raises(ConfigError, match=f"^Wav2Vec2FeatureExtractor: {setting}=.*") as info:
+        Wav2Vec2FeatureExtractor.from_pretrained(tmp_path)
+    assert f"({file})" in str(info.value) and "keyword" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"\(keyword argument\)"):  # the file is fine; the keyword is not
+        Wav2Vec2FeatureExtractor.from_pretrained(_folder_with(tmp_path / "good", {}), **{setting: value})
+    with pytest.raises(ConfigError, match=r"\(argument\)"):
+        Wav2Vec2FeatureExtractor(**{setting: value})
+    nested = tmp_path / "nested"
+    nested.mkdir()
+    (nested / "processor_config.json").write_text(json.dumps({"feature_extractor": {setting: value}}))
+    with pytest.raises(ConfigError) as info:
+        Wav2Vec2FeatureExtractor.from_pretrained(nested)
+    assert f"({nested / 'processor_config.json'} ('feature_extractor'))" in str(info.value)
+
+
+def _folder_with(folder: Path, settings: dict[str, Any]) -> Path:
+    folder.mkdir()
+    (folder / "preprocessor_config.json").write_text(json.dumps(settings))
+    return folder
 
 
 @pytest.fixture(scope="module")

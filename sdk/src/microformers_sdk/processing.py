@@ -20,7 +20,9 @@ import copy
 import inspect
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,7 +40,36 @@ __all__ = [
     "FeatureExtractionMixin",
     "ProcessorMixin",
     "SequenceFeatureExtractor",
+    "setting_source",
 ]
+
+#: While ``from_dict`` builds a feature extractor: (the file its settings were read from, or None; keyword names).
+_BUILDING: ContextVar[tuple[str | None, frozenset[str]] | None] = ContextVar("_BUILDING", default=None)
+
+
+def setting_source(name: str) -> str:
+    """Where the feature extractor setting ``name`` being checked came from, for an error message: the file it
+    was read from (``/m/preprocessor_config.json``), ``"keyword argument"``, or ``"settings dict"``.
+
+    It answers for the object ``from_dict`` (so ``from_pretrained``) is building; anywhere else (a direct
+    constructor or method call) the value was an ``"argument"``.
+    """
+    building = _BUILDING.get()
+    if building is None:
+        return "argument"
+    file, keywords = building
+    if name in keywords:
+        return "keyword argument"
+    return file or "settings dict"
+
+
+@contextmanager
+def _building(file: str | None, keywords: frozenset[str]) -> Iterator[None]:
+    token = _BUILDING.set((file, keywords))
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
 
 
 def _torch() -> Any:
@@ -151,7 +182,9 @@ class FeatureExtractionMixin:
             try:
                 setattr(self, key, value)
             except AttributeError as exc:
-                raise ConfigError(f"cannot set '{key}' on {type(self).__name__}: {exc}") from exc
+                raise ConfigError(
+                    f"cannot set '{key}' ({setting_source(key)}) on {type(self).__name__}: {exc}"
+                ) from exc
 
     def __repr__(self) -> str:
         return f"{type(self).__name__} {self.to_json_string()}"
@@ -202,12 +235,13 @@ class FeatureExtractionMixin:
                 f"settings of this feature extractor: {', '.join(sorted(known - {'kwargs'}))}"
             )
         settings.update(kwargs)
-        return cls(**settings)
+        with _building(getattr(config, "source", None) or None, frozenset(kwargs)):  # read_json's file
+            return cls(**settings)
 
     @classmethod
     def get_feature_extractor_dict(cls, pretrained: str | os.PathLike[str], **hub_kwargs: Any) -> dict[str, Any]:
         """The settings of a folder: ``preprocessor_config.json``, else ``processor_config.json``'s nested entry."""
-        from microformers.configuration import read_json
+        from microformers.configuration import ConfigDict, read_json
         from microformers.errors import FileMissingError
         from microformers.hub import resolve_file
 
@@ -221,7 +255,9 @@ class FeatureExtractionMixin:
         if path is not None:
             nested = read_json(path, what="processor configuration").get("feature_extractor")
             if isinstance(nested, dict):
-                return nested
+                settings = ConfigDict(nested)
+                settings.source = f"{path} ('feature_extractor')"
+                return settings
         raise FileMissingError(
             f"{pretrained} has no {PREPROCESSOR_NAME} (nor a {PROCESSOR_NAME} with a 'feature_extractor' entry); "
             "save one with feature_extractor.save_pretrained(folder)"

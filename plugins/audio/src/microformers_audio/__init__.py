@@ -22,6 +22,7 @@ _LAZY: dict[str, str] = {
     "MAX_SAMPLING_RATE": "audio_io",
     "check_int_setting": "audio_io",
     "check_sampling_rate": "audio_io",
+    "check_sampling_rate_setting": "audio_io",
     "load_audio": "audio_io",
     "resample": "audio_io",
     "to_mono": "audio_io",

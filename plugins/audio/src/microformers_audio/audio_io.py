@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from microformers.errors import ConfigError, FileMissingError, InputError
+from microformers_sdk.processing import setting_source
 
 __all__ = [
     "MAX_SAMPLES",
@@ -33,6 +34,7 @@ __all__ = [
     "AudioInputError",
     "check_int_setting",
     "check_sampling_rate",
+    "check_sampling_rate_setting",
     "load_audio",
     "resample",
     "to_mono",
@@ -95,14 +97,24 @@ def check_sampling_rate(rate: Any, name: str = "sampling_rate") -> int:
 
 
 def check_int_setting(value: Any, name: str, low: int, high: int, owner: str) -> int:
-    """A feature extractor's integer setting ``name`` (from its ``preprocessor_config.json`` or a keyword) as an
-    int within ``[low, high]``; otherwise a ``ConfigError`` naming it, before anything is sized by it."""
+    """A feature extractor's integer setting ``name`` as an int within ``[low, high]``; otherwise a ``ConfigError``
+    naming it and where it came from (the ``preprocessor_config.json`` it was read from, or the argument), before
+    anything is sized by it."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
         raise ConfigError(
-            f"{owner}: {name}={value!r} (preprocessor_config.json or keyword) must be an integer from {low:,} to "
-            f"{high:,}; fix the setting"
+            f"{owner}: {name}={value!r} ({setting_source(name)}) must be an integer from {low:,} to {high:,}; "
+            "fix the setting"
         )
     return int(value)
+
+
+def check_sampling_rate_setting(rate: Any, owner: str) -> int:
+    """A feature extractor's ``sampling_rate`` setting checked as ``check_sampling_rate`` does; a ``ConfigError``
+    naming where it came from (the ``preprocessor_config.json`` it was read from, or the argument)."""
+    try:
+        return check_sampling_rate(rate)
+    except AudioInputError as exc:
+        raise ConfigError(f"{owner}: {exc} ({setting_source('sampling_rate')})") from None
 
 
 def _check_samples(

@@ -10,10 +10,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from microformers.errors import ConfigError
 from microformers_sdk.processing import BatchFeature, SequenceFeatureExtractor, is_sequence_of_arrays
 
-from .audio_io import AudioInputError, check_int_setting, check_sampling_rate
+from .audio_io import AudioInputError, check_int_setting, check_sampling_rate_setting
 
 logger = logging.getLogger("microformers")
 
@@ -40,10 +39,7 @@ class Wav2Vec2FeatureExtractor(SequenceFeatureExtractor):
     ) -> None:
         owner = type(self).__name__
         feature_size = check_int_setting(feature_size, "feature_size", 1, 1024, owner)
-        try:
-            sampling_rate = check_sampling_rate(sampling_rate)
-        except AudioInputError as exc:
-            raise ConfigError(f"{owner}: {exc} (preprocessor_config.json or keyword)") from None
+        sampling_rate = check_sampling_rate_setting(sampling_rate, owner)
         super().__init__(feature_size=feature_size, sampling_rate=sampling_rate, padding_value=padding_value, **kwargs)
         self.return_attention_mask = return_attention_mask
         self.do_normalize = do_normalize

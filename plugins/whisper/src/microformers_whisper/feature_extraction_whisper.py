@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from microformers.errors import ConfigError
-from microformers_audio import MAX_SAMPLES, AudioInputError, check_int_setting, check_sampling_rate
+from microformers_audio import MAX_SAMPLES, AudioInputError, check_int_setting, check_sampling_rate_setting
 from microformers_sdk.processing import BatchFeature, SequenceFeatureExtractor
 
 logger = logging.getLogger("microformers")
@@ -78,10 +78,7 @@ class WhisperFeatureExtractor(SequenceFeatureExtractor):
         # every size below shapes an allocation (filters, windows, the padded batch): bounded before any is made
         owner = type(self).__name__
         feature_size = check_int_setting(feature_size, "feature_size", 1, 1024, owner)
-        try:
-            sampling_rate = check_sampling_rate(sampling_rate)
-        except AudioInputError as exc:
-            raise ConfigError(f"{owner}: {exc} (preprocessor_config.json or keyword)") from None
+        sampling_rate = check_sampling_rate_setting(sampling_rate, owner)
         n_fft = check_int_setting(n_fft, "n_fft", 2, 2**16, owner)
         hop_length = check_int_setting(hop_length, "hop_length", 1, 2**16, owner)
         chunk_length = check_int_setting(chunk_length, "chunk_length", 1, MAX_SAMPLES // sampling_rate, owner)
