@@ -14,10 +14,14 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 
 def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     parser.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"folder, Hub id or alias ({DEFAULT_MODEL})")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--max-batch-size", type=_positive, default=16, help="sequences decoded together (default 16)")
-    parser.add_argument("--max-queue", type=_non_negative, default=256, help="requests that may wait; more get 429 (default 256)")
+    parser.add_argument(
+        "--max-queue", type=_non_negative, default=256, help="requests that may wait; more get 429 (default 256)"
+    )
     parser.add_argument(
         "--max-kv-tokens", type=_positive, default=None,
         help="KV cache budget in tokens: prompt plus max_tokens of every admitted request; past it requests get 429 "
@@ -31,6 +35,15 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     parser.add_argument(
         "--max-embedding-tokens", type=_positive, default=16384,
         help="tokens of all inputs of one /v1/embeddings request (default 16384; more get 400)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-image-bytes", type=_positive, default=4 * 1024 * 1024,
+        help="bytes of one /v1/embeddings image's file, checked before it is decoded (default 4 MiB; more get 400)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-image-pixels", type=_positive, default=4096 * 4096,
+        help="width x height of one /v1/embeddings image, checked before its pixels are decompressed (default "
+        "4096x4096; more get 400)",
     )  # fmt: skip
     parser.add_argument(
         "--request-timeout", type=_positive_float, default=30.0,
@@ -55,7 +68,9 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     parser.add_argument("--gguf-file", default=None, help="GGUF file inside MODEL's folder")
     parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16; default: the checkpoint's)")
     parser.add_argument("--model-name", default=None, help="the id clients use in 'model' (default: MODEL as given)")
-    parser.add_argument("--max-body-bytes", type=_positive, default=4 * 1024 * 1024, help="request size limit (413 above)")
+    parser.add_argument(
+        "--max-body-bytes", type=_positive, default=4 * 1024 * 1024, help="request size limit (413 above)"
+    )
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1 (default cpu)")
     parser.add_argument("--threads", type=_positive, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
@@ -104,17 +119,33 @@ def load_server(args: argparse.Namespace) -> Any:
 
     if args.pack_weights and args.quantize:
         raise InputError("--pack-weights packs float32 weights and --quantize replaces them: use one of the two")
-    device = check_device(getattr(args, "device", None) or "cpu", "--device")  # a Namespace built by a caller may lack it
+    device = check_device(
+        getattr(args, "device", None) or "cpu", "--device"
+    )  # a Namespace built by a caller may lack it
     if args.pack_weights and device.type != "cpu":
         raise InputError(
             f"--pack-weights lays weights out for oneDNN's CPU product, which --device {args.device} cannot run: "
             "drop --pack-weights, or use --device cpu"
         )
-    # --quantize needs no check here: microformers-quant's layers run on any device through torch (its native
-    # kernels only take CPU tensors and the rest falls back to de-quantising with torch ops).
+    if device.type == "meta":
+        raise InputError(
+            "--device meta holds no weight values, so nothing could be served: use --device cpu or a GPU (cuda)"
+        )
+    if args.quantize and device.type != "cpu":
+        # microformers-quant's layers would run there, but only by de-quantising every weight at every call (its
+        # kernels are CPU code): far slower than the same model unquantized, which is no reason to quantize
+        raise InputError(
+            f"--quantize {args.quantize} keeps weights in microformers-quant's layers, whose kernels run on the CPU "
+            f"only: on --device {args.device} every call would de-quantise its weights in torch (slow). Use "
+            f"--device cpu with --quantize, or drop --quantize and serve on {args.device} with --dtype bfloat16"
+        )
     load: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
-    tokenizer = microformers.AutoTokenizer.from_pretrained(args.model, **load)
     config = microformers.AutoConfig.from_pretrained(args.model, **load)
+    from .images import VISION_ENCODERS
+
+    # a vision encoder (ViT, DINOv2) has no tokenizer: it embeds images only
+    vision_only = getattr(config, "model_type", None) in VISION_ENCODERS
+    tokenizer = None if vision_only else microformers.AutoTokenizer.from_pretrained(args.model, **load)
     model_kwargs: dict[str, Any] = dict(load)
     if args.quantize:
         model_kwargs["quantization_config"] = {"quant_method": args.quantize}
@@ -143,19 +174,56 @@ def load_server(args: argparse.Namespace) -> Any:
             "--pack-weights speeds up batched decoding; MODEL is an encoder served for embeddings: drop --pack-weights"
         )
     model = microformers.AutoModel.from_pretrained(args.model, **model_kwargs)
-    embedder = Embedder(model, tokenizer, _modules_file(args.model, load), max_pending=args.max_queue)
+    embedder = _embedder(model, tokenizer, args, load)
+    if embedder is None:
+        embedder = Embedder(model, tokenizer, _modules_file(args.model, load), max_pending=args.max_queue)
     return Server(name, tokenizer, model, embedder=embedder, aliases=aliases, **_server_limits(args))
 
 
 def _server_limits(args: argparse.Namespace) -> dict[str, Any]:
     """The request limits of ``args`` (a Namespace built by a caller may lack the newer ones)."""
-    from .app import DEFAULT_MAX_EMBEDDING_TOKENS, DEFAULT_READ_TIMEOUT_S
+    from .app import (
+        DEFAULT_MAX_EMBEDDING_TOKENS,
+        DEFAULT_MAX_IMAGE_BYTES,
+        DEFAULT_MAX_IMAGE_PIXELS,
+        DEFAULT_READ_TIMEOUT_S,
+    )
 
     return {
         "max_body_bytes": args.max_body_bytes,
         "read_timeout": getattr(args, "request_timeout", None) or DEFAULT_READ_TIMEOUT_S,
         "max_embedding_tokens": getattr(args, "max_embedding_tokens", None) or DEFAULT_MAX_EMBEDDING_TOKENS,
+        "max_image_bytes": getattr(args, "max_image_bytes", None) or DEFAULT_MAX_IMAGE_BYTES,
+        "max_image_pixels": getattr(args, "max_image_pixels", None) or DEFAULT_MAX_IMAGE_PIXELS,
     }
+
+
+def _embedder(model: Any, tokenizer: Any, args: argparse.Namespace, load: dict[str, Any]) -> Any:
+    """The embedder of a vision model (CLIP/SigLIP images and texts, ViT/DeiT/DINOv2 images), None for a text one."""
+    import microformers
+    from microformers.errors import InputError
+
+    from .images import VISION_ENCODERS, MultimodalEmbedder, embedding_kind
+
+    kind = embedding_kind(model)
+    if kind == "text":
+        return None
+    model_type = getattr(model.config, "model_type", None)
+    if kind == "vision" and model_type not in VISION_ENCODERS:
+        raise InputError(
+            f"MODEL is a {model_type} vision model; microformers serve embeds images with CLIP and SigLIP (two "
+            f"towers) or {', '.join(VISION_ENCODERS)} encoders: serve one of those"
+        )
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        raise InputError(
+            "MODEL embeds images, which needs Pillow to decode them: pip install 'microformers-serve[vision]'"
+        ) from None
+    image_processor = microformers.AutoImageProcessor.from_pretrained(args.model, **load)
+    return MultimodalEmbedder(
+        model, tokenizer, image_processor, kind, _modules_file(args.model, load), max_pending=args.max_queue
+    )
 
 
 def _modules_file(model: str, load: dict[str, Any]) -> Path | None:
@@ -216,6 +284,8 @@ def run_serve(args: argparse.Namespace) -> int:
     )  # fmt: skip
     http = DrainingServer(config)
     print(f"microformers serve: {server.model_id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    if server.engine is not None:  # once: how tokens are decoded (it differs from generate() for a quantized model)
+        print(f"microformers serve: {server.engine.decode_path}", file=sys.stderr, flush=True)
     http.run()
     if server.engine is not None:
         server.engine.drain()

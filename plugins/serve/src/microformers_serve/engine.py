@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import collections
 import ctypes
+import logging
 import os
 import threading
 import time
@@ -40,15 +41,20 @@ from typing import Any
 import attrs
 import torch
 
-from microformers_sdk.cache import Cache, DynamicCache
+from microformers_sdk.cache import Cache, DynamicCache, StaticCache
+from microformers_sdk.decode_steps import NativeDecodeStep, StaticStepRunner, decoding_with
 
 RAGGED_ATTENTION = "serve_ragged"
 # A row's buffers grow by a quarter of what they hold, at least this many positions at a time.
 ROW_GROWTH = 128
 # Prompt tokens one packed prefill forward takes (several prompts, or a chunk of a long one).
 DEFAULT_PREFILL_CHUNK = 512
+# Running rows up to which a decoding step goes through the native (quantized) step, one row at a time.
+DEFAULT_NATIVE_ROWS = 16
 # The default KV budget takes this share of the memory free once the model is loaded.
 DEFAULT_MEMORY_SHARE = 0.5
+
+logger = logging.getLogger("microformers")
 
 # What the decode step tells the ragged attention function (engine thread only).
 _STEP = threading.local()
@@ -376,6 +382,54 @@ class RaggedCache(Cache):
         self._fresh = None
 
 
+class _RowStaticView(StaticCache):
+    """One running row's buffers seen as a prefilled :class:`StaticCache` of the row's capacity, so the model's
+    static step (the native quantized one) writes the row's next position in place and attends over its
+    filled positions only; nothing is copied."""
+
+    def __init__(self, row: _RowBuffers) -> None:
+        super().__init__(max_cache_len=row.capacity)
+        self._keys, self._values = row.keys, row.values  # the row's own lists: a write lands in its buffers
+        self._lengths = [row.length] * len(row.keys)
+
+
+class NotNativeError(RuntimeError):
+    """The model's static step could not run natively for this call (it would have run eagerly instead)."""
+
+
+class _NativeOnly(StaticStepRunner):
+    """The model's native decode step, refusing instead of falling back to the eager static step: a row's
+    buffers past its length are uninitialised, which only the native step (it reads positions up to the
+    one it writes) may be handed."""
+
+    def __init__(self, step: NativeDecodeStep) -> None:
+        super().__init__(step.model, step.layout)
+        self.step = step
+        self.includes_head = step.includes_head
+        self.calls = 0
+
+    def layers(self, inputs_embeds: torch.Tensor, layer_inputs: Any, cache: Cache) -> torch.Tensor:
+        hidden = self.step.layers(inputs_embeds, layer_inputs, cache)
+        if hidden is None:
+            raise NotNativeError("the native decode step does not take this model's inputs (dtype, partial rotary)")
+        self.calls += 1
+        return hidden
+
+
+def native_step_for(model: Any) -> _NativeOnly | None:
+    """The native decode step ``generate`` would use by default for ``model`` (a quantized decoder on the CPU with
+    the kernels built), wrapped so that it never falls back; None where the model has none."""
+    if getattr(model, "decode_step_layout", None) is None or getattr(model, "dtype", None) != torch.float32:
+        return None
+    from microformers_sdk.decode_steps import default_decode_step
+
+    try:
+        step = default_decode_step(model)
+    except Exception:  # a layout that cannot be described: the eager batched step serves it
+        return None
+    return None if step is None else _NativeOnly(step)
+
+
 def ragged_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -490,6 +544,10 @@ def free_memory(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
 def _prefix_table(pattern: str) -> list[int]:
     """KMP failure function: ``table[i]`` is the longest proper prefix of ``pattern[: i + 1]`` that ends it."""
     table = [0] * len(pattern)
@@ -534,6 +592,7 @@ class Engine:
         max_queue: int = 256,
         max_kv_tokens: int | None = None,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        native_rows: int | None = None,
     ) -> None:
         from microformers_sdk.attention import attention_implementation_name, get_attention_function
 
@@ -553,6 +612,8 @@ class Engine:
         self.eos_ids = _eos_ids(model)
         self.vocab_rows = model.get_input_embeddings().num_embeddings
         self.kv_bytes_per_token = kv_bytes_per_token(model)
+        if max_kv_tokens is not None:
+            self._check_kv_budget(max_kv_tokens)
         self.max_kv_tokens = max_kv_tokens if max_kv_tokens is not None else self.default_kv_tokens()
         config = model.config
         name = attention_implementation_name(config)
@@ -561,6 +622,9 @@ class Engine:
             config._attn_implementation = RAGGED_ATTENTION
         else:
             self._base_attention = get_attention_function("sdpa")
+        self._native = native_step_for(model)
+        self.native_rows = DEFAULT_NATIVE_ROWS if native_rows is None else native_rows
+        self.native_steps = 0  # decoding steps that ran through the native step
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._running: list[GenerationRequest] = []
         self._prefilling: list[GenerationRequest] = []  # admitted; their prompts are partly in the cache
@@ -578,6 +642,41 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="microformers-serve-engine", daemon=True)
         self._thread.start()
         atexit.register(_close_at_exit, weakref.ref(self))
+
+    @property
+    def decode_path(self) -> str:
+        """One line saying how decoding steps run (``microformers serve`` prints it at startup)."""
+        batched = "one batched eager forward over every running row, each attending over its own cache"
+        if self._native is not None and self.native_rows == 0:
+            return f"decoding: {batched} (the native quantized step is off: native_rows=0)"
+        if self._native is not None:
+            return (
+                f"decoding: the native quantized step (what generate() uses) while at most {self.native_rows} "
+                f"request(s) run, one row at a time over its own preallocated cache; with more, {batched} (the "
+                "native step writes one cache position shared by all its rows, and serving rows have lengths of "
+                "their own)"
+            )
+        if getattr(self.model.config, "quantization_config", None):
+            return (
+                f"decoding: {batched}; this quantized model has no native decode step here (it needs the "
+                "microformers-quant kernels built, the CPU, float32 activations and a Llama-style decoder)"
+            )
+        return f"decoding: {batched}"
+
+    def _check_kv_budget(self, max_kv_tokens: int) -> None:
+        """Refuse a KV budget the memory free now (after loading the model) cannot hold: the server would be
+        killed for memory under load instead of answering 429."""
+        from microformers.errors import InputError
+
+        available = free_memory(self.device)
+        fits = available // self.kv_bytes_per_token
+        if max_kv_tokens > fits:
+            raise InputError(
+                f"--max-kv-tokens {max_kv_tokens} (max_kv_tokens) needs {_gib(max_kv_tokens * self.kv_bytes_per_token)} "
+                f"of KV cache ({self.kv_bytes_per_token} bytes per token for this model), but {self.device} has "
+                f"{_gib(available)} free after loading it: pass --max-kv-tokens {fits} or less, or leave it out "
+                "(the default takes half the free memory)"
+            )
 
     def default_kv_tokens(self) -> int:
         """Cache tokens that fit in half the free memory, at least one full context and at most a full
@@ -895,6 +994,12 @@ class Engine:
 
     def _forward(self, rows: list[GenerationRequest]) -> torch.Tensor:
         """The next-token logits ``(rows, vocab)`` in float32; every row's cache advances one position."""
+        if self._native is not None and len(rows) <= self.native_rows:
+            try:
+                return self._native_forward(rows)
+            except NotNativeError as exc:  # nothing was written: the batched step serves this and every later step
+                self._native = None
+                logger.warning("microformers serve: %s; decoding with the batched eager step from now on", exc)
         cache = self._cache
         indices = [self._running.index(r) for r in rows]
         for _attempt in range(2):
@@ -928,6 +1033,41 @@ class Engine:
             self.steps += 1
             return outputs.logits[:, -1, :].to(dtype=torch.float32)
         raise RuntimeError("the model's attention does not take the serving cache's states")
+
+    def _native_forward(self, rows: list[GenerationRequest]) -> torch.Tensor:
+        """:meth:`_forward` through the native decode step, one row at a time, each over its own buffers (the
+        step writes one shared position for all its rows; the rows here have their own lengths). A row that
+        fails undoes the rows before it, so the step can be re-run row by row."""
+        native = self._native
+        assert native is not None
+        done: list[_RowBuffers] = []
+        logits: list[torch.Tensor] = []
+        try:
+            for request in rows:
+                row = self._cache._rows[self._running.index(request)]
+                row.ensure(row.length + 1)
+                view = _RowStaticView(row)
+                ids = torch.tensor([[request.output_ids[-1]]], dtype=torch.long, device=self.device)
+                calls = native.calls
+                self._stepping = [request]
+                with decoding_with(self.model, native):
+                    outputs = self.model(
+                        input_ids=ids, past_key_values=view, use_cache=True, logits_to_keep=1, return_dict=True
+                    )
+                if native.calls != calls + 1 or view.get_seq_length() != row.length + 1:
+                    raise NotNativeError("the model did not take its static step for a serving row")
+                row.length += 1
+                done.append(row)
+                logits.append(outputs.logits[:, -1, :])
+        except BaseException:
+            for row in done:  # their next position is written again by the re-run
+                row.length -= 1
+            raise
+        finally:
+            self._stepping = []
+        self.steps += 1
+        self.native_steps += 1
+        return torch.cat(logits).to(dtype=torch.float32)
 
     def _finish_step(self, rows: list[GenerationRequest], logits: torch.Tensor) -> None:
         unusable = _unusable_rows(logits).tolist()

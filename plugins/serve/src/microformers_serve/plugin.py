@@ -9,7 +9,9 @@ MICROFORMERS_API_VERSION = 1
 
 @hookimpl
 def register_cli_commands(register: Any) -> None:
-    register("serve", "microformers_serve.commands:serve_command", help="serve a model over an OpenAI-compatible HTTP API")
+    register(
+        "serve", "microformers_serve.commands:serve_command", help="serve a model over an OpenAI-compatible HTTP API"
+    )
 
 
 @hookimpl

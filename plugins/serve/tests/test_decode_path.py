@@ -1,0 +1,171 @@
+"""How the engine decodes, and the startup arguments that memory or the device cannot honour.
+
+A quantized model decodes through the native step ``generate`` uses by default while few rows run (one row at
+a time over its own buffers), batched and eager with more; the engine says which in ``decode_path``. A big
+``--max-batch-size`` costs nothing up front (rows get their cache as they run, under the KV budget), a KV
+budget the free memory cannot hold is refused, and so are ``--threads 0``, ``--device meta`` and ``--quantize``
+off the CPU (no kernels there: a slow fallback).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from serve_helpers import Collector, assert_similar_tokens, one_thread, scored_greedy
+
+import microformers
+from microformers.errors import InputError
+from microformers_serve import engine as engine_module
+from microformers_serve.engine import CacheBudgetError, Engine, GenerationRequest
+
+
+def _kernels_or_skip() -> None:
+    kernels = pytest.importorskip("microformers_quant.kernels")
+    if not kernels.native_available():
+        pytest.skip("the microformers-quant kernels cannot be built here")
+
+
+@pytest.fixture(scope="module")
+def quantized(tiny_llama: Path) -> tuple[Any, Any]:
+    _kernels_or_skip()
+    tokenizer = microformers.AutoTokenizer.from_pretrained(tiny_llama)
+    model = microformers.AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config={"quant_method": "int8"})
+    return tokenizer, model
+
+
+def _run(engine: Engine, jobs: list[tuple[list[int], int]]) -> list[GenerationRequest]:
+    requests = []
+    with one_thread():
+        for prompt, new in jobs:
+            collector = Collector()
+            requests.append((GenerationRequest(prompt_ids=prompt, max_new_tokens=new, emit=collector), collector))
+            engine.submit(requests[-1][0])
+        for request, collector in requests:
+            assert collector.done.wait(60) and collector.final.kind == "done", collector.events[-1:]
+    return [request for request, _ in requests]
+
+
+def test_one_quantized_request_decodes_through_the_native_step_like_generate(quantized: Any) -> None:
+    tokenizer, model = quantized
+    engine = Engine(model, tokenizer, max_batch_size=4)
+    assert "native quantized step" in engine.decode_path
+    (request,) = _run(engine, [([5, 6, 7, 8], 20)])
+    assert engine.native_steps == engine.stats()["steps"] > 0
+    # generate() decodes the quantized model through the same native step; the prefill differs in shape
+    assert_similar_tokens(request.output_ids, *scored_greedy(model, [5, 6, 7, 8], 20))
+    assert engine.cache_bytes() == 0  # the row's buffers, written in place by the native step, are freed
+    engine.drain()
+
+
+def test_more_rows_than_native_rows_decode_batched_and_still_equal_generate(quantized: Any) -> None:
+    tokenizer, model = quantized
+    engine = Engine(model, tokenizer, max_batch_size=4, native_rows=1)
+    jobs = [([5, 6, 7], 30), ([8, 9], 12), ([10, 11, 12, 13], 6)]
+    requests = _run(engine, jobs)
+    steps = engine.stats()["steps"]
+    assert 0 < engine.native_steps < steps  # batched while several ran, native once one was left
+    for request, (prompt, new) in zip(requests, jobs, strict=True):
+        assert_similar_tokens(request.output_ids, *scored_greedy(model, prompt, new))
+    engine.drain()
+
+
+def test_a_native_step_that_cannot_run_is_dropped_for_the_batched_step(
+    quantized: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    tokenizer, model = quantized
+    engine = Engine(model, tokenizer, max_batch_size=4)
+    native = engine._native
+    assert native is not None
+    native.step = type("Refusing", (), {"layers": staticmethod(lambda *args: None)})()  # as for partial rotary
+    with caplog.at_level("WARNING", logger="microformers"):
+        (request,) = _run(engine, [([5, 6, 7, 8], 10)])
+    assert engine.native_steps == 0 and engine._native is None
+    assert "batched eager step from now on" in caplog.text
+    assert "native" not in engine.decode_path.split(";")[0]
+    assert_similar_tokens(request.output_ids, *scored_greedy(model, [5, 6, 7, 8], 10))
+    engine.drain()
+
+
+def test_a_float_model_says_it_decodes_batched(reference: Any) -> None:
+    tokenizer, model = reference
+    engine = Engine(model, tokenizer, max_batch_size=2)
+    assert engine._native is None and engine.decode_path.startswith("decoding: one batched eager forward")
+    engine.drain()
+
+
+def test_a_kv_budget_larger_than_free_memory_is_refused_with_the_largest_that_fits(
+    reference: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer, model = reference
+    monkeypatch.setattr(engine_module, "free_memory", lambda device: 1 << 20)
+    per_token = engine_module.kv_bytes_per_token(model)
+    fits = (1 << 20) // per_token
+    with pytest.raises(InputError, match=rf"--max-kv-tokens {fits + 1} .*pass --max-kv-tokens {fits} or less"):
+        Engine(model, tokenizer, max_kv_tokens=fits + 1)
+    engine = Engine(model, tokenizer, max_kv_tokens=fits)  # the largest that fits is taken
+    assert engine.max_kv_tokens == fits
+    engine.drain()
+
+
+def test_a_huge_max_batch_size_allocates_nothing_and_stays_within_the_kv_budget(
+    reference: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows get cache buffers only as they run, and admission is bounded by a KV budget taken from the free
+    memory, so --max-batch-size far beyond what memory holds is harmless: requests past the budget get 429."""
+    tokenizer, model = reference
+    free = 1 << 22
+    monkeypatch.setattr(engine_module, "free_memory", lambda device: free)
+    engine = Engine(model, tokenizer, max_batch_size=1_000_000, max_queue=1_000_000)
+    assert engine.max_kv_tokens == max(engine.context_length, (free // 2) // engine.kv_bytes_per_token)
+    needed = engine.cache_tokens(8, 8)
+    taken = 0
+    with engine._condition, pytest.raises(CacheBudgetError) as refused:  # the loop admits nothing meanwhile
+        for _ in range(engine.max_kv_tokens + 1):  # more requests than the budget could ever hold
+            engine.submit(GenerationRequest(prompt_ids=[5] * 8, max_new_tokens=8, emit=lambda event: None))
+            taken += 1
+    assert refused.value.retry and taken == engine.max_kv_tokens // needed
+    engine.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    from microformers_serve.commands import serve_command
+
+    parser = argparse.ArgumentParser(prog="microformers serve")
+    serve_command(parser)
+    return parser
+
+
+def test_threads_zero_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _parser().parse_args(["--threads", "0"])
+    assert exited.value.code == 2
+    assert "argument --threads: 0 must be >= 1" in capsys.readouterr().err
+
+
+def _args(**flags: object) -> argparse.Namespace:
+    values = {
+        "model": "/nonexistent/model", "gguf_file": None, "quantize": None, "dtype": None, "model_name": None,
+        "max_batch_size": 4, "max_queue": 4, "max_body_bytes": 1 << 20, "pack_weights": False, "device": "cpu",
+    }  # fmt: skip
+    return argparse.Namespace(**{**values, **flags})
+
+
+@pytest.mark.parametrize("method", ["int8", "gguf"])
+def test_quantize_off_the_cpu_is_refused_before_loading(monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    from microformers_serve.commands import load_server
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(InputError, match=rf"--quantize {method} .*CPU only.*--device cuda:0.*--device cpu"):
+        load_server(_args(quantize=method, device="cuda:0"))
+
+
+def test_device_meta_is_refused_before_loading() -> None:
+    from microformers_serve.commands import load_server
+
+    with pytest.raises(InputError, match="--device meta holds no weight values"):
+        load_server(_args(device="meta"))
