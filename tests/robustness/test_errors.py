@@ -65,6 +65,22 @@ def test_bad_config_values_name_the_file(folder: Path, tmp_path: Path, key: str,
         assert str(copy / "config.json") in str(info.value) and key.strip("_") in str(info.value)
 
 
+@pytest.mark.parametrize("entry", ["", "   ", [None, ""], []])
+def test_an_empty_auto_map_entry_is_refused_naming_the_file_and_the_entry(
+    folder: Path, tmp_path: Path, entry: Any
+) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": entry}
+    copy = edited(folder, tmp_path, json.dumps(config))
+    for load in (microformers.AutoConfig.from_pretrained, microformers.AutoModelForCausalLM.from_pretrained):
+        with pytest.raises(ConfigError) as info:
+            load(copy, trust_remote_code=True)  # with consent too: nothing is imported from an empty entry
+        assert str(info.value).startswith(
+            f"{copy / 'config.json'}: the auto_map entry 'AutoModelForCausalLM' is {entry!r}: name its class as "
+            "'module.ClassName' (or remove the entry)"
+        )
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -331,6 +331,13 @@ def check_config_dict(data: dict[str, Any], source: Any) -> None:
         isinstance(auto_map, dict) and all(isinstance(v, (str, list)) for v in auto_map.values())
     ):
         raise refuse(f"auto_map must map Auto class names to 'module.Class' strings, found {auto_map!r:.80}")
+    for name, reference in (auto_map or {}).items():
+        named = [reference] if isinstance(reference, str) else reference  # a list: [slow, fast] tokenizer classes
+        if not any(isinstance(r, str) and r.strip() for r in named):
+            raise refuse(
+                f"the auto_map entry {name!r} is {reference!r}: name its class as 'module.ClassName' "
+                "(or remove the entry)"
+            )
     for key in ("dtype", "torch_dtype"):
         value = data.get(key)
         if value is not None and (not isinstance(value, str) or value.removeprefix("torch.") not in _DTYPES):
