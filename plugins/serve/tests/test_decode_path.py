@@ -44,7 +44,7 @@ def _run(engine: Engine, jobs: list[tuple[list[int], int]]) -> list[GenerationRe
             collector = Collector()
             requests.append((GenerationRequest(prompt_ids=prompt, max_new_tokens=new, emit=collector), collector))
             engine.submit(requests[-1][0])
-        for request, collector in requests:
+        for _request, collector in requests:
             assert collector.done.wait(60) and collector.final.kind == "done", collector.events[-1:]
     return [request for request, _ in requests]
 

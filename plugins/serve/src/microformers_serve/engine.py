@@ -49,8 +49,10 @@ RAGGED_ATTENTION = "serve_ragged"
 ROW_GROWTH = 128
 # Prompt tokens one packed prefill forward takes (several prompts, or a chunk of a long one).
 DEFAULT_PREFILL_CHUNK = 512
-# Running rows up to which a decoding step goes through the native (quantized) step, one row at a time.
-DEFAULT_NATIVE_ROWS = 16
+# Running rows up to which a decoding step goes through the native (quantized) step, one row at a time: each
+# row's call reads every weight, where one batched eager forward reads them once for all rows, so past about
+# two rows the batched step costs less per token (SmolLM2-135M int8, one thread: docs/serving.md).
+DEFAULT_NATIVE_ROWS = 2
 # The default KV budget takes this share of the memory free once the model is loaded.
 DEFAULT_MEMORY_SHARE = 0.5
 
