@@ -53,6 +53,8 @@ MAX_CHARS_PER_TOKEN = 32
 MAX_EMBEDDING_INPUTS = 2048
 DEFAULT_MAX_EMBEDDING_TOKENS = 16384  # tokens of all inputs of one /v1/embeddings request together
 EMBEDDING_BATCH_TOKENS = 4096  # padded tokens the encoder runs at once
+DEFAULT_MAX_IMAGE_BYTES = 4 * 1024 * 1024  # one /v1/embeddings image's file, decoded from base64
+DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096  # one /v1/embeddings image's width x height
 DISCONNECT_POLL_S = 0.25  # how often a non-streamed request checks that its client is still there
 CHAT_FIELDS = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n",
@@ -235,6 +237,8 @@ class Server:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         read_timeout: float = DEFAULT_READ_TIMEOUT_S,
         max_embedding_tokens: int = DEFAULT_MAX_EMBEDDING_TOKENS,
+        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+        max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     ) -> None:
         self.model_id = model_id
         self.names = {model_id, *aliases}
@@ -246,6 +250,8 @@ class Server:
         self.max_body_bytes = max_body_bytes
         self.read_timeout = read_timeout
         self.max_embedding_tokens = max_embedding_tokens
+        self.max_image_bytes = max_image_bytes
+        self.max_image_pixels = max_image_pixels
         self.created = int(time.time())
         config = getattr(model, "generation_config", None)
         self.default_sample = bool(getattr(config, "do_sample", False))
@@ -682,7 +688,12 @@ def create_app(server: Server) -> FastAPI:
         encoding = body.get("encoding_format", "float")
         if encoding not in ("float", "base64"):
             raise bad("encoding_format", f"must be 'float' or 'base64', got {encoding!r}")
-        batch = await asyncio.to_thread(_embedding_inputs, server, body.get("input"))
+        if getattr(embedder, "image_processor", None) is not None:  # a vision model (images.MultimodalEmbedder)
+            from .images import embedding_inputs
+
+            batch: list[Any] = await asyncio.to_thread(embedding_inputs, server, body.get("input"))
+        else:
+            batch = await asyncio.to_thread(_embedding_inputs, server, body.get("input"))
         if embedder.pending >= embedder.max_pending:
             raise APIError(429, "the server is busy; retry shortly", code="queue_full", kind="rate_limit_error",
                            headers={"Retry-After": "1"})  # fmt: skip
@@ -697,7 +708,7 @@ def create_app(server: Server) -> FastAPI:
             if encoding == "base64":
                 value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
             data.append({"object": "embedding", "index": index, "embedding": value})
-        tokens = sum(len(ids) for ids in batch)
+        tokens = sum(len(item) if isinstance(item, list) else item.tokens for item in batch)  # an image: its positions
         return {
             "object": "list", "data": data, "model": server.model_id,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
@@ -707,6 +718,15 @@ def create_app(server: Server) -> FastAPI:
 
 
 def _embedding_inputs(server: Server, value: Any) -> list[list[int]]:
+    from .images import is_image_item
+
+    for index, item in enumerate(value if isinstance(value, list) else [value]):
+        if is_image_item(item):  # refused before any other check: a data URL is no text to embed
+            raise bad(
+                f"input[{index}]" if isinstance(value, list) else "input", f"{server.model_id} is a text-only model "
+                "and cannot embed images; serve a CLIP, SigLIP, ViT or DINOv2 model for image embeddings",
+                "unsupported_input",
+            )  # fmt: skip
     if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(t, int) for t in value)):
         value = [value]
     if not isinstance(value, list) or not value:
