@@ -169,3 +169,24 @@ def test_device_meta_is_refused_before_loading() -> None:
 
     with pytest.raises(InputError, match="--device meta holds no weight values"):
         load_server(_args(device="meta"))
+
+
+def _load(folder: Path, **flags: object) -> Any:
+    from microformers_serve.commands import load_server
+
+    return load_server(_args(model=str(folder), **flags))
+
+
+def test_native_rows_flag_reaches_the_engine_and_zero_turns_the_native_step_off(tiny_llama: Path) -> None:
+    _kernels_or_skip()
+    server = _load(tiny_llama, quantize="int8", native_rows=0)
+    assert server.engine.native_rows == 0 and "native quantized step is off" in server.engine.decode_path
+    server.engine.drain()
+    server = _load(tiny_llama, quantize="int8")
+    assert server.engine.native_rows == engine_module.DEFAULT_NATIVE_ROWS
+    server.engine.drain()
+
+
+def test_native_rows_for_a_model_without_a_native_step_is_refused(tiny_llama: Path) -> None:
+    with pytest.raises(InputError, match="--native-rows 3 .*this model has none.*drop --native-rows"):
+        _load(tiny_llama, native_rows=3)

@@ -62,6 +62,12 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
         help="quantized weights (microformers-quant): int8/int4 from float weights, gguf keeps a GGUF's blocks",
     )  # fmt: skip
     parser.add_argument(
+        "--native-rows", type=_non_negative, default=None,
+        help="with --quantize: running requests up to which each decoding step goes through the native quantized "
+        "step (what generate() uses), one request at a time; more are decoded in one batched eager forward; "
+        "0: always batched (default 2)",
+    )  # fmt: skip
+    parser.add_argument(
         "--pack-weights", action="store_true",
         help="float32 weights in oneDNN's packed layout: faster batched decoding, slower for one sequence",
     )  # fmt: skip
@@ -115,7 +121,7 @@ def load_server(args: argparse.Namespace) -> Any:
     from microformers.errors import InputError
 
     from .app import Embedder, Server
-    from .engine import DEFAULT_PREFILL_CHUNK, Engine
+    from .engine import DEFAULT_PREFILL_CHUNK, Engine, native_step_for
 
     if args.pack_weights and args.quantize:
         raise InputError("--pack-weights packs float32 weights and --quantize replaces them: use one of the two")
@@ -139,6 +145,7 @@ def load_server(args: argparse.Namespace) -> Any:
             f"only: on --device {args.device} every call would de-quantise its weights in torch (slow). Use "
             f"--device cpu with --quantize, or drop --quantize and serve on {args.device} with --dtype bfloat16"
         )
+    native_rows = getattr(args, "native_rows", None)
     load: dict[str, Any] = {"gguf_file": args.gguf_file} if args.gguf_file else {}
     config = microformers.AutoConfig.from_pretrained(args.model, **load)
     from .images import VISION_ENCODERS
@@ -163,10 +170,17 @@ def load_server(args: argparse.Namespace) -> Any:
             from microformers_sdk import pack_linear_weights
 
             pack_linear_weights(model)
+        if native_rows is not None and native_step_for(model) is None:
+            raise InputError(
+                f"--native-rows {native_rows} chooses when the native quantized step decodes, and this model has "
+                "none (it needs quantized weights, --quantize int8/int4/gguf or a quantized checkpoint, on the CPU "
+                "with the microformers-quant kernels built): drop --native-rows"
+            )
         engine = Engine(
             model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue,
             max_kv_tokens=getattr(args, "max_kv_tokens", None),
             prefill_chunk=getattr(args, "prefill_chunk", None) or DEFAULT_PREFILL_CHUNK,
+            native_rows=native_rows,
         )  # fmt: skip
         return Server(name, tokenizer, model, engine=engine, aliases=aliases, **_server_limits(args))
     if args.pack_weights:
