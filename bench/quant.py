@@ -25,6 +25,12 @@ Every run prints the CPU model and the thread count. Variants:
   ``Int4Config(group_size=32)``; ``gguf``: the Q4_1 file with ``GgufQuantConfig()`` (blocks kept);
   ``*-a8`` / ``*-a16``: the same with ``activations="int8"`` / ``"int16"`` (decoding activations quantized
   per 32 values; int8 is llama.cpp's way);
+* ``gptq`` / ``awq``: GPTQ (v1 packing) and AutoAWQ GEMM 4-bit folders, group 32, written from the same float32
+  weights by round-to-nearest with the tests' packing helpers (``plugins/quant/tests/gptq_packing.py``; no
+  calibration, so their tokens are not a GPTQ run's) and loaded with no arguments: kept packed in the int4 format,
+  so they should decode like ``int4``; ``gptq-g128`` / ``awq-g128``: group 128, which does not divide SmolLM2's
+  576 hidden inputs, so q/k/v/o/gate/up load de-quantised to float (a warning says so) and only down_proj is int4.
+  Folders are made once under ``MICROFORMERS_BENCH_DIR``, outside the timings;
 * ``reference``: ``transformers`` on the float32 folder;
 * ``llama.cpp``: ``llama_cpp.Llama`` on the same Q4_1 file, same thread count, when llama-cpp-python
   is importable (a bench-only dependency, not in requirements-test.txt; no batch8 row); otherwise
@@ -60,7 +66,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common
 
 VARIANTS = ["fp32", "fp32-packed", "int8", "int4", "gguf", "gguf-dynamic", "gguf-a16", "gguf-a8", "int4-a16", "int4-a8",
-            "reference", "llama.cpp"]  # fmt: skip
+            "gptq", "awq", "reference", "llama.cpp"]  # fmt: skip
+# GPTQ/AWQ folders written from the float32 folder: variant -> (writer, group)
+PACKED_FOLDERS = {"gptq": ("gptq", 32), "awq": ("awq", 32), "gptq-g128": ("gptq", 128), "awq-g128": ("awq", 128)}
 ACTIVATIONS = {"-a8": "int8", "-a16": "int16"}
 
 
@@ -89,6 +97,31 @@ def quant_config(variant: str) -> dict[str, Any] | None:
     return config
 
 
+def packed_folder(variant: str) -> Path:
+    """The GPTQ/AWQ folder of ``variant`` (made once from the float32 folder by the tests' packing helpers)."""
+    kind, group = PACKED_FOLDERS[variant]
+    folder = common.BENCH_DIR / f"smollm2-135m-{kind}-g{group}"
+    if (folder / "config.json").is_file():
+        return folder
+    import importlib.util
+    import shutil
+
+    helpers = Path(__file__).resolve().parents[1] / "plugins" / "quant" / "tests" / "gptq_packing.py"
+    spec = importlib.util.spec_from_file_location("gptq_packing", helpers)
+    assert spec is not None and spec.loader is not None
+    packing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(packing)
+    staging = folder.with_name(folder.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    source = common.model_folder("smollm2")
+    if kind == "gptq":
+        packing.write_gptq_folder(source, staging, bits=4, group=group, with_expected=False)
+    else:
+        packing.write_awq_folder(source, staging, group, with_expected=False)
+    staging.rename(folder)  # whole: a folder under its final name is complete
+    return folder
+
+
 def load(variant: str) -> Any:
     import torch
 
@@ -96,6 +129,8 @@ def load(variant: str) -> Any:
 
     if variant == "reference":
         return common.load_reference(common.model_folder("smollm2"))
+    if variant in PACKED_FOLDERS:
+        return microformers.AutoModelForCausalLM.from_pretrained(packed_folder(variant), dtype=torch.float32)
     config = quant_config(variant)
     if variant.startswith("gguf"):
         return microformers.AutoModelForCausalLM.from_pretrained(
@@ -235,6 +270,9 @@ def speed(args: argparse.Namespace) -> None:
     if args.compiled:
         variants += [f"{v}+compiled" for v in ("fp32", "int8", "gguf", "gguf-a16", "int4", "int4-a16") if v in variants]
     common.model_folder("smollm2")  # build the shared float32 folder once, outside the timings
+    for variant in variants:
+        if variant.removesuffix("+compiled") in PACKED_FOLDERS:
+            packed_folder(variant.removesuffix("+compiled"))
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     measure = "CPU time" if args.cpu_time else "wall time"
     print(f"{args.scenario}: {SCENARIOS[args.scenario]}; {common.THREADS} threads; ratios on {measure}")
