@@ -3,6 +3,8 @@
     .venv/bin/python bench/serve.py [--clients 1 4 16] [--new-tokens 128] [--servers microformers transformers]
     .venv/bin/python bench/serve.py --clients 16 --threads 1     # the figure docs/serving.md records
     .venv/bin/python bench/serve.py --quick          # 1 and 4 clients, 32 new tokens, microformers only
+    .venv/bin/python bench/serve.py --servers microformers --quantize int8 --clients 1 2 4 --threads 1
+    .venv/bin/python bench/serve.py --servers microformers --quantize int8 --native-rows 0 ...  # batched only
 
 A second anchor, llama.cpp's own server (``python -m llama_cpp.server`` from ``llama-cpp-python[server]``, a
 bench-only extra, on the same model's Q4_1 GGUF file), joins when it is importable; otherwise the script says
@@ -37,6 +39,10 @@ The answers to the same prompt are compared across client counts (a batched answ
 the single-client one) and between the two servers. Both servers get the same thread setting
 (``--threads``, passed as ``OMP_NUM_THREADS``; default: torch's). The machine load (``uptime``) is
 printed with the numbers: other work on the machine changes them.
+
+``--quantize int8|int4`` serves our side quantized (``microformers serve --quantize``; the reference stays
+float32, so answers are not compared with it) and ``--native-rows N`` passes on when the native quantized
+step decodes (0: always the batched eager step), for a before/after of that step.
 """
 
 from __future__ import annotations
@@ -110,7 +116,9 @@ def llama_cpp_missing() -> str | None:
 
 
 class Server:
-    def __init__(self, kind: str, folder: Path, port: int, threads: int | None, max_batch: int) -> None:
+    def __init__(
+        self, kind: str, folder: Path, port: int, threads: int | None, max_batch: int, extra: list[str] | None = None
+    ) -> None:
         self.kind, self.port, self.folder = kind, port, folder
         self.ready_path = "/health"
         env = dict(os.environ)
@@ -118,7 +126,7 @@ class Server:
             env["OMP_NUM_THREADS"] = str(threads)
         if kind == "microformers":
             command = [sys.executable, "-m", "microformers.cli", "serve", str(folder), "--port", str(port),
-                       "--max-batch-size", str(max_batch)]  # fmt: skip
+                       "--max-batch-size", str(max_batch), *(extra or [])]  # fmt: skip
             self.model = str(folder)
         elif kind == "llama.cpp":
             gguf = common.gguf_folder() / common.GGUF_NAME
@@ -300,13 +308,22 @@ def main() -> None:
                         help="servers that get the fault row (default: microformers; none: no fault row)")  # fmt: skip
     parser.add_argument("--model", choices=["smollm2", "random"], default="smollm2", help="weights (default smollm2)")
     parser.add_argument("--quick", action="store_true", help="1 and 4 clients, 32 new tokens, microformers only")
+    parser.add_argument("--quantize", choices=["int8", "int4"], default=None, help="serve our side quantized")
+    parser.add_argument("--native-rows", type=int, default=None, help="microformers --native-rows (with --quantize)")
     args = parser.parse_args()
+    if args.native_rows is not None and not args.quantize:
+        parser.error("--native-rows chooses when the native quantized step decodes: add --quantize int8 or int4")
+    our_flags = [*(["--quantize", args.quantize] if args.quantize else []),
+            *(["--native-rows", str(args.native_rows)] if args.native_rows is not None else [])]  # fmt: skip
     clients = args.clients or ([1, 4] if args.quick else [1, 4, 16])
     new_tokens = args.new_tokens or (32 if args.quick else 128)
     servers = args.servers or (["microformers"] if args.quick else list(SERVERS))
     fault_servers = ["microformers"] if args.fault_servers is None else args.fault_servers
     folder = serve_folder(args.model)
-    print(f"model: {folder} (float32); clients {clients}; {new_tokens} new tokens; threads {args.threads or 'default'}")
+    weights = f"float32; ours with {' '.join(our_flags)}" if our_flags else "float32"
+    print(
+        f"model: {folder} ({weights}); clients {clients}; {new_tokens} new tokens; threads {args.threads or 'default'}"
+    )
     print(f"load before: {common.load_average()} on {os.cpu_count()} CPUs")
     report: dict[str, Any] = {}
     running: dict[str, Server] = {}
@@ -317,7 +334,8 @@ def main() -> None:
             report[kind] = {"error": missing}
             continue
         try:
-            running[kind] = Server(kind, folder, 18000 + os.getpid() % 1000 + offset, args.threads, args.max_batch_size)
+            port = 18000 + os.getpid() % 1000 + offset
+            running[kind] = Server(kind, folder, port, args.threads, args.max_batch_size, our_flags)
             run_level(running[kind], 1, 8)  # warm-up
         except Exception as exc:  # report and go on: the reference may not run here
             print(f"{kind}: could not start: {exc}")
@@ -346,6 +364,8 @@ def main() -> None:
             server.stop()
     for kind, server in running.items():
         report[kind] = {"startup_s": server.startup_s, "levels": levels[kind]}
+        if kind == "microformers":
+            report[kind]["flags"] = our_flags
         print(f"\n== {kind} serve (startup {server.startup_s:.1f} s)")
         print(f"{'clients':>7} {'tokens':>7} {'wall s':>7} {'tok/s':>7} {'x 1':>6} {'tok/CPU-s':>9} {'x 1':>6} "
               f"{'TTFT s':>7} {'TTFT CPU-s':>10} {'p50 s':>7} {'p95 s':>7}")  # fmt: skip
@@ -383,12 +403,13 @@ def main() -> None:
         print(
             f"\n== microformers / {kind}"
             + (" (its answers come from the Q4_1 file: not compared)" if kind == "llama.cpp" else "")
+            + (" (ours are quantized: answers not compared)" if our_flags and kind != "llama.cpp" else "")
         )
         for a, b in zip(ours, levels[kind], strict=True):
             agree = sum(x is not None and x == y for x, y in zip(a["texts"], b["texts"], strict=True))
             print(f"{a['clients']:>3} clients: tok/s {a['tok_s'] / b['tok_s']:.2f}x, tok/CPU-s {a['tok_cpu_s'] / b['tok_cpu_s']:.2f}x, "
                   f"median TTFT {a['ttft_s'] / max(b['ttft_s'], 1e-9):.2f}x theirs (CPU-s {a['ttft_cpu_s'] / max(b['ttft_cpu_s'], 1e-9):.2f}x)"
-                  + ("" if kind == "llama.cpp" else f", identical answers {agree}/{a['clients']}")
+                  + ("" if kind == "llama.cpp" or our_flags else f", identical answers {agree}/{a['clients']}")
                   + (f"; failed requests: ours {len(a['failed'])}, theirs {len(b['failed'])}" if a["failed"] or b["failed"] else ""))  # fmt: skip
     print(f"load after: {common.load_average()}")
     for entry in report.values():
