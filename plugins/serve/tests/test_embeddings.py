@@ -162,3 +162,16 @@ def test_many_inputs_run_in_bounded_batches_with_the_same_vectors(client: Any) -
         alone = client.embeddings.create(model="minilm-tiny", input=[inputs[index]]).data[0]
         # padded among others against alone: other shapes, so close, not equal
         assert_close(torch.tensor(together[index].embedding), torch.tensor(alone.embedding))
+
+
+def test_an_image_sent_to_a_text_only_model_is_refused(client: Any) -> None:
+    image = "data:image/png;base64,iVBORw0KGgo="
+    for value, param in (
+        (image, "input"),
+        (["a text", image], "input[1]"),
+        ([{"type": "image_url", "image_url": {"url": image}}], "input[0]"),
+    ):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.embeddings.create(model="minilm-tiny", input=value)
+        body = info.value.body
+        assert body["code"] == "unsupported_input" and body["param"] == param and "text-only" in body["message"]

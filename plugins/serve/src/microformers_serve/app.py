@@ -246,7 +246,8 @@ class Server:
         self.model = model
         self.engine = engine
         self.embedder = embedder
-        self.context_length = context_length(model)
+        # a two-tower model's text tower has its own length (CLIP: 77); its config has none at the top level
+        self.context_length = getattr(embedder, "text_limit", None) or context_length(model)
         self.max_body_bytes = max_body_bytes
         self.read_timeout = read_timeout
         self.max_embedding_tokens = max_embedding_tokens

@@ -161,11 +161,11 @@ class MultimodalEmbedder(Embedder):
         self.image_processor = image_processor
         self.kind = kind
         self.text_options: dict[str, Any] = {}
+        text_config = getattr(model.config, "text_config", None)
+        self.text_limit: int | None = getattr(text_config, "max_position_embeddings", None)
         if kind == "two_tower" and "siglip" in str(getattr(model.config, "model_type", "")):
             # SigLIP was trained on texts padded to the full length (as its processor and the reference pipeline pad)
-            text_config = getattr(model.config, "text_config", None)
-            length = getattr(text_config, "max_position_embeddings", 64)
-            self.text_options = {"padding": "max_length", "max_length": length}
+            self.text_options = {"padding": "max_length", "max_length": self.text_limit or 64}
         # One forward on a processed blank image: how many positions an image costs (and a check the model runs).
         import PIL.Image
 
