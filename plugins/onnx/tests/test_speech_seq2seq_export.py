@@ -30,6 +30,8 @@ from microformers_onnx.export import OnnxExportError
 SPECIALS = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|de|>", "<|translate|>", "<|transcribe|>",
             "<|notimestamps|>"]  # fmt: skip
 WORDS = "the a cat dog sat on mat hello world good morning house is big small red blue green one two three".split()
+# Whisper's order: text, then the special tokens, <|notimestamps|> last (timestamps would follow it: none here)
+VOCAB = [SPECIALS[0], *WORDS, *SPECIALS[1:]]
 LAYERS = 2
 MEL = 8
 FRAMES = 100  # one second of 16 kHz audio at hop 160: max_source_positions = 50
@@ -41,7 +43,7 @@ def write_folder(folder: Path) -> tuple[Any, dict[str, int]]:
 
     from microformers_whisper import WhisperFeatureExtractor
 
-    vocab = {token: i for i, token in enumerate([*SPECIALS, *WORDS])}
+    vocab = {token: i for i, token in enumerate(VOCAB)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.add_special_tokens(SPECIALS)
@@ -58,13 +60,14 @@ def write_folder(folder: Path) -> tuple[Any, dict[str, int]]:
         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=20, decoder_ffn_dim=20,
         num_mel_bins=MEL, max_source_positions=FRAMES // 2, max_target_positions=24, pad_token_id=eos,
         bos_token_id=eos, eos_token_id=eos, decoder_start_token_id=vocab["<|startoftranscript|>"],
-        begin_suppress_tokens=[eos], suppress_tokens=[vocab["the"]],
+        begin_suppress_tokens=[eos], suppress_tokens=[vocab["the"], *(vocab[t] for t in SPECIALS[1:])],
     )  # fmt: skip
     torch.manual_seed(0)
     model = microformers.AutoModelForSpeechSeq2Seq.from_config(config).eval()
-    with torch.no_grad():  # wider than the initialiser, so that the tokens generated vary
-        for parameter in model.parameters():
-            parameter.normal_(0.0, 0.4)
+    with torch.no_grad():  # wider than the initialiser (norms and the sinusoids kept), so that the tokens vary
+        for name, parameter in model.named_parameters():
+            if "layer_norm" not in name and "encoder.embed_positions" not in name:
+                parameter.normal_(0.0, 0.4)
     generation = model.generation_config
     generation.lang_to_id = {"<|en|>": vocab["<|en|>"], "<|de|>": vocab["<|de|>"]}
     generation.task_to_id = {"transcribe": vocab["<|transcribe|>"], "translate": vocab["<|translate|>"]}
@@ -101,7 +104,10 @@ def test_export_writes_whisper_encoder_and_decoder_graphs_with_the_ort_names(exp
     assert graphs["decoder_model.onnx"]["input_names"] == ["input_ids", "encoder_hidden_states"]
     assert graphs["decoder_model.onnx"]["output_names"] == ["logits", *present]
     assert graphs["decoder_with_past_model.onnx"]["input_names"] == ["input_ids", *past]
-    assert graphs["decoder_with_past_model.onnx"]["output_names"] == ["logits", *(n for n in present if ".decoder." in n)]
+    assert graphs["decoder_with_past_model.onnx"]["output_names"] == [
+        "logits",
+        *(n for n in present if ".decoder." in n),
+    ]
     for name, graph in graphs.items():
         assert graph["max_difference"] <= 1e-4, name  # the export's own check: ONNX Runtime against PyTorch
     for name in ("config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json"):
@@ -119,7 +125,9 @@ def test_encoder_and_decoder_steps_give_the_pytorch_logits(exported) -> None:
     assert_close(got.encoder_last_hidden_state, want.encoder_last_hidden_state, atol=1e-4)
     assert_close(got.logits, want.logits, atol=1e-4)
     step = torch.tensor([[vocab["cat"]], [vocab["dog"]]])
-    got = ort(encoder_outputs=(got.encoder_last_hidden_state,), decoder_input_ids=step, past_key_values=got.past_key_values)
+    got = ort(
+        encoder_outputs=(got.encoder_last_hidden_state,), decoder_input_ids=step, past_key_values=got.past_key_values
+    )
     with torch.no_grad():
         want = model(encoder_outputs=(want.encoder_last_hidden_state,), decoder_input_ids=step,
                      past_key_values=want.past_key_values)  # fmt: skip
@@ -140,13 +148,13 @@ def test_ort_generate_gives_the_pytorch_whisper_tokens(exported, settings: dict[
     ort = microformers.ORTModelForSpeechSeq2Seq.from_pretrained(folder)
     inputs = features(batch=3)
     got = ort.generate(inputs, max_new_tokens=8, **settings)
-    want = model.generate(inputs, max_new_tokens=8, **settings)
+    want = model.generate(inputs, max_new_tokens=8, **settings)  # the generated tokens, without Whisper's prompt
     assert got.shape[0] == 3 and got.shape[1] > 0
-    # the scores of the whole sequences (prompt included), to tell a near tie from a real difference
-    full = model.generate(inputs, max_new_tokens=8, return_dict_in_generate=True, output_scores=True, **settings)
-    prompt_length = full.sequences.shape[1] - len(full.scores)
-    assert_similar_generation(got, want, full.scores, prompt_length=0, pad_token_id=vocab["<|endoftext|>"])
-    assert prompt_length >= 3  # start, language, task (and <|notimestamps|>)
+    scores = None  # beam search: every row must be the same
+    if settings["num_beams"] == 1:  # greedy: the step scores tell a near tie from a real difference
+        scores = model.generate(inputs, max_new_tokens=8, return_dict_in_generate=True, output_scores=True,
+                                **settings).scores  # fmt: skip
+    assert_similar_generation(got, want, scores, prompt_length=0, pad_token_id=vocab["<|endoftext|>"])
 
 
 def test_ort_generate_scores_match_the_pytorch_models(exported) -> None:
@@ -162,10 +170,12 @@ def test_ort_generate_scores_match_the_pytorch_models(exported) -> None:
 
 
 def test_pipeline_transcribes_with_the_exported_model(exported) -> None:
-    folder, model, _, source = exported
+    folder, _, _, source = exported
     ort = microformers.ORTModelForSpeechSeq2Seq.from_pretrained(folder)
     audio = (np.random.default_rng(0).standard_normal(12000) * 0.1).astype(np.float32)
-    ours = microformers.pipeline("automatic-speech-recognition", model=ort, tokenizer=microformers.AutoTokenizer.from_pretrained(folder))
+    ours = microformers.pipeline(
+        "automatic-speech-recognition", model=ort, tokenizer=microformers.AutoTokenizer.from_pretrained(folder)
+    )
     eager = microformers.pipeline("automatic-speech-recognition", model=str(source))
     settings = {"max_new_tokens": 8, "generate_kwargs": {"language": "de"}}
     got = ours([audio, audio[:8000]], **settings)
@@ -187,7 +197,7 @@ def test_generate_refuses_what_only_the_pytorch_model_decodes(exported) -> None:
         ort.generate(torch.randn(1, MEL, 2 * FRAMES))
     with pytest.raises(GenerationError, match="max_target_positions=24"):
         ort.generate(inputs, max_new_tokens=40)
-    with pytest.raises(GenerationError, match="language='fr'.*en, de"):
+    with pytest.raises(GenerationError, match="language=.fr.*de, en"):
         ort.generate(inputs, language="fr")
     with pytest.raises(microformers.InputError, match="exactly 100"):
         ort.get_encoder()(input_features=torch.randn(1, MEL, 60))
