@@ -40,6 +40,7 @@ from .model_helpers import (
     place_modules,
     resize_token_embeddings,
 )
+from .offload import offload_request
 from .plugins import registry
 from .protocols import AdapterManager, CheckpointFormat, Quantizer, QuantizerFactory
 from .remote import RegisterForAutoClass, write_custom_code
@@ -412,6 +413,17 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         strict: bool = True,
         **kwargs: Any,
     ) -> Any:
+        """Load a model folder, Hub repo or registered alias (see the module docstring for how weights are read).
+
+        Big models (``microformers.offload``): ``device_map="auto"`` places whole modules on the GPUs, then the
+        CPU, then disk, within ``max_memory`` (``{0: "2GiB", "cpu": "300MiB"}``; default: the free memory);
+        modules placed on disk (there, or by a dict ``device_map`` value ``"disk"``) need ``offload_folder`` and
+        have their weights read just in time for their forward, from the safetensors checkpoint itself or, for
+        other formats or with ``offload_state_dict=True``, from copies written into ``offload_folder``.
+        ``low_cpu_mem_usage``: loading always builds the model without memory and fills it tensor by tensor, which
+        is what True asks for; False (the reference then builds a randomly initialised model first) gives the same
+        model, and is refused with a ``device_map``, as in the reference.
+        """
         if device is not None:
             check_device(device, "device")
         check_device_map(device_map)
@@ -424,7 +436,6 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         checkpoint, kwargs = open_checkpoint(pretrained_model_name_or_path, kwargs)
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
-        kwargs.pop("low_cpu_mem_usage", None)
         refuse_torchscript(kwargs.pop("torchscript", False))
         for framework in ("from_tf", "from_flax"):
             if kwargs.pop(framework, False):
@@ -434,12 +445,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                     "checkpoint once with a transformers 4.x release (from_pretrained(..., "
                     f"{framework}=True).save_pretrained(folder)) and load that folder"
                 )
-        offload = [k for k in ("offload_folder", "offload_state_dict", "offload_buffers") if kwargs.pop(k, None)]
-        if offload or "disk" in (device_map.values() if isinstance(device_map, dict) else ()):
-            raise ConfigError(
-                f"{', '.join(offload) or 'a device_map value of disk'}: disk offload is not supported; "
-                "load onto the CPU or a device (device_map='cpu' / 'auto'), or quantize to fit"
-            )
+        big_model = offload_request(kwargs, device_map)  # max_memory, offload_*, low_cpu_mem_usage: offload.py
         quant_args = {k: kwargs.pop(k) for k in ("quantization_config", "load_in_8bit", "load_in_4bit") if k in kwargs}
         if torch_dtype is not None:
             dtype = torch_dtype
@@ -466,6 +472,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
             raise ConfigError(f"{config_source(fmt, files)}: {exc}") from exc
         quantizer = _quantizer(config, **quant_args)
         source = quantizer.prepare(model, fmt, files, target_dtype) if quantizer else fmt.load(files, dtype=target_dtype)
+        if big_model is not None:  # device_map="auto" / with "disk": placed under max_memory (offload.py)
+            device_map = big_model.plan(model, target_dtype, quantized=quantizer is not None)
+            source = source if quantizer else big_model.wrap(source, model, files, target_dtype)
         placement = tensor_placement(device, device_map)
         if tensor_parallel is not None:
             if quantizer is not None:
@@ -484,7 +493,9 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         model._after_load(folder, hub_kwargs)
         if device is not None:
             model.to(device)
-        if device_map is not None:  # places modules, records model.hf_device_map
+        if big_model is not None:  # moves modules, hooks those on disk, records model.hf_device_map
+            big_model.dispatch(model)
+        elif device_map is not None:  # places modules, records model.hf_device_map
             place_modules(model, device_map)
         return (model, info) if output_loading_info else model
 
@@ -702,10 +713,11 @@ def tensor_placement(device: Any, device_map: Any) -> Callable[[str], torch.devi
     wanted = device_map if device_map is not None else device
     if wanted is None:
         return None
-    by_prefix = {
-        prefix: check_device(value, "device_map") for prefix, value in device_map_entries(wanted).items() if value != "disk"
+    by_prefix = {  # a module on disk (offload.py) is left where the checkpoint reader put it
+        prefix: None if value == "disk" else check_device(value, "device_map")
+        for prefix, value in device_map_entries(wanted).items()
     }
-    by_prefix = {prefix: value for prefix, value in by_prefix.items() if value.type != "meta"}
+    by_prefix = {prefix: value for prefix, value in by_prefix.items() if value is None or value.type != "meta"}
     ordered = sorted(by_prefix.items(), key=lambda item: len(item[0]), reverse=True)
 
     def device_of(name: str) -> torch.device | None:
