@@ -12,6 +12,7 @@ import pytest
 
 import microformers
 from microformers.errors import ConfigError
+from microformers_peft.config import AdapterError
 
 from ._build import llama_folder
 
@@ -30,6 +31,10 @@ CASES: dict[str, dict[str, Any]] = {
     "negative layer index": {"layers_to_transform": -1},
     "integer task_type": {"task_type": 5},
     "integer base model": {"base_model_name_or_path": 5},
+    "integer target_modules": {"target_modules": 5},
+    "object target_modules": {"target_modules": {"q_proj": 1}},
+    "integer exclude_modules": {"exclude_modules": 5},
+    "integer modules_to_save": {"modules_to_save": 7},
 }
 
 
@@ -70,3 +75,16 @@ def test_well_typed_settings_still_load(adapter: tuple[Path, Path], tmp_path: Pa
     model = microformers.AutoModelForCausalLM.from_pretrained(base)
     model.load_adapter(folder)
     assert model.active_adapters() == ["default"]
+
+
+@pytest.mark.parametrize("ranks", [{"r": 10**9}, {"r": 2, "rank_pattern": {"q_proj": 10**9}}])
+def test_a_rank_too_large_for_memory_is_refused_before_allocating(
+    adapter: tuple[Path, Path], ranks: dict[str, Any]
+) -> None:
+    """add_adapter with r of 10**9 (LoRA matrices of ~477 GiB even on this tiny model) is refused before any allocation,
+    naming the ranks and the memory, instead of the allocator's RuntimeError."""
+    base, _ = adapter
+    model = microformers.AutoModelForCausalLM.from_pretrained(base)
+    with pytest.raises(AdapterError, match=r"^add_adapter\('default'\): r/rank_pattern \(up to rank 1,000,000,000\) "):
+        model.add_adapter(microformers.LoraConfig(target_modules=["q_proj"], **ranks))
+    assert not any(".lora_A." in name for name, _ in model.named_parameters())  # nothing half-built

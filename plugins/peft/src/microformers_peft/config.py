@@ -34,9 +34,9 @@ class AdapterError(MicroformersError, ValueError):
 
 
 def _string_list(value: Any) -> Any:
-    if value is None or isinstance(value, str):
-        return value
-    return sorted(set(value)) if isinstance(value, (set, frozenset)) else list(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(set(value), key=str)
+    return list(value) if isinstance(value, (list, tuple)) else value  # anything else: the validator names it
 
 
 def _flag(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -195,7 +195,7 @@ def _dropout(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
 def _modules(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is None or isinstance(value, str):
         return
-    if not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"LoraConfig({attribute.name}={value!r}): give module names (strings) or one regex string")
 
 

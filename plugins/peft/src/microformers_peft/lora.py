@@ -346,6 +346,8 @@ class LoraAdapters:
         elif config.fan_in_fan_out and not any(transposed):
             logger.warning("fan_in_fan_out is set to False: the targeted layers are nn.Linear")
             config = attrs.evolve(config, fan_in_fan_out=False)
+        ranks = {p: int(self._setting_for(config.rank_pattern, p, config.r, "rank_pattern")) for p in paths}
+        _check_lora_fits(self.model, ranks, where)
         for path in paths:
             layer = self.model.get_submodule(path)
             if not isinstance(layer, LoraLayer):
@@ -353,7 +355,7 @@ class LoraAdapters:
                 layer.active_adapters = list(self._active)
                 layer.disabled = not self._enabled
                 self._replace(path, layer)
-            r = int(self._setting_for(config.rank_pattern, path, config.r, "rank_pattern"))
+            r = ranks[path]
             alpha = float(self._setting_for(config.alpha_pattern, path, config.lora_alpha, "alpha_pattern"))
             layer.add(name, r, config.scaling(r, alpha), float(config.lora_dropout), config.init_lora_weights)
         saved = config.modules_to_save
@@ -675,6 +677,41 @@ class LoraAdapters:
         print(
             f"trainable params: {trainable:,d} || all params: {total:,d} || trainable%: {100 * trainable / total:.4f}"
         )
+
+
+def _check_lora_fits(model: nn.Module, ranks: Mapping[str, int], where: str) -> None:
+    """Refuse ranks (``r``, ``rank_pattern``) whose LoRA matrices could not fit the memory of the device they would
+    be made on, before any is allocated: a clear error instead of the allocator's."""
+    needed: dict[torch.device, int] = {}
+    for path, r in ranks.items():
+        layer = model.get_submodule(path)
+        base = getattr(layer, "base_layer", layer) if isinstance(layer, LoraLayer) else layer
+        weight = getattr(base, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.device.type == "meta":
+            continue
+        size = weight.element_size() if weight.is_floating_point() else 4  # quantized bases get float32 LoRA
+        needed[weight.device] = needed.get(weight.device, 0) + r * sum(weight.shape) * size
+    for device, total in needed.items():
+        available = _memory_bytes(device)
+        if available is not None and total > available:
+            largest = max(ranks.values())
+            raise AdapterError(
+                f"{where}: r/rank_pattern (up to rank {largest:,}) make LoRA matrices of {total / 2**30:,.1f} GiB "
+                f"over {len(ranks)} modules, more than the {available / 2**30:,.1f} GiB of {device}; lower r "
+                "(LoRA ranks are usually 4 to 256)"
+            )
+
+
+def _memory_bytes(device: torch.device) -> int | None:
+    """The memory of ``device`` (the machine's RAM for the CPU), or None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    if device.type != "cpu":
+        return None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _reloadable_base(name_or_path: str | None) -> str | None:
