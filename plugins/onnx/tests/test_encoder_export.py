@@ -121,7 +121,7 @@ def test_ort_model_refuses_inputs_its_graph_does_not_take(exported) -> None:
         ("vit", "automatic-speech-recognition", "choose --task feature-extraction or --task image-classification"),
         ("wav2vec2", "image-classification", "choose --task feature-extraction or --task automatic-speech-recognition"),
         ("vit", "text2text-generation", "is not one. Choose another --task"),
-        ("whisper", "text2text-generation", "only its encoder is exported .--task feature-extraction."),
+        ("whisper", "text2text-generation", "Use --task automatic-speech-recognition .encoder and decoder graphs."),
     ],
 )
 def test_task_that_does_not_fit_the_model_is_refused_before_writing(
