@@ -223,3 +223,38 @@ def test_asr_pipeline_length_limit_applies_before_decoding(
 def test_asr_pipeline_refuses_low_rate_file(asr: Any) -> None:
     with pytest.raises(AudioInputError, match="resampling from 1 to 16000 Hz"):
         asr(wav_bytes(200_000, rate=1))
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("hello", r"^the audio must be a waveform .* got str of dtype <U5$"),
+        (["a", "b"], r"^the audio must be a waveform .* got list of dtype <U1$"),
+        (np.zeros(100, np.complex64), r"^the audio must be a waveform .* dtype complex64$"),
+        (np.array([None] * 10), r"^the audio must be a waveform .* dtype object$"),
+        (np.full(100, np.nan, np.float32), r"^the audio holds NaN or infinite samples"),
+        ([np.zeros(10, np.float32), np.array([0.0, np.inf])], r"^row 1 of the batch holds NaN or infinite samples"),
+    ],
+)
+def test_wav2vec2_refuses_what_is_not_a_finite_waveform(raw: Any, message: str) -> None:
+    with pytest.raises(AudioInputError, match=message):
+        Wav2Vec2FeatureExtractor()(raw, sampling_rate=RATE)
+
+
+def test_wav2vec2_call_sizes_and_rate_are_checked_before_padding(bounded_allocations: Callable[[], int]) -> None:
+    extractor = Wav2Vec2FeatureExtractor()
+    wave = np.zeros(100, np.float32)
+    with pytest.raises(ConfigError, match=r"max_length=1000000000000 \(argument\) must be an integer from 1 to "):
+        extractor(wave, sampling_rate=RATE, padding="max_length", max_length=10**12)
+    with pytest.raises(ConfigError, match=r"pad_to_multiple_of=0 \(argument\)"):
+        extractor(wave, sampling_rate=RATE, padding=True, pad_to_multiple_of=0)
+    assert bounded_allocations() < ALLOCATION_CEILING
+    # a rate of the wrong type is named as such (it was "sampled at 16000 Hz but ... expects 16000 Hz")
+    with pytest.raises(AudioInputError, match=r"^sampling_rate='16000' must be a positive integer"):
+        extractor(wave, sampling_rate="16000")
+    assert extractor(wave, sampling_rate=RATE, padding="max_length", max_length=128)["input_values"][0].shape == (128,)
+
+
+def test_an_audio_path_that_is_a_folder_is_named_as_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(microformers.FileMissingError, match=r"is a folder, not a file; pass the path of a WAV"):
+        load_audio(str(tmp_path), RATE)

@@ -222,7 +222,8 @@ def load_audio(
         if path.startswith(("http://", "https://")):
             raise AudioInputError(f"{path}: URLs are not fetched; download the file and pass its path")
         if not os.path.isfile(path):
-            raise FileMissingError(f"audio file {path} does not exist; pass the path of a WAV/FLAC/OGG file")
+            what = "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+            raise FileMissingError(f"audio file {path} {what}; pass the path of a WAV/FLAC/OGG file")
         what = f"audio file {path}"
         data, rate = _decode(path, what, sampling_rate, announce)
         inputs = resample(to_mono(data, what), rate, sampling_rate, what)

@@ -12,7 +12,13 @@ import numpy as np
 
 from microformers_sdk.processing import BatchFeature, SequenceFeatureExtractor, is_sequence_of_arrays
 
-from .audio_io import AudioInputError, check_int_setting, check_sampling_rate_setting
+from .audio_io import (
+    MAX_SAMPLES,
+    AudioInputError,
+    check_int_setting,
+    check_sampling_rate,
+    check_sampling_rate_setting,
+)
 
 logger = logging.getLogger("microformers")
 
@@ -72,6 +78,13 @@ class Wav2Vec2FeatureExtractor(SequenceFeatureExtractor):
         sampling_rate: int | None = None,
     ) -> BatchFeature:
         """Featurise one waveform or a batch (list of arrays/lists, or a 2-D array of equal-length rows)."""
+        if sampling_rate is not None:
+            sampling_rate = check_sampling_rate(sampling_rate)
+        owner = type(self).__name__
+        if max_length is not None:  # bounded before padding allocates it
+            max_length = check_int_setting(max_length, "max_length", 1, MAX_SAMPLES, owner)
+        if pad_to_multiple_of is not None:
+            pad_to_multiple_of = check_int_setting(pad_to_multiple_of, "pad_to_multiple_of", 1, MAX_SAMPLES, owner)
         if sampling_rate is not None and sampling_rate != self.sampling_rate:
             raise AudioInputError(
                 f"the audio is sampled at {sampling_rate} Hz but this feature extractor (and its model) expects "
@@ -93,12 +106,25 @@ class Wav2Vec2FeatureExtractor(SequenceFeatureExtractor):
         batched = is_sequence_of_arrays(raw_speech)
         rows = list(raw_speech) if batched else [raw_speech]
         for index, row in enumerate(rows):
-            if len(row) == 0:
-                where = f"row {index} of the batch" if batched else "the audio"
-                raise AudioInputError(f"{where} is empty (0 samples); pass at least a few milliseconds of audio")
-            if isinstance(row, np.ndarray) and row.ndim != 1:
+            where = f"row {index} of the batch" if batched else "the audio"
+            try:
+                array = row if isinstance(row, np.ndarray) else np.asarray(row)
+            except (TypeError, ValueError) as exc:  # a ragged list
+                raise AudioInputError(f"{where} is not an array of samples ({exc}); pass 1-D float waveforms") from None
+            if array.dtype.kind not in "biuf":
                 raise AudioInputError(
-                    f"row {index} has shape {row.shape}; each waveform must be 1-D (mono). Average the channels first."
+                    f"{where} must be a waveform (numbers: a numpy array, list of floats or tensor) or a batch of "
+                    f"them, got {type(row).__name__} of dtype {array.dtype}"
+                )
+            if array.ndim != 1:
+                raise AudioInputError(
+                    f"row {index} has shape {array.shape}; each waveform must be 1-D (mono). Average the channels first."
+                )
+            if len(array) == 0:
+                raise AudioInputError(f"{where} is empty (0 samples); pass at least a few milliseconds of audio")
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise AudioInputError(
+                    f"{where} holds NaN or infinite samples; clean the audio (e.g. np.nan_to_num) before featurising"
                 )
         padded = self.pad(
             BatchFeature({"input_values": rows}),
