@@ -24,6 +24,8 @@ import torch
 
 from microformers.errors import GenerationError, InputError
 
+from .masks import exporting_graph
+
 
 class Cache:
     """Base class: per-layer key/value storage plus the number of positions filled."""
@@ -52,8 +54,9 @@ class Cache:
             self._lengths.append(0)
         start = self._lengths[layer_idx]
         end = start + key.shape[2]
-        if key.requires_grad or value.requires_grad:
-            # Writing in place into storage autograd has saved would break backward: concatenate instead.
+        if key.requires_grad or value.requires_grad or exporting_graph():
+            # Writing in place into storage autograd has saved would break backward: concatenate instead. A traced or
+            # exported graph concatenates too: preallocated storage would fix the example's capacity in the graph.
             self._keys[layer_idx] = torch.cat((self._keys[layer_idx][:, :, :start], key), dim=2) if start else key
             self._values[layer_idx] = (
                 torch.cat((self._values[layer_idx][:, :, :start], value), dim=2) if start else value
@@ -216,6 +219,15 @@ class StaticCache(Cache):
 
     def get_max_cache_shape(self) -> int | None:
         return self.max_cache_len
+
+    def _reallocate(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor, capacity: int) -> None:
+        super()._reallocate(layer_idx, key, value, capacity)
+        if key.is_cuda:
+            # A compiled step with CUDA graphs (mode="reduce-overhead") writes into this storage; graphs are
+            # kept only for inputs at static addresses. guard=False: another cache's storage re-records the
+            # graph instead of recompiling the step.
+            for storage in (self._keys[layer_idx], self._values[layer_idx]):
+                torch._dynamo.mark_static_address(storage, guard=False)
 
 
 def as_cache(past_key_values: Any) -> Cache | None:
