@@ -10,6 +10,8 @@ off the CPU (no kernels there: a slow fallback).
 from __future__ import annotations
 
 import argparse
+import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,34 @@ def test_more_rows_than_native_rows_decode_batched_and_still_equal_generate(quan
     assert 0 < engine.native_steps < steps  # batched while several ran, native once one was left
     for request, (prompt, new) in zip(requests, jobs, strict=True):
         assert_similar_tokens(request.output_ids, *scored_greedy(model, prompt, new))
+    engine.drain()
+
+
+@pytest.mark.parametrize("growth", [engine_module.ROW_GROWTH, 4])
+def test_staggered_quantized_requests_decoded_together_natively_equal_generate_alone(
+    quantized: Any, monkeypatch: pytest.MonkeyPatch, growth: int
+) -> None:
+    """Rows join and leave between steps: the slab the native step decodes is rebuilt around them (each row's
+    positions right-aligned, a mask keeping it to its own), and every answer is what generate() makes alone.
+    With a growth of 4 positions the slab also fills up and is rebuilt larger every few steps."""
+    monkeypatch.setattr(engine_module, "ROW_GROWTH", growth)
+    tokenizer, model = quantized
+    rng = random.Random(1)
+    jobs = [([rng.randrange(3, 500) for _ in range(rng.randrange(1, 40))], rng.randrange(3, 40)) for _ in range(9)]
+    engine = Engine(model, tokenizer, max_batch_size=4, native_rows=4)
+    requests = []
+    with one_thread():
+        for i, (prompt, new) in enumerate(jobs):
+            collector = Collector()
+            requests.append((GenerationRequest(prompt_ids=prompt, max_new_tokens=new, emit=collector), collector))
+            engine.submit(requests[-1][0])
+            time.sleep(0.003 * (i % 3))
+        for _request, collector in requests:
+            assert collector.done.wait(60) and collector.final.kind == "done", collector.events[-1:]
+    assert engine.native_steps == engine.stats()["steps"] < sum(new for _, new in jobs)  # native, and batched
+    for (request, _), (prompt, new) in zip(requests, jobs, strict=True):
+        assert_similar_tokens(request.output_ids, *scored_greedy(model, prompt, new))
+    assert engine.cache_bytes() == 0  # the rows' buffers and the slab are freed
     engine.drain()
 
 
@@ -183,7 +213,7 @@ def test_native_rows_flag_reaches_the_engine_and_zero_turns_the_native_step_off(
     assert server.engine.native_rows == 0 and "native quantized step is off" in server.engine.decode_path
     server.engine.drain()
     server = _load(tiny_llama, quantize="int8")
-    assert server.engine.native_rows == engine_module.DEFAULT_NATIVE_ROWS
+    assert server.engine.native_rows == 4  # every running row: --max-batch-size
     server.engine.drain()
 
 

@@ -63,9 +63,9 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     )  # fmt: skip
     parser.add_argument(
         "--native-rows", type=_non_negative, default=None,
-        help="with --quantize: running requests up to which each decoding step goes through the native quantized "
-        "step (what generate() uses), one request at a time; more are decoded in one batched eager forward; "
-        "0: always batched (default 2)",
+        help="for a quantized model: running requests up to which a decoding step goes through the native quantized "
+        "step (what generate() uses); more are decoded in one batched eager forward; 0: never native (default: "
+        "--max-batch-size, always native)",
     )  # fmt: skip
     parser.add_argument(
         "--pack-weights", action="store_true",

@@ -19,6 +19,13 @@ itself (BLAS blocks a 16-row product differently from a 1-row one, ~1e-6 in the 
 why greedy outputs equal single-request ``generate`` outputs token for token except at exact
 near-ties of the two best logits; the tests check the identity on concurrent, staggered requests.
 
+A quantized model with a native decode step (``microformers-quant`` on the CPU: what ``generate`` uses by
+default) is decoded through that step instead, all running rows in one call. The step writes one cache
+position shared by all its rows, so the rows' caches are laid side by side in a slab (:class:`_Slab`), each
+right-aligned to end at the shared column and masked to its own positions, as in a left-padded batch; the
+slab is rebuilt from the previous one (and a new row's own buffers) when rows join or leave, or when it is
+full. ``decode_path`` says which step runs; ``microformers serve`` prints it at startup.
+
 One request never takes the others down: a row whose scores are not finite, or whose sampling or
 decoding fails, is retired alone with an ``"error"`` event; a batched forward that raises is re-run
 row by row, so only the rows that fail on their own are retired. Admission is bounded by a budget of
@@ -49,10 +56,6 @@ RAGGED_ATTENTION = "serve_ragged"
 ROW_GROWTH = 128
 # Prompt tokens one packed prefill forward takes (several prompts, or a chunk of a long one).
 DEFAULT_PREFILL_CHUNK = 512
-# Running rows up to which a decoding step goes through the native (quantized) step, one row at a time: each
-# row's call reads every weight, where one batched eager forward reads them once for all rows, so past about
-# two rows the batched step costs less per token (SmolLM2-135M int8, one thread: docs/serving.md).
-DEFAULT_NATIVE_ROWS = 2
 # The default KV budget takes this share of the memory free once the model is loaded.
 DEFAULT_MEMORY_SHARE = 0.5
 
@@ -384,15 +387,35 @@ class RaggedCache(Cache):
         self._fresh = None
 
 
-class _RowStaticView(StaticCache):
-    """One running row's buffers seen as a prefilled :class:`StaticCache` of the row's capacity, so the model's
-    static step (the native quantized one) writes the row's next position in place and attends over its
-    filled positions only; nothing is copied."""
+class _Slab:
+    """The running rows' caches side by side for the native step, which writes one cache position shared by all
+    its rows: per layer ``(rows, kv_heads, capacity, head_dim)``, each row's positions right-aligned to end at
+    column ``cursor - 1`` (as in a left-padded batch), so column ``cursor`` takes every row's next position and a
+    mask over the columns before a row's start keeps it to its own keys. Rebuilt when the rows change."""
 
-    def __init__(self, row: _RowBuffers) -> None:
-        super().__init__(max_cache_len=row.capacity)
-        self._keys, self._values = row.keys, row.values  # the row's own lists: a write lands in its buffers
-        self._lengths = [row.length] * len(row.keys)
+    __slots__ = ("cursor", "keys", "rows", "values")
+
+    def __init__(
+        self, rows: list[_RowBuffers], keys: list[torch.Tensor], values: list[torch.Tensor], cursor: int
+    ) -> None:
+        self.rows, self.keys, self.values, self.cursor = rows, keys, values, cursor
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def view(self) -> StaticCache:
+        """The slab as a prefilled :class:`StaticCache` the model's static step writes into in place."""
+        cache = StaticCache(max_cache_len=self.capacity)
+        cache._keys, cache._values = list(self.keys), list(self.values)
+        cache._lengths = [self.cursor] * len(self.keys)
+        return cache
+
+    def columns(self, row: int, length: int) -> slice:
+        return slice(self.cursor - length, self.cursor)
 
 
 class NotNativeError(RuntimeError):
@@ -400,9 +423,8 @@ class NotNativeError(RuntimeError):
 
 
 class _NativeOnly(StaticStepRunner):
-    """The model's native decode step, refusing instead of falling back to the eager static step: a row's
-    buffers past its length are uninitialised, which only the native step (it reads positions up to the
-    one it writes) may be handed."""
+    """The model's native decode step, refusing instead of falling back to the eager static step, so the engine
+    knows which step ran (and says so in ``decode_path``) instead of silently decoding another way."""
 
     def __init__(self, step: NativeDecodeStep) -> None:
         super().__init__(step.model, step.layout)
@@ -625,7 +647,7 @@ class Engine:
         else:
             self._base_attention = get_attention_function("sdpa")
         self._native = native_step_for(model)
-        self.native_rows = DEFAULT_NATIVE_ROWS if native_rows is None else native_rows
+        self.native_rows = max_batch_size if native_rows is None else native_rows
         self.native_steps = 0  # decoding steps that ran through the native step
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._running: list[GenerationRequest] = []
@@ -635,6 +657,7 @@ class Engine:
         self.prefill_tokens = 0  # prompt positions those forwards computed (shared prefixes are copied instead)
         self._stepping: list[GenerationRequest] = []  # the rows of the forward in progress
         self._cache = RaggedCache()
+        self._slab: _Slab | None = None  # the running rows side by side while the native step decodes them
         self._condition = threading.Condition()
         self._reserved = 0
         self._draining = False
@@ -652,11 +675,13 @@ class Engine:
         if self._native is not None and self.native_rows == 0:
             return f"decoding: {batched} (the native quantized step is off: native_rows=0)"
         if self._native is not None:
+            rows = (
+                "every step" if self.native_rows >= self.max_batch_size else f"steps of up to {self.native_rows} rows"
+            )
             return (
-                f"decoding: the native quantized step (what generate() uses) while at most {self.native_rows} "
-                f"request(s) run, one row at a time over its own preallocated cache; with more, {batched} (the "
-                "native step writes one cache position shared by all its rows, and serving rows have lengths of "
-                "their own)"
+                f"decoding: the native quantized step (what generate() uses) for {rows}, all running rows in one "
+                "call over a preallocated slab of their caches (each row right-aligned, masked to its own "
+                f"positions; rebuilt when rows join or leave){'' if rows == 'every step' else f'; more: {batched}'}"
             )
         if getattr(self.model.config, "quantization_config", None):
             return (
@@ -725,8 +750,9 @@ class Engine:
             }  # fmt: skip
 
     def cache_bytes(self) -> int:
-        """Bytes the running rows' cache buffers hold now."""
-        return self._cache.nbytes()
+        """Bytes the running rows' cache buffers hold now (their own, and the native step's slab)."""
+        slab = self._slab
+        return self._cache.nbytes() + (slab.nbytes() if slab is not None else 0)
 
     def drain(self) -> None:
         """Stop admitting: waiting requests are refused, running ones finish, then the loop ends."""
@@ -999,9 +1025,10 @@ class Engine:
         if self._native is not None and len(rows) <= self.native_rows:
             try:
                 return self._native_forward(rows)
-            except NotNativeError as exc:  # nothing was written: the batched step serves this and every later step
+            except NotNativeError as exc:  # nothing was counted: the batched step serves this and every later step
                 self._native = None
                 logger.warning("microformers serve: %s; decoding with the batched eager step from now on", exc)
+        self._unslab()
         cache = self._cache
         indices = [self._running.index(r) for r in rows]
         for _attempt in range(2):
@@ -1037,39 +1064,85 @@ class Engine:
         raise RuntimeError("the model's attention does not take the serving cache's states")
 
     def _native_forward(self, rows: list[GenerationRequest]) -> torch.Tensor:
-        """:meth:`_forward` through the native decode step, one row at a time, each over its own buffers (the
-        step writes one shared position for all its rows; the rows here have their own lengths). A row that
-        fails undoes the rows before it, so the step can be re-run row by row."""
+        """:meth:`_forward` through the native decode step, all rows in one call over the slab (:class:`_Slab`).
+        A forward that fails advances nothing (the step writes the shared column and is counted only after it)."""
         native = self._native
         assert native is not None
-        done: list[_RowBuffers] = []
-        logits: list[torch.Tensor] = []
+        buffers = [self._cache._rows[self._running.index(r)] for r in rows]
+        slab = self._slab_for(buffers)
+        cursor = slab.cursor
+        lengths = torch.tensor([row.length for row in buffers], dtype=torch.long, device=self.device)
+        # a row's own columns: from its start (cursor - length) through the new one at cursor
+        mask = (torch.arange(cursor + 1, device=self.device)[None, :] >= (cursor - lengths)[:, None]).long()
+        ids = torch.tensor([[r.output_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
+        view = slab.view()
+        calls = native.calls
+        self._stepping = rows
         try:
-            for request in rows:
-                row = self._cache._rows[self._running.index(request)]
-                row.ensure(row.length + 1)
-                view = _RowStaticView(row)
-                ids = torch.tensor([[request.output_ids[-1]]], dtype=torch.long, device=self.device)
-                calls = native.calls
-                self._stepping = [request]
-                with decoding_with(self.model, native):
-                    outputs = self.model(
-                        input_ids=ids, past_key_values=view, use_cache=True, logits_to_keep=1, return_dict=True
-                    )
-                if native.calls != calls + 1 or view.get_seq_length() != row.length + 1:
-                    raise NotNativeError("the model did not take its static step for a serving row")
-                row.length += 1
-                done.append(row)
-                logits.append(outputs.logits[:, -1, :])
-        except BaseException:
-            for row in done:  # their next position is written again by the re-run
-                row.length -= 1
-            raise
+            with decoding_with(self.model, native):
+                outputs = self.model(
+                    input_ids=ids, attention_mask=mask, position_ids=lengths[:, None], past_key_values=view,
+                    use_cache=True, logits_to_keep=1, return_dict=True,
+                )  # fmt: skip
         finally:
             self._stepping = []
+        if native.calls != calls + 1 or view.get_seq_length() != cursor + 1:
+            raise NotNativeError("the model did not take its static step over the serving rows")
+        slab.cursor += 1
+        for row in buffers:
+            row.length += 1
         self.steps += 1
         self.native_steps += 1
-        return torch.cat(logits).to(dtype=torch.float32)
+        return outputs.logits[:, -1, :].to(dtype=torch.float32)
+
+    def _slab_for(self, buffers: list[_RowBuffers]) -> _Slab:
+        """The slab holding exactly ``buffers`` in this order with a free column, rebuilt when the rows changed
+        or it is full: each row's positions come from the old slab where it was there, else from its buffers."""
+        old = self._slab
+        if old is not None and len(old.rows) == len(buffers) and all(a is b for a, b in zip(old.rows, buffers)):
+            if old.cursor < old.capacity:
+                return old
+        where = {id(row): index for index, row in enumerate(old.rows)} if old is not None else {}
+        cursor = max(row.length for row in buffers)
+        # no row grows past its limit: the columns after the cursor never need to reach past its start + limit
+        most = max(cursor - row.length + row.limit for row in buffers)
+        capacity = max(cursor + 1, min(cursor + max(ROW_GROWTH, cursor // 4), most))
+        template = buffers[0].keys[0]
+        layers = len(buffers[0].keys)
+        shape = (len(buffers), template.shape[1], capacity, template.shape[3])
+        keys = [template.new_zeros(shape) for _ in range(layers)]
+        values = [template.new_zeros(shape) for _ in range(layers)]
+        slab = _Slab(buffers, keys, values, cursor)
+        for index, row in enumerate(buffers):
+            target = slab.columns(index, row.length)
+            source = where.get(id(row))
+            for layer in range(layers):
+                if source is not None and old is not None:
+                    keys[layer][index, :, target] = old.keys[layer][source, :, old.columns(source, row.length)]
+                    values[layer][index, :, target] = old.values[layer][source, :, old.columns(source, row.length)]
+                else:
+                    keys[layer][index, :, target] = row.keys[layer][0, :, : row.length]
+                    values[layer][index, :, target] = row.values[layer][0, :, : row.length]
+        self._slab = None  # the old one's memory goes before the next allocation
+        del old
+        self._slab = slab
+        return slab
+
+    def _unslab(self) -> None:
+        """Copy every running row's positions from the slab back into its own buffers and drop the slab (before
+        a step that decodes from the buffers)."""
+        slab, self._slab = self._slab, None
+        if slab is None:
+            return
+        running = {id(row) for row in self._cache._rows}
+        for index, row in enumerate(slab.rows):
+            if id(row) not in running:
+                continue  # finished: its buffers are gone
+            row.ensure(row.length)
+            columns = slab.columns(index, row.length)
+            for layer in range(len(row.keys)):
+                row.keys[layer][0, :, : row.length] = slab.keys[layer][index, :, columns]
+                row.values[layer][0, :, : row.length] = slab.values[layer][index, :, columns]
 
     def _finish_step(self, rows: list[GenerationRequest], logits: torch.Tensor) -> None:
         unusable = _unusable_rows(logits).tolist()
@@ -1161,6 +1234,8 @@ class Engine:
             row = self._running.index(request)
             self._cache.remove_row(row)
             del self._running[row]
+            if not self._running:
+                self._slab = None
         elif request in self._prefilling:
             self._prefilling.remove(request)
             request.buffers = None
