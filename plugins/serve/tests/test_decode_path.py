@@ -103,6 +103,24 @@ def test_staggered_quantized_requests_decoded_together_natively_equal_generate_a
     engine.drain()
 
 
+def test_a_slab_beyond_the_unpromised_kv_budget_is_not_built(quantized: Any) -> None:
+    """The slab is memory beside the rows' own buffers: with the whole budget promised to the requests, each
+    step decodes batched from the rows' buffers instead, and the answers stay the same."""
+    tokenizer, model = quantized
+    jobs = [([5, 6, 7], 12), ([8, 9], 9)]
+    probe = Engine(model, tokenizer, max_batch_size=4)
+    budget = sum(probe.cache_tokens(len(prompt), new) for prompt, new in jobs)
+    probe.drain()
+    engine = Engine(model, tokenizer, max_batch_size=4, max_kv_tokens=budget)
+    requests = _run(engine, jobs)
+    assert engine.native_steps == 0 and engine.stats()["steps"] > 0
+    for request, (prompt, new) in zip(requests, jobs, strict=True):
+        assert_similar_tokens(request.output_ids, *scored_greedy(model, prompt, new))
+    _run(engine, [([5, 6, 7], 4)])  # alone it leaves room for its slab
+    assert engine.native_steps > 0
+    engine.drain()
+
+
 def test_a_native_step_that_cannot_run_is_dropped_for_the_batched_step(
     quantized: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

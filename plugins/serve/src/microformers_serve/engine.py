@@ -1024,7 +1024,9 @@ class Engine:
         """The next-token logits ``(rows, vocab)`` in float32; every row's cache advances one position."""
         if self._native is not None and len(rows) <= self.native_rows:
             try:
-                return self._native_forward(rows)
+                logits = self._native_forward(rows)
+                if logits is not None:
+                    return logits
             except NotNativeError as exc:  # nothing was counted: the batched step serves this and every later step
                 self._native = None
                 logger.warning("microformers serve: %s; decoding with the batched eager step from now on", exc)
@@ -1063,13 +1065,16 @@ class Engine:
             return outputs.logits[:, -1, :].to(dtype=torch.float32)
         raise RuntimeError("the model's attention does not take the serving cache's states")
 
-    def _native_forward(self, rows: list[GenerationRequest]) -> torch.Tensor:
-        """:meth:`_forward` through the native decode step, all rows in one call over the slab (:class:`_Slab`).
-        A forward that fails advances nothing (the step writes the shared column and is counted only after it)."""
+    def _native_forward(self, rows: list[GenerationRequest]) -> torch.Tensor | None:
+        """:meth:`_forward` through the native decode step, all rows in one call over the slab (:class:`_Slab`);
+        None (nothing done) where the slab does not fit the KV budget's unpromised part. A forward that fails
+        advances nothing (the step writes the shared column and is counted only after it)."""
         native = self._native
         assert native is not None
         buffers = [self._cache._rows[self._running.index(r)] for r in rows]
         slab = self._slab_for(buffers)
+        if slab is None:
+            return None
         cursor = slab.cursor
         lengths = torch.tensor([row.length for row in buffers], dtype=torch.long, device=self.device)
         # a row's own columns: from its start (cursor - length) through the new one at cursor
@@ -1095,9 +1100,13 @@ class Engine:
         self.native_steps += 1
         return outputs.logits[:, -1, :].to(dtype=torch.float32)
 
-    def _slab_for(self, buffers: list[_RowBuffers]) -> _Slab:
+    def _slab_for(self, buffers: list[_RowBuffers]) -> _Slab | None:
         """The slab holding exactly ``buffers`` in this order with a free column, rebuilt when the rows changed
-        or it is full: each row's positions come from the old slab where it was there, else from its buffers."""
+        or it is full: each row's positions come from the old slab where it was there, else from its buffers.
+
+        None where a new slab would not fit in the KV budget's part no request has been promised: the rows'
+        own buffers stay allocated beside it, and its rows are padded to the longest, so it is memory beyond
+        what the budget counts (that step decodes batched from the rows' buffers instead)."""
         old = self._slab
         if old is not None and len(old.rows) == len(buffers) and all(a is b for a, b in zip(old.rows, buffers)):
             if old.cursor < old.capacity:
@@ -1107,6 +1116,8 @@ class Engine:
         # no row grows past its limit: the columns after the cursor never need to reach past its start + limit
         most = max(cursor - row.length + row.limit for row in buffers)
         capacity = max(cursor + 1, min(cursor + max(ROW_GROWTH, cursor // 4), most))
+        if len(buffers) * capacity > self.max_kv_tokens - self._reserved:
+            return None
         template = buffers[0].keys[0]
         layers = len(buffers[0].keys)
         shape = (len(buffers), template.shape[1], capacity, template.shape[3])
