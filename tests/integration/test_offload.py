@@ -163,6 +163,48 @@ def test_low_cpu_mem_usage_false_gives_the_same_model(checkpoint: Path, in_memor
         assert_close(model(IDS).logits, in_memory(IDS).logits)
 
 
+# -- on a GPU ----------------------------------------------------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+def test_max_memory_places_layers_on_the_gpu_then_the_cpu_then_disk(
+    checkpoint: Path, in_memory: Any, tmp_path: Path
+) -> None:
+    # GPU 0: the embedding, one layer and the room to run a disk layer; the CPU: one layer
+    budget = {0: EMBED + 2 * LAYER + 100, "cpu": LAYER + 100}
+    model = _offloaded(checkpoint, tmp_path / "offload", max_memory=budget)
+    assert model.hf_device_map == {
+        "model.embed_tokens": 0,
+        "model.layers.0": 0,
+        "model.layers.1": "cpu",
+        "model.layers.2": "disk",
+        "model.layers.3": "disk",
+        "model.norm": "disk",
+        "model.rotary_emb": "disk",
+        "lm_head": 0,
+    }
+    assert model.model.layers[0].mlp.up_proj.weight.device.type == "cuda"
+    assert model.model.layers[1].mlp.up_proj.weight.device.type == "cpu"
+    assert model.model.layers[2].mlp.up_proj.weight.is_meta
+    ids = IDS.cuda()
+    with torch.no_grad():
+        got = model(ids).logits
+        assert got.device.type == "cuda"  # back on the input's device
+        assert_close(got.cpu(), in_memory(IDS).logits, rtol=1e-4, atol=1e-4)
+    settings = {"max_new_tokens": 6, "do_sample": False, "output_scores": True, "return_dict_in_generate": True}
+    want = in_memory.generate(IDS, **settings)
+    got_ids = model.generate(ids, **settings).sequences.cpu()
+    assert_similar_generation(got_ids, want.sequences, want.scores, prompt_length=IDS.shape[1])
+
+
+@needs_cuda
+def test_auto_without_max_memory_puts_a_small_model_on_the_gpu(checkpoint: Path) -> None:
+    model = microformers.AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto")
+    assert model.hf_device_map == {"": 0}
+    assert all(p.device.type == "cuda" for p in model.parameters())
+
+
 # -- sizes and bad input -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "size"),

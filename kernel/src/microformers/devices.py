@@ -7,7 +7,9 @@ from typing import Any
 
 from .errors import DeviceError
 
-#: ``device_map`` values that pick the device themselves (the first accelerator, else the CPU).
+#: ``device_map`` values that pick the devices themselves: ``from_pretrained`` places whole modules on the GPUs,
+#: the CPU, then disk within ``max_memory`` (:mod:`microformers.offload`); ``place_modules`` alone (a model already
+#: loaded) puts the whole model on the first accelerator, else the CPU.
 AUTOMATIC_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
