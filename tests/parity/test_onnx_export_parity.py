@@ -17,6 +17,7 @@ import torch
 
 import microformers
 from microformers import cli
+from microformers_sdk.testing import assert_similar_generation
 from parity.harness import (
     assert_close,
     assert_generation_matches,
@@ -158,7 +159,9 @@ def test_with_past_graph_has_the_ort_names_and_dynamic_axes(llama_export) -> Non
     assert result.max_difference is not None and result.max_difference <= 1e-4
 
 
-@pytest.mark.parametrize("settings", [{"do_sample": False}, {"num_beams": 3, "do_sample": False}], ids=["greedy", "beam"])
+@pytest.mark.parametrize(
+    "settings", [{"do_sample": False}, {"num_beams": 3, "do_sample": False}], ids=["greedy", "beam"]
+)
 def test_ort_causal_lm_generates_as_the_reference(llama_export, settings: dict[str, Any]) -> None:
     folder, reference, _ = llama_export
     model = microformers.ORTModelForCausalLM.from_pretrained(folder)
@@ -180,7 +183,9 @@ def test_text_generation_graph_without_past_generates_as_the_reference(tmp_path:
     ids = random_ids(GPT2["vocab_size"], batch=2, length=5, seed=1, low=3)
     got = model.generate(ids, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True)
     with torch.no_grad():
-        want = reference.generate(ids, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True)
+        want = reference.generate(
+            ids, max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True
+        )
     assert_generation_matches(got, want, prompt_length=ids.shape[1], what="ORT gpt2 without past")
     with pytest.raises(microformers.GenerationError, match="text-generation-with-past"):
         model(ids, use_cache=True)
@@ -253,3 +258,102 @@ def test_opset_too_old_for_the_graph_is_refused_not_ignored(tmp_path: Path) -> N
     with pytest.raises(OnnxExportError, match="opset 14 is too old.*--opset 18"):
         export_onnx(folder, tmp_path / "out", task="feature-extraction", opset=14)
     assert not (tmp_path / "out").exists()
+
+
+def test_int8_export_writes_int8_weights_and_still_generates(llama_checkpoint: Path, tmp_path: Path) -> None:
+    import onnx
+
+    result = export_onnx(llama_checkpoint, tmp_path / "onnx", quantize="int8")
+    assert result.quantize == "int8" and result.dtype == "fp32"
+    assert result.max_difference is not None and result.max_difference <= 1e-4  # the float graph, before quantizing
+    assert result.quantized_max_difference is not None and result.quantized_max_difference > 0  # reported, not bound
+    graph = onnx.load(str(tmp_path / "onnx" / "model.onnx"))
+    int8 = [t for t in graph.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    assert len(int8) >= 2 * LLAMA["num_hidden_layers"]  # the projections' weights at least
+    model = microformers.ORTModelForCausalLM.from_pretrained(tmp_path / "onnx")
+    ids = random_ids(LLAMA["vocab_size"], batch=2, length=4, seed=4, low=3)
+    out = model.generate(ids, max_new_tokens=5, do_sample=False)
+    assert out.shape == (2, 9) and torch.equal(out[:, :4], ids)
+
+
+def test_fp16_export_on_cpu_has_half_inputs_and_follows_the_reference(llama_checkpoint: Path, tmp_path: Path) -> None:
+    result = export_onnx(llama_checkpoint, tmp_path / "onnx", dtype="fp16")  # CPU only: exported and run on CPU
+    assert result.dtype == "fp16"
+    assert result.max_difference is not None and result.max_difference <= 1e-2  # fp16 graphs: atol max(atol, 1e-2)
+    model = microformers.ORTModelForCausalLM.from_pretrained(tmp_path / "onnx")
+    assert model.dtype == torch.float16
+    types = {i.name: i.type for i in model.session.get_inputs()}
+    assert types["past_key_values.0.key"] == "tensor(float16)"
+    reference = microformers.AutoModelForCausalLM.from_pretrained(llama_checkpoint).eval()
+    ids, mask = padded_batch(LLAMA["vocab_size"], [6, 3], seed=5)
+    got = model(ids, attention_mask=mask, use_cache=False).logits.float()
+    with torch.no_grad():
+        want = reference(ids, attention_mask=mask).logits
+    assert_close(got, want, atol=2e-2, what="fp16 ONNX logits against float32", mask=mask)
+
+
+# -- Whisper: automatic-speech-recognition -------------------------------------------------------------------
+WHISPER: dict[str, Any] = {
+    "vocab_size": 60,
+    "d_model": 16,
+    "encoder_layers": 1,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 20,
+    "decoder_ffn_dim": 20,
+    "num_mel_bins": 8,
+    "max_source_positions": 10,
+    "max_target_positions": 24,
+    "pad_token_id": 1,
+    "bos_token_id": 2,
+    "eos_token_id": 3,
+    "decoder_start_token_id": 2,
+    "begin_suppress_tokens": [3],
+    "suppress_tokens": [],
+}
+
+
+@pytest.fixture(scope="module")
+def whisper_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    root = tmp_path_factory.mktemp("whisper")
+    _, reference = make_reference_checkpoint("WhisperConfig", "WhisperForConditionalGeneration", root, **WHISPER)
+    with torch.no_grad():  # wider than the initialiser (norms and the sinusoids kept), so that the tokens vary
+        for name, parameter in reference.named_parameters():
+            if "layer_norm" not in name and "encoder.embed_positions" not in name:
+                parameter.normal_(0.0, 0.4, generator=torch.Generator().manual_seed(len(name)))
+    folder = root / "widened"
+    reference.save_pretrained(folder, safe_serialization=True)
+    export_onnx(folder, root / "onnx")  # the task comes from config.architectures
+    return root / "onnx", reference
+
+
+def test_whisper_export_has_the_ort_seq2seq_graphs(whisper_export) -> None:
+    folder, _ = whisper_export
+    info = json.loads((folder / "onnx_export.json").read_text())
+    assert info["task"] == "automatic-speech-recognition"
+    assert info["graphs"]["encoder_model.onnx"]["input_names"] == ["input_features"]
+    assert info["graphs"]["decoder_model.onnx"]["input_names"] == ["input_ids", "encoder_hidden_states"]
+    assert info["graphs"]["decoder_with_past_model.onnx"]["input_names"][:2] == [
+        "input_ids",
+        "past_key_values.0.decoder.key",
+    ]
+    assert info["max_difference"] <= 1e-4
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_ort_whisper_generates_as_the_reference(whisper_export, num_beams: int) -> None:
+    folder, reference = whisper_export
+    model = microformers.ORTModelForSpeechSeq2Seq.from_pretrained(folder)
+    frames = 2 * WHISPER["max_source_positions"]
+    features = torch.randn(3, WHISPER["num_mel_bins"], frames, generator=torch.Generator().manual_seed(7))
+    kwargs = {"max_new_tokens": 8, "num_beams": num_beams, "output_scores": True, "return_dict_in_generate": True}
+    got = model.generate(features, **kwargs)
+    with torch.no_grad():
+        want = reference.generate(features, **kwargs)
+    assert_generation_matches(got, want, prompt_length=1, what=f"ORT whisper, {num_beams} beams")
+    if num_beams == 1:  # without the prompt and final eos, as the reference returns them by default
+        tokens = model.generate(features, max_new_tokens=8)
+        with torch.no_grad():
+            expected = reference.generate(features, max_new_tokens=8)
+        assert_similar_generation(tokens, expected, want.scores, pad_token_id=WHISPER["pad_token_id"])
