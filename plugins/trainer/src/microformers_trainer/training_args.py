@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from typing import Any
 
@@ -32,6 +33,62 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ConfigError(f"TrainingArguments({name}={value!r}): use one of {', '.join(map(repr, allowed))}")
     return value
+
+
+# numbers the optimizer, schedule and loss read, with their ranges (low, high, whether high is included): checked
+# when the arguments are made, not when the first step fails (a string learning rate, a beta of 1.5, a NaN norm)
+_NUMBERS: dict[str, tuple[float, float, bool]] = {
+    "learning_rate": (0.0, math.inf, False),
+    "weight_decay": (0.0, math.inf, False),
+    "adam_beta1": (0.0, 1.0, False),
+    "adam_beta2": (0.0, 1.0, False),
+    "adam_epsilon": (0.0, math.inf, False),
+    "max_grad_norm": (-math.inf, math.inf, False),  # 0 or less: no clipping, as in the reference
+    "num_train_epochs": (0.0, math.inf, False),
+    "label_smoothing_factor": (0.0, 1.0, True),
+    "warmup_steps": (0.0, math.inf, False),
+    "warmup_ratio": (0.0, 1.0, True),
+}
+_INTEGERS: dict[str, tuple[int, int]] = {
+    "seed": (0, 2**32 - 1),  # numpy's seed range (set_seed seeds numpy too)
+    "data_seed": (0, 2**32 - 1),
+    "dataloader_num_workers": (0, 1024),
+    "max_steps": (-1, 2**62),
+    "save_total_limit": (-(2**31), 2**31),  # 0 or less keeps every checkpoint, as in the reference
+}
+_FLAGS = (
+    "do_train", "do_eval", "do_predict", "logging_first_step", "logging_nan_inf_filter", "stop_on_nan_inf",
+    "eval_on_start", "prediction_loss_only", "save_only_model", "load_best_model_at_end", "dataloader_drop_last",
+    "dataloader_pin_memory", "remove_unused_columns", "bf16", "fp16", "use_cpu", "gradient_checkpointing",
+    "torch_compile", "ignore_data_skip", "full_determinism", "log_on_each_node",
+)  # fmt: skip
+
+
+def _check_types(args: Any) -> None:
+    """Flags are bools (a string "no" would be truthy), numbers are finite numbers in range, counts integers."""
+    for name in _FLAGS:
+        value = getattr(args, name)
+        if not isinstance(value, bool):
+            raise ConfigError(f"TrainingArguments({name}={value!r:.60}): use True or False")
+    for name, (low, high, closed) in _NUMBERS.items():
+        value = getattr(args, name)
+        if name == "max_grad_norm" and value is None:
+            continue
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or value < low or value > high or (value == high and not closed):
+            if not math.isfinite(low):
+                wanted = "any finite number"
+            elif not math.isfinite(high):
+                wanted = f"a number >= {low:g}"
+            else:
+                wanted = f"a number from {low:g} to {high:g}" + ("" if closed else f" ({high:g} excluded)")
+            raise ConfigError(f"TrainingArguments({name}={value!r:.60}): use {wanted}")
+    for name, (low, high) in _INTEGERS.items():
+        value = getattr(args, name)
+        if value is None and name in ("data_seed", "save_total_limit"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+            raise ConfigError(f"TrainingArguments({name}={value!r:.60}): use an integer from {low:,} to {high:,}")
 
 
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "auto_wrap")
@@ -225,6 +282,9 @@ class TrainingArguments:
         if self.output_dir is None:
             self.output_dir = "trainer_output"
         self.output_dir = os.fspath(self.output_dir)
+        if os.path.isfile(self.output_dir):
+            raise ConfigError(f"TrainingArguments(output_dir={self.output_dir!r}): that is a file; name a folder")
+        _check_types(self)
         self.logging_strategy = _choice("logging_strategy", self.logging_strategy, INTERVALS)
         self.eval_strategy = _choice("eval_strategy", self.eval_strategy, INTERVALS)
         self.save_strategy = _choice("save_strategy", self.save_strategy, (*INTERVALS, "best"))
