@@ -64,7 +64,7 @@ __all__ = [
 StepOutput = tuple[torch.Tensor, "tuple[torch.Tensor, ...] | None", "tuple[torch.Tensor, ...] | None"]
 
 
-@attrs.frozen
+@attrs.define  # not frozen: torch.compile cannot trace a frozen class's __init__ (object.__setattr__)
 class LayerInputs:
     """What every layer of one forward pass shares: rotary ``(cos, sin)``, ``(mask, is_causal)`` by sliding
     window, ``cache_position`` (a one-element tensor) on a static step, and the attention function."""
@@ -249,8 +249,10 @@ def compile_decode_step(
     inputs (embedding, rotary, mask over the cache's capacity) are prepared eagerly and the prompt
     itself runs eagerly. The first step of each shape (batch size, cache length, with or without
     padding) pays the compilation. Options go to ``torch.compile`` (default ``dynamic=False,
-    fullgraph=True``; ``mode="max-autotune-no-cudagraphs"`` on CPU, never ``"reduce-overhead"``, which
-    needs CUDA graphs). :func:`uncompile_decode_step` goes back.
+    fullgraph=True``). On CUDA pass ``mode="reduce-overhead"``: the step then replays as a CUDA graph
+    (a :class:`StaticCache` on CUDA marks its storage a static address for it), which at batch 1 on an
+    H200 ran a 135M Llama at 3.7x the default mode's tokens/s; on the CPU ``"reduce-overhead"`` has no
+    graphs to use. :func:`uncompile_decode_step` goes back.
 
     ``regional=True`` compiles one decoder layer's static step instead (:func:`static_layer_step`: the
     layer's own forward), shared by every layer (the head stays eager): compilation takes about a tenth
