@@ -103,6 +103,32 @@ def test_staggered_quantized_requests_decoded_together_natively_equal_generate_a
     engine.drain()
 
 
+def test_a_failing_native_batch_is_rerun_row_by_row_without_losing_any_rows_positions(quantized: Any) -> None:
+    """A batched native step that raises is re-run one row at a time (each its own slab): every row's positions
+    decoded so far, held only in the batch's slab, must come along, so the answers stay what generate() makes."""
+    tokenizer, model = quantized
+    engine = Engine(model, tokenizer, max_batch_size=4)
+    native = engine._native
+    assert native is not None
+    real, batched = native.step, []
+
+    class FailsOnce:
+        def layers(self, embeds: torch.Tensor, *args: Any) -> torch.Tensor | None:
+            if embeds.shape[0] > 1:
+                batched.append(embeds.shape[0])
+                if len(batched) == 6:
+                    raise RuntimeError("a fault in the batched step")
+            return real.layers(embeds, *args)
+
+    native.step = FailsOnce()
+    jobs = [([5, 6, 7], 20), ([8, 9], 18), ([10, 11, 12, 13], 16)]
+    requests = _run(engine, jobs)
+    assert len(batched) > 6 and engine.native_steps == engine.stats()["steps"]  # batched again after the re-run
+    for request, (prompt, new) in zip(requests, jobs, strict=True):
+        assert_similar_tokens(request.output_ids, *scored_greedy(model, prompt, new))
+    engine.drain()
+
+
 def test_a_slab_beyond_the_unpromised_kv_budget_is_not_built(quantized: Any) -> None:
     """The slab is memory beside the rows' own buffers: with the whole budget promised to the requests, each
     step decodes batched from the rows' buffers instead, and the answers stay the same."""

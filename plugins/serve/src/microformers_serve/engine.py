@@ -1134,26 +1134,30 @@ class Engine:
                 else:
                     keys[layer][index, :, target] = row.keys[layer][0, :, : row.length]
                     values[layer][index, :, target] = row.values[layer][0, :, : row.length]
-        self._slab = None  # the old one's memory goes before the next allocation
-        del old
+        if old is not None:  # running rows it held that the new one does not: their positions back to their buffers
+            kept = {id(row) for row in buffers}
+            self._copy_back(old, [row for row in old.rows if id(row) not in kept])
         self._slab = slab
         return slab
 
-    def _unslab(self) -> None:
-        """Copy every running row's positions from the slab back into its own buffers and drop the slab (before
-        a step that decodes from the buffers)."""
-        slab, self._slab = self._slab, None
-        if slab is None:
-            return
+    def _copy_back(self, slab: _Slab, rows: Sequence[_RowBuffers]) -> None:
+        """Copy the positions of those of ``rows`` still running from ``slab`` into their own buffers."""
         running = {id(row) for row in self._cache._rows}
         for index, row in enumerate(slab.rows):
-            if id(row) not in running:
-                continue  # finished: its buffers are gone
+            if id(row) not in running or not any(row is r for r in rows):
+                continue  # finished (its buffers are gone), or not asked for
             row.ensure(row.length)
             columns = slab.columns(index, row.length)
             for layer in range(len(row.keys)):
                 row.keys[layer][0, :, : row.length] = slab.keys[layer][index, :, columns]
                 row.values[layer][0, :, : row.length] = slab.values[layer][index, :, columns]
+
+    def _unslab(self) -> None:
+        """Copy every running row's positions from the slab back into its own buffers and drop the slab (before
+        a step that decodes from the buffers)."""
+        slab, self._slab = self._slab, None
+        if slab is not None:
+            self._copy_back(slab, slab.rows)
 
     def _finish_step(self, rows: list[GenerationRequest], logits: torch.Tensor) -> None:
         unusable = _unusable_rows(logits).tolist()
