@@ -65,8 +65,24 @@ def test_bad_config_values_name_the_file(folder: Path, tmp_path: Path, key: str,
         assert str(copy / "config.json") in str(info.value) and key.strip("_") in str(info.value)
 
 
-@pytest.mark.parametrize("entry", ["", "   ", [None, ""], []])
-def test_an_empty_auto_map_entry_is_refused_naming_the_file_and_the_entry(
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "",
+        "   ",
+        [None, ""],
+        [],
+        # not a module of the folder: paths, empty or spaced names, a class name that is no identifier
+        "../outside.MyModel",
+        "/etc/passwd.X",
+        "a..b.X",
+        ".MyModel",
+        "modeling x.MyModel",
+        "modeling_x.My-Model",
+        [None, "modeling_x."],
+    ],
+)
+def test_an_empty_or_malformed_auto_map_entry_is_refused_naming_the_file_and_the_entry(
     folder: Path, tmp_path: Path, entry: Any
 ) -> None:
     config = json.loads((folder / "config.json").read_text())
@@ -74,11 +90,19 @@ def test_an_empty_auto_map_entry_is_refused_naming_the_file_and_the_entry(
     copy = edited(folder, tmp_path, json.dumps(config))
     for load in (microformers.AutoConfig.from_pretrained, microformers.AutoModelForCausalLM.from_pretrained):
         with pytest.raises(ConfigError) as info:
-            load(copy, trust_remote_code=True)  # with consent too: nothing is imported from an empty entry
+            load(copy, trust_remote_code=True)  # with consent too: nothing is looked up for such an entry
         assert str(info.value).startswith(
             f"{copy / 'config.json'}: the auto_map entry 'AutoModelForCausalLM' is {entry!r}: name its class as "
-            "'module.ClassName' (or remove the entry)"
+            "'module.ClassName' (a module file of the folder, no path; 'owner/repo--module.ClassName' for another "
+            "repo), or remove the entry"
         )
+
+
+@pytest.mark.parametrize("entry", ["sub.modeling_x.MyModel", "owner/repo--modeling_x.MyModel", [None, "tok.MyTok"]])
+def test_well_formed_auto_map_entries_pass_the_config_check(tmp_path: Path, entry: Any) -> None:
+    from microformers.configuration import check_config_dict
+
+    check_config_dict({"model_type": "llama", "auto_map": {"AutoModel": entry}}, tmp_path / "config.json")
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import copy
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -249,6 +250,8 @@ class ConfigDict(dict):  # type: ignore[type-arg]
 
 MAX_JSON_DEPTH = 64
 MAX_LABELS = 1_000_000
+# an auto_map reference: [owner/repo--]module[.submodule].ClassName (module files of the folder, no paths)
+_AUTO_MAP_REFERENCE = re.compile(r"(?:[\w.-]+(?:/[\w.-]+)?--)?[\w-]+(?:\.[\w-]+)*\.[^\W\d]\w*")
 _SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
 _SIZE_KEYS += ("intermediate_size", "max_position_embeddings", "head_dim", "type_vocab_size")
 _SIZE_KEYS += ("n_embd", "n_layer", "n_head", "n_positions", "n_inner")
@@ -333,10 +336,12 @@ def check_config_dict(data: dict[str, Any], source: Any) -> None:
         raise refuse(f"auto_map must map Auto class names to 'module.Class' strings, found {auto_map!r:.80}")
     for name, reference in (auto_map or {}).items():
         named = [reference] if isinstance(reference, str) else reference  # a list: [slow, fast] tokenizer classes
-        if not any(isinstance(r, str) and r.strip() for r in named):
+        given = [r for r in named if r is not None and r != ""]
+        if not given or not all(isinstance(r, str) and _AUTO_MAP_REFERENCE.fullmatch(r) for r in given):
             raise refuse(
-                f"the auto_map entry {name!r} is {reference!r}: name its class as 'module.ClassName' "
-                "(or remove the entry)"
+                f"the auto_map entry {name!r} is {reference!r:.120}: name its class as 'module.ClassName' "
+                "(a module file of the folder, no path; 'owner/repo--module.ClassName' for another repo), "
+                "or remove the entry"
             )
     for key in ("dtype", "torch_dtype"):
         value = data.get(key)
