@@ -108,6 +108,18 @@ def test_offloaded_logits_and_greedy_tokens_equal_the_in_memory_model(
     assert all(p.is_meta for p in model.model.layers[3].parameters())  # dropped again after the forward
 
 
+def test_a_model_entirely_on_disk_runs_and_reports_where_it_runs(
+    checkpoint: Path, in_memory: Any, tmp_path: Path
+) -> None:
+    # room for the layer being run and nothing else: every module (the tied head too) is read from disk
+    model = _offloaded(checkpoint, tmp_path / "offload", max_memory={"cpu": LAYER + 100})
+    assert model.hf_device_map == {"": "disk"}
+    assert all(p.is_meta for p in model.parameters())
+    assert model.device == torch.device("cpu")  # where its modules run, not meta
+    with torch.no_grad():
+        assert_close(model(IDS).logits, in_memory(IDS).logits)
+
+
 def test_disk_weights_are_read_from_the_safetensors_checkpoint_through_the_index(
     checkpoint: Path, tmp_path: Path
 ) -> None:
@@ -222,7 +234,8 @@ def test_an_unparseable_size_is_refused_naming_max_memory(checkpoint: Path, tmp_
 
 
 def test_max_memory_smaller_than_one_layer_is_refused_with_the_layer_size(checkpoint: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=rf"max_memory\['cpu'\]=1000 bytes is smaller than one layer \({LAYER} bytes"):
+    layer = rf"one layer \('model.layers.0', {LAYER} bytes\)"
+    with pytest.raises(ConfigError, match=rf"max_memory\['cpu'\]=1000 bytes is smaller than {layer}"):
         _offloaded(checkpoint, tmp_path / "offload", max_memory={"cpu": 1000})
 
 

@@ -233,6 +233,8 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
     @property
     def device(self) -> torch.device:
         for param in self.parameters():
+            if param.is_meta and "_offload_main_device" in self.__dict__:  # on disk (offload.py): where it runs
+                return self.__dict__["_offload_main_device"]
             return param.device
         return torch.device("cpu")
 

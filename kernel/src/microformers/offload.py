@@ -217,6 +217,11 @@ class OffloadRequest:
             self.store.write_index()
         named = {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers())}
         offloaded: dict[str, list[str]] = {}
+        if self.store is not None:  # a tied tensor (an output head sharing the embedding) read from the same entry
+            stored = {id(named[n]): entry for n, entry in self.store.entries.items() if n in named}
+            for name, tensor in named.items():
+                if name not in self.store.entries and id(tensor) in stored:
+                    self.store.entries[name] = stored[id(tensor)]
         for name, tensor in named.items():
             prefix = _prefix_of(name, placement)
             target = placement[prefix]
@@ -243,6 +248,7 @@ class OffloadRequest:
         user_dict = isinstance(self.device_map, dict)
         model.hf_device_map = dict(self.device_map) if user_dict else collapse(model, placement)
         model.__dict__["_offload_store"] = self.store
+        model.__dict__["_offload_main_device"] = main  # model.device while its first weights are on disk
 
 
 def offload_request(kwargs: dict[str, Any], device_map: Any) -> OffloadRequest | None:
@@ -359,30 +365,38 @@ def plan_placement(model: nn.Module, dtype: torch.dtype, budgets: list[tuple[Any
     """Module name -> device (an int for a GPU, ``"cpu"``, ``"disk"``): modules in order, each on the current
     device while it fits its budget, split into its children when it does not (unless it is a no-split module),
     else on the next device. Tied tensors share the device of the first module that holds them. When modules go
-    to disk, the first device (where they run) keeps room for the largest no-split module."""
+    to disk, the first device (where they run) keeps room for the largest module placed there."""
     placement, _ = _place(model, dtype, budgets, reserve=0)
-    if DISK in placement.values():
-        placement, largest = _place(model, dtype, budgets, reserve=_largest_unit(model, dtype))
-        main, budget = budgets[0]
-        if main != DISK and budget is not None and budget < largest:
-            raise ConfigError(
-                f"max_memory[{main!r}]={budget} bytes is smaller than one layer ({largest} bytes): modules offloaded "
-                f"to disk are loaded onto {main!r} one at a time to run. Raise max_memory[{main!r}] to at least "
-                f"{largest} bytes"
-            )
+    if DISK not in placement.values():
+        return placement
+    reserve = _largest_unit(model, dtype)
+    for _ in range(3):  # room for the largest layer; more if a larger module (an embedding) still ends on disk
+        placement, (largest, name) = _place(model, dtype, budgets, reserve=reserve)
+        if largest <= reserve:
+            break
+        reserve = largest
+    main, budget = budgets[0]
+    if main != DISK and budget is not None and budget < largest:
+        module = model.get_submodule(name) if name in dict(model.named_modules()) else None
+        what = "one layer" if type(module).__name__ in _no_split(model) else "a module placed on disk"
+        raise ConfigError(
+            f"max_memory[{main!r}]={budget} bytes is smaller than {what} ('{name}', {largest} bytes): modules "
+            f"offloaded to disk are loaded onto {main!r} one at a time to run. Raise max_memory[{main!r}] to at "
+            f"least {largest} bytes"
+        )
     return placement
 
 
 def _place(
     model: nn.Module, dtype: torch.dtype, budgets: list[tuple[Any, int | None]], reserve: int
-) -> tuple[dict[str, Any], int]:
+) -> tuple[dict[str, Any], tuple[int, str]]:
     no_split = _no_split(model)
     queue = _units(model, "", model, no_split)
     placed: dict[str, Any] = {}
     where: dict[int, Any] = {}  # id(tensor) -> device already holding it
     used = [0] * len(budgets)
     current = 0
-    largest_on_disk = 0
+    largest_on_disk = (0, "")
     while queue:
         name, module = queue.pop(0)
         sizes = _unit_tensors(model, name, module, dtype)
@@ -405,7 +419,8 @@ def _place(
                 used[current] += new
                 where.update(dict.fromkeys(sizes, key))
                 if key == DISK:
-                    largest_on_disk = max(largest_on_disk, new)
+                    if new > largest_on_disk[0]:  # the first of the largest
+                        largest_on_disk = (new, name)
                 break
             if splittable:
                 queue[:0] = _units(model, name, module, no_split)
