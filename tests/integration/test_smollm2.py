@@ -36,6 +36,13 @@ def reference(folder):
     transformers = pytest.importorskip("transformers", reason="the reference implementation is a test extra")
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=torch.float32)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
+    # the reference's GGUF loader does not know tokenizer.ggml.pre "smollm" and splits with GPT-2's regex alone;
+    # SmolLM2's own tokenizer.json (and llama.cpp) split digits one by one first, as microformers-gguf does
+    from tokenizers import pre_tokenizers
+
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     return model.eval(), tokenizer
 
 

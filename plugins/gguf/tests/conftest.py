@@ -121,10 +121,12 @@ def write_gguf(
     permute: bool | None = None,
     pre: str = "default",
     raw: dict[str, tuple[np.ndarray, GGMLQuantizationType]] | None = None,
+    vocab: tuple[list[str], list[str], list[int]] | None = None,
 ) -> Path:
     """Write a tiny GGUF model file the way llama.cpp's converter lays it out.
 
-    ``raw`` adds tensors (Hugging Face names) as ready-made blocks of a type ``gguf.quants`` cannot quantise.
+    ``raw`` adds tensors (Hugging Face names) as ready-made blocks of a type ``gguf.quants`` cannot quantise;
+    ``vocab`` (tokens, merges, token types) replaces the tiny byte-level vocabulary.
     """
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_uint32(f"{arch}.block_count", TINY["layers"])
@@ -147,7 +149,7 @@ def write_gguf(
         else:
             writer.add_string(key, value)
     if tokenizer == "gpt2":
-        tokens, merges, types = byte_level_vocab(TINY["vocab"])
+        tokens, merges, types = vocab or byte_level_vocab(TINY["vocab"])
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(pre)
         writer.add_token_list(tokens)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,6 @@ def smollm2_files(smollm2_folder: Path) -> dict[str, Any]:
     return GGUF_FORMAT.load_tokenizer_files(GGUF_FORMAT.find(smollm2_folder, gguf_file=SMOLLM2_FILE))
 
 
-@pytest.fixture(scope="module")
-def smollm2_reference(smollm2_folder: Path) -> Any:
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(smollm2_folder, gguf_file=SMOLLM2_FILE)
-
-
 def assert_same_ids(ours: tokenizers.Tokenizer, reference: Any, corpus: dict[str, str]) -> None:
     for name, text in corpus.items():
         ids = ours.encode(text).ids
@@ -35,6 +30,22 @@ def assert_same_ids(ours: tokenizers.Tokenizer, reference: Any, corpus: dict[str
         assert ours.decode(ids, skip_special_tokens=False) == reference.decode(ids), name
         lines = [line for line in text.splitlines() if line.strip()][:200]
         assert [e.ids for e in ours.encode_batch(lines)] == reference(lines)["input_ids"], name
+
+
+@pytest.fixture(scope="module")
+def smollm2_reference(smollm2_folder: Path) -> Any:
+    """The reference's GGUF tokenizer with SmolLM2's published pre-tokenizer (its tokenizer.json: digits one by
+    one, then GPT-2's split). The reference's GGUF loader does not know ``tokenizer.ggml.pre = "smollm"`` and
+    splits with GPT-2's regex alone, which differs where a digit follows whitespace ("：\n\n1." gives "Ċ", "Ċ"
+    there, "ĊĊ" in SmolLM2's tokenizer and llama.cpp)."""
+    from tokenizers import pre_tokenizers as pt
+
+    transformers = pytest.importorskip("transformers")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(smollm2_folder, gguf_file=SMOLLM2_FILE)
+    tokenizer.backend_tokenizer.pre_tokenizer = pt.Sequence(
+        [pt.Digits(individual_digits=True), pt.ByteLevel(add_prefix_space=False, use_regex=True)]
+    )
+    return tokenizer
 
 
 @pytest.mark.slow
@@ -135,7 +146,7 @@ def test_byte_level_special_and_added_tokens(tmp_path: Path, gguf_writer: Callab
     assert files["tokenizer_config.json"]["bos_token"] == "<|im_start|>"
 
 
-@pytest.mark.parametrize(("pre", "splits"), [("llama-bpe", True), ("qwen2", True), ("smollm", False)])
+@pytest.mark.parametrize(("pre", "splits"), [("llama-bpe", True), ("qwen2", True), ("smollm", True), ("gpt-2", False)])
 def test_pre_tokenizer_follows_ggml_pre(
     tmp_path: Path, gguf_writer: Callable[..., Path], pre: str, splits: bool
 ) -> None:
@@ -144,7 +155,12 @@ def test_pre_tokenizer_follows_ggml_pre(
     assert (tokenizer_json["pre_tokenizer"]["type"] == "Sequence") is splits
     # 1234: the llama3 split keeps up to 3 digits together, qwen2 splits every digit.
     pieces = tokenizers.Tokenizer.from_str(json.dumps(tokenizer_json)).pre_tokenizer.pre_tokenize_str("x 1234")
-    expected = {"llama-bpe": ["x", "Ġ", "123", "4"], "qwen2": ["x", "Ġ", "1", "2", "3", "4"]}
+    expected = {
+        "llama-bpe": ["x", "Ġ", "123", "4"],
+        "qwen2": ["x", "Ġ", "1", "2", "3", "4"],
+        "smollm": ["x", "Ġ", "1", "2", "3", "4"],  # StarCoder's split: digits one by one
+        "gpt-2": ["x", "Ġ1234"],
+    }
     if pre in expected:
         assert [p for p, _ in pieces] == expected[pre]
 
@@ -155,3 +171,165 @@ def test_derived_merges_follow_scores() -> None:
     merges = derive_merges(tokens, scores)
     # "ab" (score -1) first, then "bc" (-2), then the two ways to build "abc" (-3): longer left half first.
     assert merges == [("a", "b"), ("b", "c"), ("ab", "c"), ("a", "bc")]
+
+
+# Texts on which pre-tokenizers disagree: digit runs, whitespace runs, punctuation, contractions, unicode.
+SPLIT_TEXTS = [
+    "Version 2024.11.27 costs $1,234,567.89 (12345 units); call 555-0100 x42! 7 77 777 7777",
+    "tabs\t\tand   runs    of spaces  \n\n\n  and trailing   ",
+    "Hello, world!!! What's up?! It's \"quoted\" -- (nested [brackets]) {x+=1; y<=2}... a|b ^c ~d `e`",
+    "Café déjà vu — naïve façade; 東京タワー 서울 Москва १२३ ١٢٣ 🙂👍 …。，、 end.",
+    "def f(x):\n    return x**2 + 0x1F  # comment\nabc123def 4.5e-3",
+]
+
+
+def family_pre_tokenizer(pre: str) -> Any:
+    """The pre-tokenizer of the ``tokenizer.json`` published with the models that llama.cpp names ``pre``."""
+    from tokenizers import Regex
+    from tokenizers import pre_tokenizers as pt
+
+    byte_level = pt.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in ("starcoder", "smollm", "refact", "command-r"):  # StarCoder, SmolLM, Refact, Command-R
+        return pt.Sequence([pt.Digits(individual_digits=True), byte_level])
+    if pre == "falcon":
+        return pt.Sequence(
+            [
+                pt.Punctuation("contiguous"),
+                byte_level,
+                pt.Digits(individual_digits=False),
+                pt.Split(Regex("[0-9][0-9][0-9]"), "isolated"),
+            ]
+        )
+    if pre in ("bloom", "poro-chat", "gpt3-finnish"):  # BLOOM and the models trained on its tokenizer
+        return pt.Sequence(
+            [
+                pt.Split(Regex(" ?[^(\\s|[.,!?…。，、।۔،])]+"), "isolated"),
+                pt.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    raise AssertionError(pre)
+
+
+def trained_tokenizer(pre_tokenizer: Any, texts: list[str], size: int = 1200) -> tokenizers.Tokenizer:
+    """A byte-level BPE learned on ``texts`` with ``pre_tokenizer`` (as the family's merges were learned)."""
+    from tokenizers import decoders, models, trainers
+    from tokenizers import pre_tokenizers as pt
+
+    tokenizer = tokenizers.Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizer
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=size,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pt.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+def gguf_vocab(tokenizer: tokenizers.Tokenizer) -> tuple[list[str], list[str], list[int]]:
+    model = json.loads(tokenizer.to_str())["model"]
+    tokens = [token for token, _ in sorted(model["vocab"].items(), key=lambda item: item[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return tokens, merges, [3, 3, 3] + [1] * (len(tokens) - 3)
+
+
+def rebuilt(path: Path) -> tokenizers.Tokenizer:
+    return tokenizers.Tokenizer.from_str(GGUF_FORMAT.load_tokenizer_files([path])["tokenizer.json"])
+
+
+def split_texts(corpus: dict[str, str]) -> list[str]:
+    lines = [line for text in corpus.values() for line in text.splitlines()[:60]]
+    return SPLIT_TEXTS + lines
+
+
+@pytest.mark.parametrize(
+    "pre", ["starcoder", "smollm", "refact", "command-r", "falcon", "bloom", "poro-chat", "gpt3-finnish"]
+)
+def test_family_split_gives_the_family_tokenizers_ids(
+    tmp_path: Path, gguf_writer: Callable[..., Path], corpus: dict[str, str], pre: str
+) -> None:
+    """The rebuilt tokenizer encodes like the family's own tokenizer.json, on a vocabulary learned with its split.
+
+    (The reference's GGUF conversion does not know these ``tokenizer.ggml.pre`` values and splits them with
+    GPT-2's regex, so it is no oracle here; the family's published pre-tokenizer is.)"""
+    texts = split_texts(corpus)
+    original = trained_tokenizer(family_pre_tokenizer(pre), texts)
+    ours = rebuilt(gguf_writer(tmp_path / "family.gguf", weights={}, pre=pre, vocab=gguf_vocab(original)))
+    for text in texts:
+        assert ours.encode(text).ids == original.encode(text).ids, text
+        assert ours.decode(ours.encode(text).ids) == text
+    if pre != "falcon":  # llama.cpp's falcon keeps " 12" whole where Falcon's Digits splits off the space:
+        # the ids agree (no merge joins a space to digits in such a vocabulary), the pieces need not
+        for text in SPLIT_TEXTS:
+            pieces = [p for p, _ in ours.pre_tokenizer.pre_tokenize_str(text)]
+            assert pieces == [p for p, _ in original.pre_tokenizer.pre_tokenize_str(text)], text
+
+
+@pytest.mark.parametrize("pre", ["falcon", "bloom"])
+def test_gpt2_split_would_give_other_ids_for_these_families(
+    tmp_path: Path, gguf_writer: Callable[..., Path], corpus: dict[str, str], pre: str
+) -> None:
+    """What the family split fixes: GPT-2's regex (the fallback before) encodes these vocabularies differently."""
+    texts = split_texts(corpus)
+    original = trained_tokenizer(family_pre_tokenizer(pre), texts)
+    gpt2 = rebuilt(gguf_writer(tmp_path / "gpt2.gguf", weights={}, pre="gpt-2", vocab=gguf_vocab(original)))
+    assert any(gpt2.encode(text).ids != original.encode(text).ids for text in texts)
+
+
+def test_starcoder_family_splits_every_digit(tmp_path: Path, gguf_writer: Callable[..., Path]) -> None:
+    ours = rebuilt(gguf_writer(tmp_path / "sc.gguf", weights={}, pre="starcoder"))
+    pieces = [p for p, _ in ours.pre_tokenizer.pre_tokenize_str("x 2024, ok")]
+    assert pieces == ["x", "Ġ", "2", "0", "2", "4", ",", "Ġok"]
+
+
+@pytest.mark.parametrize("pre", ["llama-bpe", "qwen2", "dbrx", "tekken", "gpt-4o"])
+def test_split_matches_the_reference_gguf_conversion(
+    tmp_path: Path, gguf_writer: Callable[..., Path], corpus: dict[str, str], pre: str
+) -> None:
+    """For the ``tokenizer.ggml.pre`` values the reference's GGUF loader knows, the same ids as its tokenizer, on a
+    vocabulary learned with no split at all (its merges cross every boundary, so any split difference shows)."""
+    from tokenizers import pre_tokenizers as pt
+
+    transformers = pytest.importorskip("transformers")
+    texts = split_texts(corpus)
+    vocab = gguf_vocab(trained_tokenizer(pt.ByteLevel(add_prefix_space=False, use_regex=False), texts, size=2000))
+    path = gguf_writer(tmp_path / "ref.gguf", weights={}, pre=pre, vocab=vocab)
+    ours = rebuilt(path)
+    reference = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    for text in texts:
+        assert (
+            ours.encode(text, add_special_tokens=False).ids == reference(text, add_special_tokens=False)["input_ids"]
+        ), text
+
+
+def test_deepseek_splits(tmp_path: Path, gguf_writer: Callable[..., Path]) -> None:
+    llm = rebuilt(gguf_writer(tmp_path / "ds.gguf", weights={}, pre="deepseek-llm"))
+    coder = rebuilt(gguf_writer(tmp_path / "dsc.gguf", weights={}, pre="deepseek-coder"))
+    text = "Hi there,\n東京 2024!"
+    # deepseek-llm: newlines alone, letters with one leading space, ASCII punctuation runs, CJK runs, digit runs
+    assert [p for p, _ in llm.pre_tokenizer.pre_tokenize_str(text)] == [
+        "Hi", "Ġthere", ",", "Ċ", "æĿ±äº¬", "Ġ", "2024", "!"
+    ]  # fmt: skip
+    # deepseek-coder: digits one by one
+    assert [p for p, _ in coder.pre_tokenizer.pre_tokenize_str(text)] == [
+        "Hi", "Ġthere", ",", "Ċ", "æĿ±äº¬", "Ġ", "2", "0", "2", "4", "!"
+    ]  # fmt: skip
+
+
+def test_unknown_pre_value_warns_and_splits_like_gpt2(
+    tmp_path: Path, gguf_writer: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = gguf_writer(tmp_path / "odd.gguf", weights={}, pre="no-such-pre")
+    with caplog.at_level(logging.WARNING, logger="microformers"):
+        tokenizer_json = json.loads(GGUF_FORMAT.load_tokenizer_files([path])["tokenizer.json"])
+    assert "tokenizer.ggml.pre 'no-such-pre' is not one microformers-gguf knows" in caplog.text
+    assert "odd.gguf" in caplog.text
+    assert tokenizer_json["pre_tokenizer"] == {
+        "type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True
+    }  # fmt: skip
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="microformers"):
+        GGUF_FORMAT.load_tokenizer_files([gguf_writer(tmp_path / "gpt2.gguf", weights={}, pre="gpt-2")])
+    assert "tokenizer.ggml.pre" not in caplog.text  # GPT-2's own split: nothing to say

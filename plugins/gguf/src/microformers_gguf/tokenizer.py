@@ -5,7 +5,7 @@ token types, merges or scores, special token ids and flags, and the chat templat
 are rebuilt here:
 
 - ``gpt2``: byte-level BPE (GPT-2 style byte alphabet) with the file's merges; the pre-tokenizer
-  split regex follows ``tokenizer.ggml.pre``.
+  split regexes follow ``tokenizer.ggml.pre`` (:data:`PRE_TOKENIZER_SPLITS`, llama.cpp's table).
 - ``llama``: SentencePiece-style BPE over ``▁``-prefixed pieces with byte fallback; merges come
   from the file, or are derived from the pieces and their scores when the file has none.
 
@@ -15,6 +15,7 @@ The result is plain JSON text, so no tokenizer library is needed to build it.
 from __future__ import annotations
 
 import json
+import logging
 from functools import cache
 from typing import Any
 
@@ -22,6 +23,8 @@ from microformers.errors import CheckpointError
 
 from .architectures import UNLIMITED_LENGTH
 from .reader import GGUFFile
+
+logger = logging.getLogger("microformers")
 
 # llama.cpp token types (tokenizer.ggml.token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -37,11 +40,87 @@ _QWEN2_SPLIT = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# tokenizer.ggml.pre -> the regex its merges were learned with (others use GPT-2's own ByteLevel split).
-PRE_TOKENIZER_SPLITS: dict[str, str] = {
-    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "smaug-bpe", "dbrx"), _LLAMA3_SPLIT),
-    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _QWEN2_SPLIT),
+# GPT-2's split (ByteLevel's own regex), as llama.cpp writes it; a piece nothing matches stays a piece, so the
+# trailing "|\s+" of GPT-2's pattern is not needed
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_BLOOM_SPLIT = r" ?[^(\s|.,!?…。，、।۔،)]+"
+_CJK_RUNS = "[一-龥ࠀ-一가-퟿]+"
+# the tokenizer.json patterns of these families (llama.cpp's table keeps them as comments beside its rewrites)
+_TEKKEN_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+_GPT4O_SPLIT = (
+    rf"[^\r\n\p{{L}}\p{{N}}]?[\p{{Lu}}\p{{Lt}}\p{{Lm}}\p{{Lo}}\p{{M}}]*[\p{{Ll}}\p{{Lm}}\p{{Lo}}\p{{M}}]+{_CONTRACTION}"
+    rf"|[^\r\n\p{{L}}\p{{N}}]?[\p{{Lu}}\p{{Lt}}\p{{Lm}}\p{{Lo}}\p{{M}}]+[\p{{Ll}}\p{{Lm}}\p{{Lo}}\p{{M}}]*{_CONTRACTION}"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_SEED_CODER_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}"
+    r"| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# DeepSeek LLM's cased letters, by code point (several are canonical singletons that text tools normalise away)
+_DEEPSEEK_LLM_LETTERS = (
+    "A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+    "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+    "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
+    "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
+    "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+    "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc"
+    "\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+    "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
+    "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+    "\U0001e900-\U0001e943"
+)
+
+# tokenizer.ggml.pre -> the regexes its merges were learned with, applied in turn (each splits the pieces the
+# previous one left; unmatched text stays a piece), as llama.cpp's pre-tokenizer table lists them. Files whose
+# value is not here split with GPT-2's regex (ByteLevel's own): the names in GPT2_PRES quietly, others with a
+# warning.
+PRE_TOKENIZER_SPLITS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(
+        ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"),
+        (_LLAMA3_SPLIT,),
+    ),
+    **dict.fromkeys(("smaug-bpe", "dbrx", "chatglm-bpe", "glm4"), (_LLAMA3_SPLIT,)),
+    **dict.fromkeys(
+        ("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "grok-2"), (_QWEN2_SPLIT,)
+    ),
+    # StarCoder's tokenizer.json: digits one by one, then GPT-2's split
+    **dict.fromkeys(
+        ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"), (r"\p{N}", _GPT2_SPLIT)
+    ),
+    # Falcon's: runs of punctuation (ASCII symbols included), GPT-2's split, then digits in threes
+    "falcon": (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2_SPLIT, "[0-9][0-9][0-9]"),
+    # BLOOM's: a piece is an optional space and anything up to whitespace or . , ! ? and their CJK/Indic/Arabic kin
+    **dict.fromkeys(("bloom", "poro-chat", "gpt3-finnish"), (_BLOOM_SPLIT,)),
+    "viking": (_BLOOM_SPLIT, r"\p{N}"),
+    "deepseek-llm": (
+        "[\r\n]",
+        rf"\s?[{_DEEPSEEK_LLM_LETTERS}]+",
+        r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
+        r"\s+$",
+        _CJK_RUNS,
+        r"\p{N}+",
+    ),
+    "deepseek-coder": ("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK_RUNS, r"\p{N}"),
+    "tekken": (_TEKKEN_SPLIT,),
+    **dict.fromkeys(("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), (_GPT4O_SPLIT,)),
+    "seed-coder": (_SEED_CODER_SPLIT,),
 }
+# values llama.cpp splits with GPT-2's regex, like the fallback ("default": a converter that did not recognise
+# the tokenizer; llama.cpp then uses a regex set of its own, the reference's GGUF loader GPT-2's, as here)
+GPT2_PRES = frozenset(
+    {
+        "default", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
+        "modern-bert", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "trillion",
+        "granite-docling", "exaone4",
+    }
+)  # fmt: skip
 
 
 @cache
@@ -261,15 +340,24 @@ def _byte_level_parts(
             f"GGUF file {gguf.path} has a byte-level (gpt2) vocabulary but no tokenizer.ggml.merges; "
             "the tokenizer cannot be rebuilt. Re-convert the file with a current llama.cpp."
         )
-    split = PRE_TOKENIZER_SPLITS.get(str(gguf.metadata.get("tokenizer.ggml.pre")))
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": split is None}
-    if split is None:
+    pre = gguf.metadata.get("tokenizer.ggml.pre")
+    splits = PRE_TOKENIZER_SPLITS.get(str(pre))
+    if splits is None and pre is not None and str(pre) not in GPT2_PRES:
+        logger.warning(
+            "GGUF file %s: tokenizer.ggml.pre %r is not one microformers-gguf knows; text is split with GPT-2's "
+            "regex, so token ids may differ from llama.cpp's (which refuses unknown values). Re-convert the file "
+            "with a current llama.cpp, or use the model's own tokenizer.json",
+            gguf.path,
+            str(pre),
+        )
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": splits is None}
+    if splits is None:
         pre_tokenizer = byte_level
     else:
         pre_tokenizer = {
             "type": "Sequence",
             "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
+                *({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": False} for r in splits),
                 byte_level,
             ],
         }
