@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from microformers import AutoConfig, AutoModel, AutoModelForImageClassification, ConfigError
-from microformers_sdk.testing import ModelConformanceTests, checks
+from microformers_sdk.testing import ModelConformanceTests, assert_close, checks
 from microformers_vit import ViTConfig, ViTForImageClassification, ViTInputError, ViTModel
 
 TINY: dict[str, Any] = {
@@ -94,3 +94,32 @@ class TestDeiTConformance(TestViTConformance):
 
     def make_labels(self, model: Any, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {"labels": torch.tensor([0, 2, 1])} if "ForImageClassification" in type(model).__name__ else {}
+
+
+@pytest.mark.parametrize("head", ["vit", "deit", "deit_with_teacher"])
+def test_classifiers_compute_only_the_rows_they_read_in_the_last_layer(head: str) -> None:
+    from microformers_vit import DeiTConfig, DeiTForImageClassification, DeiTForImageClassificationWithTeacher
+
+    torch.manual_seed(0)
+    classes = {
+        "vit": (ViTConfig, ViTForImageClassification, 1, 1),
+        "deit": (DeiTConfig, DeiTForImageClassification, 1, 2),  # [CLS] and the distillation token
+        "deit_with_teacher": (DeiTConfig, DeiTForImageClassificationWithTeacher, 2, 2),
+    }
+    config_class, model_class, rows, prefix = classes[head]
+    model = model_class(config_class(**{**TINY, "num_hidden_layers": 3})).eval()
+    base = model.base_model
+    widths: list[int] = []
+    base.encoder.layer[-1].intermediate.dense.register_forward_hook(lambda m, i, o: widths.append(i[0].shape[1]))
+    pixels = _pixels(4, seed=1)
+    with torch.no_grad():
+        short = model(pixel_values=pixels).logits
+        # asking for the hidden states runs every row of every layer: the classifier's rows must not change
+        full = model(pixel_values=pixels, output_hidden_states=True)
+    assert widths == [rows, prefix + 4]  # the short path's last layer ran only the rows the heads read
+    assert_close(short, full.logits)
+    # the same through ViTModel: only the first rows come out of it
+    with torch.no_grad():
+        last = base(pixel_values=pixels, _last_layer_rows=rows).last_hidden_state
+        assert_close(last, base(pixel_values=pixels).last_hidden_state[:, :rows])
+    assert last.shape[1] == rows

@@ -114,6 +114,7 @@ class DeiTForImageClassificationWithTeacher(DeiTPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            _last_layer_rows=2,  # the classifiers read the final [CLS] and distillation states only
         )
         sequence = outputs.last_hidden_state
         cls_logits = self.cls_classifier(sequence[:, 0, :])

@@ -208,6 +208,27 @@ class ViTSelfAttention(nn.Module):
             context = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)
         return context.transpose(1, 2).reshape(batch, length, -1), weights
 
+    def attend_rows(
+        self,
+        hidden_states: torch.Tensor,
+        rows: int,
+        attention_mask: torch.Tensor | None,
+        attention_fn: AttentionFunction,
+    ) -> torch.Tensor:
+        """The context of the first ``rows`` tokens only, attending over all of them: ``(batch, rows, hidden)``.
+
+        What ``forward`` gives for those rows (keys and values from every token, queries from these): for a last layer
+        whose other rows no head reads."""
+        batch, length, _ = hidden_states.shape
+        query = self.query(hidden_states[:, :rows]).view(batch, rows, self.num_heads, self.head_dim).transpose(1, 2)
+        key = self.key(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+        value = self.value(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+        if attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[-2] > 1:
+            attention_mask = attention_mask[..., :rows, :]
+        dropout = self.attention_dropout if self.training else 0.0
+        context = attention_fn(query, key, value, attention_mask, scaling=self.scaling, dropout=dropout)
+        return context.transpose(1, 2).reshape(batch, rows, -1)
+
 
 class ViTSelfOutput(nn.Module):
     """``dropout(dense(x))``; the residual is added by the (pre-norm) layer."""
@@ -267,7 +288,12 @@ class ViTOutput(nn.Module):
 
 # -- layer, encoder, pooler ----------------------------------------------------------------------------
 class ViTLayer(nn.Module):
-    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+
+    With ``rows``, only the first ``rows`` tokens come out (their attention still reads every token): a last layer
+    whose other outputs nobody reads (the classifier takes the [CLS] state) skips their query, output projection and
+    MLP, about 5/6 of the layer.
+    """
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
@@ -283,7 +309,13 @@ class ViTLayer(nn.Module):
         attention_mask: torch.Tensor | None,
         attention_fn: AttentionFunction,
         output_attentions: bool,
+        rows: int | None = None,
     ) -> LayerOutput:
+        if rows is not None:
+            normed = self.layernorm_before(hidden_states)
+            context = self.attention.attention.attend_rows(normed, rows, attention_mask, attention_fn)
+            hidden_states = self.attention.output(context) + hidden_states[:, :rows]
+            return self.output(self.intermediate(self.layernorm_after(hidden_states)), hidden_states), None
         attended, weights = self.attention(
             self.layernorm_before(hidden_states), attention_mask, attention_fn, output_attentions
         )
@@ -307,12 +339,22 @@ class ViTEncoder(nn.Module):
         attention_fn: AttentionFunction,
         output_attentions: bool,
         call_layer: Any,
+        last_layer_rows: int | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        """``call_layer(layer, *args)`` runs one layer; the model passes its own so gradient checkpointing applies."""
+        """``call_layer(layer, *args)`` runs one layer; the model passes its own so gradient checkpointing applies.
+        ``last_layer_rows``: the last layer computes only the first that many tokens (:class:`ViTLayer`)."""
         all_hidden_states = [hidden_states]
         all_attentions = []
-        for layer in self.layer:
-            hidden_states, weights = call_layer(layer, hidden_states, attention_mask, attention_fn, output_attentions)
+        last = len(self.layer) - 1
+        for index, layer in enumerate(self.layer):
+            if index == last and last_layer_rows is not None:
+                hidden_states, weights = call_layer(
+                    layer, hidden_states, attention_mask, attention_fn, False, last_layer_rows
+                )
+            else:
+                hidden_states, weights = call_layer(
+                    layer, hidden_states, attention_mask, attention_fn, output_attentions
+                )
             all_hidden_states.append(hidden_states)
             if output_attentions:
                 all_attentions.append(weights)
@@ -406,10 +448,15 @@ class ViTModel(ViTPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        _last_layer_rows: int | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPooling | tuple[Any, ...]:
         """``pixel_values`` ``(batch, channels, height, width)`` as the image processor returns them; other image
-        sizes than ``config.image_size`` need ``interpolate_pos_encoding=True``."""
+        sizes than ``config.image_size`` need ``interpolate_pos_encoding=True``.
+
+        ``_last_layer_rows`` (for this plugin's heads, which read only the first tokens' final states): the last layer
+        computes only the first that many tokens, and ``last_hidden_state`` holds only them. Ignored when hidden
+        states or attentions are asked for."""
         if pixel_values is None:
             raise ViTInputError("ViTModel needs pixel_values (batch, channels, height, width)")
         config = self.config
@@ -423,8 +470,9 @@ class ViTModel(ViTPreTrainedModel):
         mask, _ = build_attention_mask(
             attention_mask, hidden_states.shape[1], 0, causal=False, device=hidden_states.device
         )
+        rows = None if output_attentions or output_hidden_states else _last_layer_rows
         hidden_states, all_hidden_states, all_attentions = self.encoder(
-            hidden_states, mask, get_attention_function(config), output_attentions, self._call_layer
+            hidden_states, mask, get_attention_function(config), output_attentions, self._call_layer, rows
         )
         sequence_output = self.layernorm(hidden_states)
         output = BaseModelOutputWithPooling(
@@ -468,6 +516,7 @@ class ViTForImageClassification(ViTPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            _last_layer_rows=1,  # the classifier reads the final [CLS] state only
         )
         logits = self.classifier(outputs.last_hidden_state[:, 0, :])
         output = ImageClassifierOutput(
