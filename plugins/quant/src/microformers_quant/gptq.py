@@ -50,6 +50,7 @@ from torch import nn
 from microformers.errors import CheckpointError, ConfigError
 from microformers_sdk.quantization import Quantizer, module_for
 
+from . import kernels
 from .modules import QuantLinear
 
 logger = logging.getLogger("microformers")
@@ -213,21 +214,26 @@ class GptqQuantizer(Quantizer):
     def finish(self, model: nn.Module) -> None:
         super().finish(model)
         config = getattr(model, "config", None)
-        if config is None or "quantization_config" not in vars(config):
-            return
         if not self.converted:
-            # the layers are float now: saving must not claim GPTQ tensors it does not write
-            delattr(config, "quantization_config")
+            if config is not None and "quantization_config" in vars(config):
+                # the layers are float now: saving must not claim GPTQ tensors it does not write
+                delattr(config, "quantization_config")
             return
-        # what the model now holds: int4 layers (reloaded as they are) and float ones, which an int4 load
-        # must leave float (every other linear and embedding, the head included)
-        floats = [
-            name
-            for name, module in model.named_modules()
-            if isinstance(module, (nn.Linear, nn.Embedding)) and name not in self.converted
-        ]
-        groups = sorted({module.group for module in self.converted.values()})  # type: ignore[union-attr]
-        config.quantization_config = {"quant_method": "int4", "group_size": groups[0], "modules_to_not_convert": floats}
+        if config is not None:
+            # what the model now holds: int4 layers (reloaded as they are) and float ones, which an int4 load
+            # must leave float (every other linear and embedding, the head included)
+            floats = [
+                name
+                for name, module in model.named_modules()
+                if isinstance(module, (nn.Linear, nn.Embedding)) and name not in self.converted
+            ]
+            groups = sorted({module.group for module in self.converted.values()})  # type: ignore[union-attr]
+            config.quantization_config = {
+                "quant_method": "int4",
+                "group_size": groups[0],
+                "modules_to_not_convert": floats,
+            }
+        kernels.native_available()  # build/load now, not inside the first forward (as the int4 quantizer does)
 
     def int4_parts(
         self, stem: str, parts: Mapping[str, torch.Tensor], where: str, group: int
