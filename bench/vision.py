@@ -16,7 +16,9 @@ machine) and of wall time. The ratio is ours over the reference's throughput (ab
 The outputs of both implementations are compared (max abs difference). ``--quick``: one timed run per row, for a
 check that finishes in a couple of minutes. ``--compile`` adds rows where both models run under ``torch.compile``
 (default options, as the reference's ``perf_torch_compile`` page does; the warm-up call compiles, and its time is
-printed apart).
+printed apart). ``--profile`` prints, per model and batch size, where each implementation's forward spends its CPU
+time (``torch.profiler``, the operators with the most self time; run it with ``MICROFORMERS_BENCH_THREADS=1`` for
+one thread's account) instead of timing.
 """
 
 from __future__ import annotations
@@ -136,6 +138,21 @@ def time_batch(
     return rows
 
 
+def profile_batch(name: str, batch: int, runners: dict[str, Any], rows: int) -> None:
+    """The top ``rows`` operators by self CPU time of one forward of each implementation (after a warm-up)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    pixels = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(batch))
+    with torch.inference_mode():
+        for impl, run in runners.items():
+            run(pixels)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                run(pixels)
+            print(f"\n== {name}, batch {batch}, {impl}")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -143,7 +160,10 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["vit-b16", "clip-b32"], choices=["vit-b16", "clip-b32"])
     parser.add_argument("--quick", action="store_true", help="one timed run per row")
     parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile")
+    parser.add_argument("--profile", action="store_true", help="print each forward's top operators instead of timing")
     args = parser.parse_args()
+    if args.profile and args.compile:
+        parser.error("--profile profiles the eager forward; drop --compile")
     repeats = 1 if args.quick else args.repeats
     common.set_threads()
     import torch
@@ -152,6 +172,11 @@ def main() -> None:
     results: dict[str, Any] = {}
     for name in args.models:
         models = load_both(name)
+        if args.profile:
+            runners = {impl: (lambda p, m=model, n=name: encode(n, m, p)) for impl, model in models.items()}
+            for batch in args.batches:
+                profile_batch(name, batch, runners, rows=12)
+            continue
         rows: list[tuple[str, str, str, str]] = []
         modes = ["eager", "compiled"] if args.compile else ["eager"]
         for mode in modes:
@@ -164,7 +189,8 @@ def main() -> None:
             "CLIP-B/32-shaped CLIPModel.get_image_features")  # fmt: skip
         common.print_table(title, rows)
         del models
-    common.write_json("vision", results)
+    if not args.profile:
+        common.write_json("vision", results)
 
 
 if __name__ == "__main__":
