@@ -521,25 +521,23 @@ def test_trust_remote_code_and_low_cpu_mem_usage_are_accepted_and_reach_no_confi
 
 
 @pytest.mark.parametrize(
-    "kwargs, named",
+    "kwargs, message",
     [
-        ({"offload_folder": "off"}, "offload_folder"),
-        ({"offload_state_dict": True}, "offload_state_dict"),
-        ({"offload_buffers": True}, "offload_buffers"),
-        ({"offload_folder": "off", "offload_buffers": True}, "offload_folder, offload_buffers"),
-        ({"device_map": {"": "disk"}}, "a device_map value of disk"),
-        ({"device_map": {"inner": "cpu", "fixed": "disk"}}, "a device_map value of disk"),
+        ({"offload_folder": "off"}, "offload_folder only apply(ies) to a model placed with device_map"),
+        ({"offload_state_dict": True}, "offload_state_dict only apply(ies) to a model placed with device_map"),
+        ({"offload_buffers": True}, "offload_buffers=True is not supported"),
+        ({"offload_folder": "off", "offload_buffers": True}, "offload_folder only apply(ies)"),
+        ({"device_map": {"": "disk"}}, "device_map puts '' on disk, but no offload_folder was given"),
+        ({"device_map": {"inner": "cpu", "fixed": "disk"}}, "device_map puts fixed on disk, but no offload_folder"),
     ],
 )
-def test_disk_offload_is_refused_naming_what_asked_for_it(
-    small_folder: Path, kwargs: dict[str, Any], named: str
+def test_disk_offload_without_what_it_needs_is_refused_naming_it(
+    small_folder: Path, kwargs: dict[str, Any], message: str
 ) -> None:
+    # disk offload itself: tests/integration/test_offload.py
     with pytest.raises(ConfigError) as info:
         _Small.from_pretrained(small_folder, config=PretrainedConfig(), **kwargs)
-    assert _message(info) == (
-        f"{named}: disk offload is not supported; load onto the CPU or a device (device_map='cpu' / 'auto'), "
-        "or quantize to fit"
-    )
+    assert _message(info).startswith(message)
 
 
 def test_offload_arguments_that_ask_for_nothing_are_accepted(small_folder: Path) -> None:

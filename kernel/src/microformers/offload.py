@@ -167,9 +167,15 @@ class OffloadRequest:
                     "more max_memory, or load it without quantization_config"
                 )
             if self.offload_folder is None:
+                on_disk = [k or "''" for k, v in placement.items() if v == DISK]
+                why = (
+                    f"device_map puts {', '.join(on_disk[:3])} on disk"
+                    if isinstance(self.device_map, dict)
+                    else f"device_map={self.device_map!r} places modules on disk (the model is larger than max_memory)"
+                )
                 raise ConfigError(
-                    "device_map places modules on disk (max_memory is smaller than the model), but no offload_folder "
-                    "was given; pass offload_folder='a/folder' for their weights, or raise max_memory"
+                    f"{why}, but no offload_folder was given; pass offload_folder='a/folder' for their weights, or "
+                    "give the model more memory"
                 )
             self.offload_folder.mkdir(parents=True, exist_ok=True)
             self.store = OffloadStore(self.offload_folder)
