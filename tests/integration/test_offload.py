@@ -169,6 +169,15 @@ def test_a_dict_device_map_with_disk_entries(checkpoint: Path, in_memory: Any, t
     _assert_same_outputs(model, in_memory)
 
 
+def test_a_sharded_safetensors_checkpoint_is_read_in_place_from_its_shards(in_memory: Any, tmp_path: Path) -> None:
+    in_memory.save_pretrained(tmp_path / "sharded", max_shard_size=60_000)
+    assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 1
+    model = _offloaded(tmp_path / "sharded", tmp_path / "offload")
+    index = json.loads((tmp_path / "offload" / "index.json").read_text())
+    assert len({entry["file"] for entry in index.values()}) > 1
+    _assert_same_outputs(model, in_memory)
+
+
 def test_low_cpu_mem_usage_false_gives_the_same_model(checkpoint: Path, in_memory: Any) -> None:
     model = microformers.AutoModelForCausalLM.from_pretrained(checkpoint, low_cpu_mem_usage=False)
     with torch.no_grad():
@@ -277,6 +286,7 @@ def test_an_offload_folder_that_is_a_file_is_refused(checkpoint: Path, tmp_path:
         ({"low_cpu_mem_usage": "yes"}, "low_cpu_mem_usage='yes' must be True or False"),
         ({"device_map": "auto", "offload_buffers": True}, "offload_buffers=True is not supported"),
         ({"device_map": "auto", "max_memory": ["1GiB"]}, "max_memory=.* must be a dict"),
+        ({"device_map": "auto", "device": "cpu"}, "device='cpu' and device_map='auto'.* pass one of them"),
         ({"device_map": {"": "cpu", "model.nope": "disk"}, "offload_folder": "x"}, "'model.nope', which the model"),
     ],
 )

@@ -447,7 +447,7 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                     "checkpoint once with a transformers 4.x release (from_pretrained(..., "
                     f"{framework}=True).save_pretrained(folder)) and load that folder"
                 )
-        big_model = offload_request(kwargs, device_map)  # max_memory, offload_*, low_cpu_mem_usage: offload.py
+        big_model = offload_request(kwargs, device_map, device)  # max_memory, offload_*, low_cpu_mem_usage
         quant_args = {k: kwargs.pop(k) for k in ("quantization_config", "load_in_8bit", "load_in_4bit") if k in kwargs}
         if torch_dtype is not None:
             dtype = torch_dtype

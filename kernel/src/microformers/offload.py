@@ -257,10 +257,11 @@ class OffloadRequest:
         model.__dict__["_offload_main_device"] = main  # model.device while its first weights are on disk
 
 
-def offload_request(kwargs: dict[str, Any], device_map: Any) -> OffloadRequest | None:
+def offload_request(kwargs: dict[str, Any], device_map: Any, device: Any = None) -> OffloadRequest | None:
     """Pop and check ``max_memory``, ``offload_folder``, ``offload_state_dict``, ``offload_buffers`` and
     ``low_cpu_mem_usage`` from ``from_pretrained``'s kwargs; None when the plain device placement applies
-    (no ``device_map``, a single device, or a dict without disk entries)."""
+    (no ``device_map``, a single device, or a dict without disk entries). ``device``: ``from_pretrained``'s,
+    which cannot be combined with a placement made here."""
     max_memory = kwargs.pop("max_memory", None)
     folder = kwargs.pop("offload_folder", None)
     state_dict = _flag(kwargs, "offload_state_dict")
@@ -289,6 +290,11 @@ def offload_request(kwargs: dict[str, Any], device_map: Any) -> OffloadRequest |
         raise ConfigError(
             f"max_memory applies to an automatic device_map ('auto', 'balanced', 'sequential'), not to "
             f"device_map={device_map!r:.80}, which already places every module; drop one of them"
+        )
+    if device is not None and (automatic or with_disk):
+        raise ConfigError(
+            f"device={device!r} and device_map={device_map!r:.80}: the device_map places the modules itself (on "
+            "several devices, or disk); pass one of them"
         )
     if not (automatic or with_disk):
         if folder is not None or state_dict:
