@@ -86,6 +86,43 @@ def dinov2_folder(folder: Path) -> Path:
     return folder
 
 
+def siglip_folder(folder: Path) -> Path:
+    """A tiny random SigLIP with a small SentencePiece model (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2)."""
+    import sentencepiece
+
+    from microformers_clip import SiglipConfig, SiglipImageProcessor, SiglipModel
+
+    folder.mkdir(parents=True)
+    texts = ["a photo of a cat", "two dogs playing in the snow", "the quick brown fox jumps over the lazy dog"]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts * 20), model_prefix=str(folder / "spiece"), model_type="unigram", vocab_size=60,
+        hard_vocab_limit=False, minloglevel=2, num_threads=1, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+    )  # fmt: skip
+    (folder / "spiece.vocab").unlink()
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "SiglipTokenizer"}), encoding="utf-8")
+    tower = {"hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config = SiglipConfig(
+        text_config={**tower, "vocab_size": 100, "max_position_embeddings": 12},
+        vision_config={**tower, "image_size": 8, "patch_size": 4},
+    )
+    torch.manual_seed(0)
+    SiglipModel(config).save_pretrained(folder)
+    SiglipImageProcessor(size={"height": 8, "width": 8}).save_pretrained(folder)
+    return folder
+
+
+def vit_folder(folder: Path) -> Path:
+    from microformers_vision import ViTImageProcessor
+    from microformers_vit import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    config = ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24, image_size=8,
+                       patch_size=4)  # fmt: skip
+    ViTModel(config).save_pretrained(folder)
+    ViTImageProcessor(size={"height": 8, "width": 8}).save_pretrained(folder)
+    return folder
+
+
 def serve(folder: Path, name: str, **limits: int) -> Any:
     from microformers_serve.app import create_app
     from microformers_serve.commands import load_server
@@ -168,6 +205,33 @@ def test_dinov2_images_are_the_final_cls_state(dino: tuple[Path, Any]) -> None:
     for row, vector in enumerate(got):
         assert_close(vector, want[row])
     assert not torch.allclose(got[0], got[1])  # different images, different vectors
+
+
+def test_siglip_texts_are_padded_to_its_length_as_it_was_trained(tmp_path: Path) -> None:
+    folder = siglip_folder(tmp_path / "tiny-siglip")
+    client = serve(folder, "siglip-tiny")
+    model = microformers.AutoModel.from_pretrained(folder).eval()
+    tokenizer = microformers.AutoTokenizer.from_pretrained(folder)
+    processor = microformers.AutoImageProcessor.from_pretrained(folder)
+    response = client.post("/v1/embeddings", json={"model": "siglip-tiny", "input": ["a cat", data_url(png())]})
+    got = vectors(response)
+    ids = torch.tensor([tokenizer("a cat", padding="max_length", max_length=12)["input_ids"]])
+    pixels = processor(PIL_Image.open(io.BytesIO(png())).convert("RGB"), return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        assert_close(got[0], model.get_text_features(input_ids=ids).pooler_output[0])
+        assert_close(got[1], model.get_image_features(pixel_values=pixels).pooler_output[0])
+    assert response.json()["usage"]["prompt_tokens"] == 12 + 4  # a padded text, and 4 patches (no [CLS])
+
+
+def test_vit_images_are_the_final_cls_state(tmp_path: Path) -> None:
+    folder = vit_folder(tmp_path / "tiny-vit")
+    client = serve(folder, "vit-tiny")
+    model = microformers.AutoModel.from_pretrained(folder).eval()
+    processor = microformers.AutoImageProcessor.from_pretrained(folder)
+    got = vectors(client.post("/v1/embeddings", json={"model": "vit-tiny", "input": data_url(png(16, 16, seed=5))}))
+    pixels = processor(PIL_Image.open(io.BytesIO(png(16, 16, seed=5))).convert("RGB"), return_tensors="pt")
+    with torch.no_grad():
+        assert_close(got[0], model(**pixels).last_hidden_state[0, 0])
 
 
 @pytest.mark.parametrize(
