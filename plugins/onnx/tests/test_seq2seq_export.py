@@ -175,8 +175,9 @@ def test_forward_refuses_a_padded_decoder_mask_and_other_tasks_folders(exported,
         microformers.ORTModelForSeq2SeqLM.from_pretrained(other)
 
 
-def test_encoder_decoder_model_is_refused_for_a_decoder_task(exported, tmp_path: Path) -> None:
+@pytest.mark.parametrize("task", ["text-generation-with-past", "automatic-speech-recognition"])
+def test_encoder_decoder_model_is_refused_for_a_decoder_or_speech_task(exported, task: str, tmp_path: Path) -> None:
     model = exported[2]
     with pytest.raises(OnnxExportError, match="--task text2text-generation"):
-        export_onnx(model, tmp_path / "out", task="text-generation-with-past")
+        export_onnx(model, tmp_path / "out", task=task)
     assert not (tmp_path / "out").exists()  # refused before anything is written

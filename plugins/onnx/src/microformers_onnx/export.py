@@ -548,6 +548,11 @@ def _check_exportable(model: nn.Module, task: str, quantize: str | None) -> None
                 "does not fit it. Use --task automatic-speech-recognition (encoder and decoder graphs) or --task "
                 "feature-extraction (the encoder alone)"
             )
+    if spec is SPEECH_SEQ2SEQ and main_input != "input_features":
+        raise OnnxExportError(
+            f"task {task!r} exports speech models (log-mel input_features for an encoder-decoder such as Whisper, "
+            f"input_values for CTC); {type(model).__name__} reads {main_input}. Use --task text2text-generation"
+        )
     if encoder_decoder and not spec.seq2seq:
         raise OnnxExportError(
             f"{type(model).__name__} is an encoder-decoder model; task {task!r} is exported for encoder-only and "
