@@ -30,7 +30,7 @@ from .app import EMBEDDING_BATCH_TOKENS, MAX_EMBEDDING_INPUTS, APIError, Embedde
 REQUEST_PIXELS_FACTOR = 4  # all images of one request together: at most this many times --max-image-pixels
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 VISION_ENCODERS = ("vit", "deit", "dinov2")  # embedded by their final [CLS] state
-_DATA_URL = re.compile(r"data:(?P<mime>image/[A-Za-z0-9.+-]+)(?P<params>(;[^;,]*)*),", re.ASCII)
+_DATA_URL = re.compile(r"data:(?P<mime>image/[A-Za-z0-9.+-]+)(?P<params>(;[^;,]*)*),", re.ASCII | re.IGNORECASE)
 _WHITESPACE = re.compile(rb"\s+")
 
 
