@@ -1,7 +1,9 @@
 """``torch.export.export`` captures every family's forward without graph breaks from our own code: outputs are
 pytree nodes (``ModelOutput`` subclasses register themselves) and the eager shortcuts that branch on tensor values
 (an all-ones mask dropped, ids range-checked) are skipped while exporting. The exported program gives the eager
-outputs, on the inputs it was captured with and on a padded batch of another length."""
+outputs, on the inputs it was captured with and on a padded batch of another length (and batch size, with a dynamic
+batch dimension). A decoder exports with a KV cache (``DynamicCache`` is a pytree node), and ``torch.compile(...,
+fullgraph=True)`` captures each encoder and decoder forward without a graph break."""
 
 from __future__ import annotations
 
@@ -73,9 +75,78 @@ def test_torch_export_captures_the_forward_and_gives_the_eager_outputs(family: s
         assert_close(exported[key], eager[key])
 
 
-def test_torchscript_is_refused_with_what_to_use_instead(tmp_path: Any) -> None:
-    config = microformers.AutoConfig.for_model("gpt2", vocab_size=50, n_embd=16, n_layer=1, n_head=2)
-    microformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
-    with pytest.raises(microformers.ConfigError, match=r"torchscript=True: .*torch\.export\.export.*microformers export onnx"):
-        microformers.AutoModelForCausalLM.from_pretrained(tmp_path, torchscript=True)
-    assert microformers.AutoModelForCausalLM.from_pretrained(tmp_path, torchscript=False) is not None  # the default
+def _dynamic(captured: dict[str, Any]) -> dict[str, Any]:
+    batch, length = torch.export.Dim("batch", min=1, max=16), torch.export.Dim("length", min=2, max=32)
+    return {name: ({0: batch, 1: length} if name in ("input_ids", "attention_mask") else None) for name in captured}
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_an_export_with_dynamic_batch_and_length_gives_the_eager_outputs_on_other_batches(family: str) -> None:
+    auto, values, kind = FAMILIES[family]
+    torch.manual_seed(0)
+    model = getattr(microformers, auto).from_config(microformers.AutoConfig.for_model(family, **values)).eval()
+    captured = _inputs(kind, 6, padded=False)
+    program = torch.export.export(model, (), captured, dynamic_shapes=_dynamic(captured), strict=False)
+    key = "last_hidden_state" if kind == "encoder" else "logits"
+    for rows, length in ((1, 3), (5, 11)):
+        generator = torch.Generator().manual_seed(length)
+        ids = torch.randint(3, 50, (rows, length), generator=generator)
+        mask = torch.ones_like(ids)
+        mask[0, : length // 2] = 0
+        inputs = {**captured, "input_ids": ids, "attention_mask": mask}
+        with torch.no_grad():
+            eager = model(**inputs)
+        # the same operations, ordered or fused differently by the graph: the float policy
+        assert_close(program.module()(**inputs)[key], eager[key])
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt2", "distilbert", "roberta"])
+def test_the_forward_compiles_as_one_graph_without_breaks_from_our_code(family: str) -> None:
+    auto, values, kind = FAMILIES[family]
+    torch.manual_seed(0)
+    model = getattr(microformers, auto).from_config(microformers.AutoConfig.for_model(family, **values)).eval()
+    inputs = _inputs(kind, 6, padded=False)
+    with torch.no_grad():
+        eager = model(**inputs)  # (the eager call also resolves the attention function the graph reuses)
+        torch._dynamo.reset()
+        # fullgraph=True raises at the first graph break; the eager backend only checks the capture, compiles nothing
+        compiled = torch.compile(model, fullgraph=True, backend="eager", dynamic=True)(**inputs)
+        key = "last_hidden_state" if kind == "encoder" else "logits"
+        assert_close(compiled[key], eager[key])
+        padded = _inputs(kind, 9, padded=True)
+        assert_close(
+            torch.compile(model, fullgraph=True, backend="eager", dynamic=True)(**padded)[key], model(**padded)[key]
+        )
+    torch._dynamo.reset()
+
+
+def test_a_decoder_exports_with_a_dynamic_cache_in_and_out() -> None:
+    auto, values, _ = FAMILIES["llama"]
+    torch.manual_seed(0)
+    model = getattr(microformers, auto).from_config(microformers.AutoConfig.for_model("llama", **values)).eval()
+
+    def prompt(rows: int, length: int) -> tuple[torch.Tensor, Any]:
+        ids = torch.randint(3, 50, (rows, length), generator=torch.Generator().manual_seed(length))
+        mask = torch.ones_like(ids)
+        mask[0, :2] = 0  # left padding in the first row
+        with torch.no_grad():
+            return mask, model(ids, mask, use_cache=True).past_key_values
+
+    mask, past = prompt(2, 5)
+    step = {"input_ids": torch.randint(3, 50, (2, 2)), "attention_mask": torch.cat((mask, torch.ones(2, 2).long()), 1)}
+    legacy = past.to_legacy_cache()  # the past goes in as (keys, values) per layer
+    auto_dim = torch.export.Dim.AUTO
+    dynamic = {"input_ids": {0: auto_dim, 1: auto_dim}, "attention_mask": {0: auto_dim, 1: auto_dim},
+               "past_key_values": tuple(({0: auto_dim, 2: auto_dim}, {0: auto_dim, 2: auto_dim}) for _ in legacy)}  # fmt: skip
+    program = torch.export.export(model, (), {**step, "past_key_values": legacy}, dynamic_shapes=dynamic, strict=False)
+    mask, past = prompt(3, 7)  # another batch, past length and number of new tokens
+    new = {"input_ids": torch.randint(3, 50, (3, 1)), "attention_mask": torch.cat((mask, torch.ones(3, 1).long()), 1)}
+    exported = program.module()(**new, past_key_values=past.to_legacy_cache())
+    with torch.no_grad():
+        eager = model(**new, past_key_values=past)
+    assert type(exported.past_key_values) is type(eager.past_key_values)  # a DynamicCache comes back (a pytree node)
+    assert exported.past_key_values.get_seq_length() == 8
+    assert_close(exported.logits, eager.logits)
+    for (keys, values_), (eager_keys, eager_values) in zip(exported.past_key_values, eager.past_key_values):
+        assert_close(keys, eager_keys)
+        assert_close(values_, eager_values)

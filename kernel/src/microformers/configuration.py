@@ -21,14 +21,15 @@ from .remote import RegisterForAutoClass, write_custom_code
 CONFIG_NAME = "config.json"
 
 
-def refuse_torchscript(value: Any) -> None:
-    """``torchscript=True`` is refused, not accepted and ignored: the models are not ``torch.jit``-traceable."""
-    if value is not False:
+def torchscript_setting(value: Any) -> bool:
+    """``torchscript=``, checked: a bool. True makes models return tuples (``return_dict`` false) and clone tied
+    embeddings instead of sharing them, as the reference's TorchScript mode does, so ``torch.jit.trace`` works."""
+    if not isinstance(value, bool):
         raise ConfigError(
-            f"torchscript={value!r}: TorchScript tracing is not supported. Capture a graph with "
-            "torch.export.export(model, (), inputs, strict=False), which works for every family, or export ONNX "
-            "with `microformers export onnx` (microformers-onnx); drop torchscript or set it to false"
+            f"torchscript={value!r:.60} must be true or false (true: tuples out and untied embeddings, for "
+            "torch.jit.trace); pass a bool"
         )
+    return value
 
 
 def refuse_push_to_hub(push_to_hub: Any, argument: str = "push_to_hub") -> None:
@@ -66,8 +67,9 @@ class PretrainedConfig(RegisterForAutoClass):
     _transient_keys: ClassVar[tuple[str, ...]] = ("_name_or_path", "_attn_implementation_internal", "_commit_hash")
 
     def __init__(self, **kwargs: Any) -> None:
-        refuse_torchscript(kwargs.pop("torchscript", False))
-        self.return_dict: bool = kwargs.pop("return_dict", True)
+        self.torchscript = kwargs.pop("torchscript", False)
+        # the reference's TorchScript mode returns tuples whatever return_dict says (its use_return_dict)
+        self.return_dict: bool = kwargs.pop("return_dict", True) and not self.torchscript
         self.output_hidden_states: bool = kwargs.pop("output_hidden_states", False)
         self.output_attentions: bool = kwargs.pop("output_attentions", False)
         dtype = kwargs.pop("dtype", None)
@@ -133,8 +135,22 @@ class PretrainedConfig(RegisterForAutoClass):
             self.label2id = {v: k for k, v in self.id2label.items()}
 
     @property
+    def torchscript(self) -> bool:
+        """TorchScript mode (``torch.jit.trace``): models return tuples and clone tied embeddings."""
+        return self.__dict__.get("torchscript", False)
+
+    @torchscript.setter
+    def torchscript(self, value: bool) -> None:
+        # kept (and so written to config.json) only when true, as the reference's config.json has it
+        if torchscript_setting(value):
+            self.__dict__["torchscript"] = True
+            self.return_dict = False  # set after construction too (from_pretrained(..., torchscript=True))
+        else:
+            self.__dict__.pop("torchscript", None)
+
+    @property
     def use_return_dict(self) -> bool:
-        return self.return_dict
+        return self.return_dict and not self.torchscript
 
     @property
     def name_or_path(self) -> str:
@@ -256,7 +272,7 @@ _SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_h
 _SIZE_KEYS += ("intermediate_size", "max_position_embeddings", "head_dim", "type_vocab_size")
 _SIZE_KEYS += ("n_embd", "n_layer", "n_head", "n_positions", "n_inner")
 _BOOL_KEYS = ("tie_word_embeddings", "is_encoder_decoder", "is_decoder", "return_dict", "use_cache")
-_BOOL_KEYS += ("output_hidden_states", "output_attentions", "attention_bias", "mlp_bias")
+_BOOL_KEYS += ("output_hidden_states", "output_attentions", "attention_bias", "mlp_bias", "torchscript")
 _NUMBER_KEYS = ("initializer_range", "rope_theta", "layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon")
 _DTYPES = frozenset(
     "float32 float16 bfloat16 float64 float half double float8_e4m3fn float8_e5m2 int8 uint8 int16 int32 int64 bool "

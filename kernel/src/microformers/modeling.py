@@ -26,7 +26,6 @@ from .configuration import (
     dtype_name,
     read_json,
     refuse_push_to_hub,
-    refuse_torchscript,
 )
 from .devices import check_device, check_device_map, device_map_entries
 from .errors import CheckpointError, ConfigError, ShapeMismatchError
@@ -222,6 +221,8 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
                 owner = self.get_submodule(owner_name)
             except AttributeError:
                 continue
+            if getattr(self.config, "torchscript", False):  # TorchScript mode: a copy, as the reference clones
+                source_param = nn.Parameter(source_param.detach().clone(), requires_grad=source_param.requires_grad)
             setattr(owner, param_name, source_param)
 
     def tied_parameter_names(self) -> set[str]:
@@ -438,7 +439,6 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
         checkpoint, kwargs = open_checkpoint(pretrained_model_name_or_path, kwargs)
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         kwargs.pop("trust_remote_code", None)
-        refuse_torchscript(kwargs.pop("torchscript", False))
         for framework in ("from_tf", "from_flax"):
             if kwargs.pop(framework, False):
                 raise ConfigError(

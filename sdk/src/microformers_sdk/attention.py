@@ -141,6 +141,8 @@ def eager_attention(
 
 
 _BUILTIN: dict[str, AttentionFunction] = {"sdpa": sdpa_attention, "eager": eager_attention}
+# name -> the function the registry gave last (an eager forward looks it up; a compiled one reuses it)
+_RESOLVED: dict[str, AttentionFunction] = {}
 
 
 def attention_implementation_name(config: Any) -> str:
@@ -154,12 +156,17 @@ def get_attention_function(config_or_name: Any) -> AttentionFunction:
 
     Unknown names raise the registry's error, which lists what is installed and which plugin to get.
     """
+    name = config_or_name if isinstance(config_or_name, str) else attention_implementation_name(config_or_name)
+    if torch.compiler.is_compiling() and name in _RESOLVED:  # the registry's lock cannot be compiled: the last answer
+        return _RESOLVED[name]
     from microformers.plugins import registry
 
-    name = config_or_name if isinstance(config_or_name, str) else attention_implementation_name(config_or_name)
     registration = registry.get("attention", name)
     if registration is not None:
-        return registration.load()
-    if name in _BUILTIN:  # this SDK is importable but its entry point is not installed
-        return _BUILTIN[name]
-    return registry.require("attention", name, what="attention implementation")
+        function = registration.load()
+    elif name in _BUILTIN:  # this SDK is importable but its entry point is not installed
+        function = _BUILTIN[name]
+    else:
+        function = registry.require("attention", name, what="attention implementation")
+    _RESOLVED[name] = function
+    return function

@@ -240,3 +240,29 @@ def as_cache(past_key_values: Any) -> Cache | None:
         "past_key_values must be a microformers_sdk Cache (e.g. DynamicCache) or a tuple of (keys, values) per "
         f"layer, got {type(past_key_values).__name__}"
     )
+
+
+def _register_dynamic_cache_pytree() -> None:
+    """A :class:`DynamicCache` is a pytree node: its children are each layer's keys and values (the positions filled),
+    so ``torch.export`` can take one as an input and return one (a graph's inputs and outputs are trees of tensors).
+    Unflattening builds a new cache holding those tensors."""
+    from torch.utils import _pytree
+
+    def flatten(cache: DynamicCache) -> tuple[list[torch.Tensor], int]:
+        return [tensor for layer in cache.to_legacy_cache() for tensor in layer], len(cache)
+
+    def flatten_with_keys(cache: DynamicCache) -> tuple[list[tuple[Any, torch.Tensor]], int]:
+        children, layers = flatten(cache)
+        return [(_pytree.SequenceKey(index), child) for index, child in enumerate(children)], layers
+
+    def unflatten(children: Any, layers: int) -> DynamicCache:
+        children = list(children)
+        return DynamicCache.from_legacy_cache([(children[2 * i], children[2 * i + 1]) for i in range(layers)])
+
+    _pytree.register_pytree_node(
+        DynamicCache, flatten, unflatten, serialized_type_name=f"{__name__}.DynamicCache",
+        flatten_with_keys_fn=flatten_with_keys,
+    )  # fmt: skip
+
+
+_register_dynamic_cache_pytree()

@@ -16,7 +16,7 @@ from .cache import Cache, DynamicCache, as_cache
 from .masks import position_ids_from_attention_mask
 
 
-@attrs.frozen
+@attrs.define  # not frozen: torch.compile cannot trace a frozen class's __init__ (object.__setattr__)
 class DecoderInputs:
     inputs_embeds: torch.Tensor
     cache: Cache | None

@@ -13,6 +13,7 @@ from torch import nn
 
 from microformers.errors import ConfigError
 
+from .masks import exporting_graph
 from .native import FEW_ROWS_MAX, few_rows_linear
 
 
@@ -130,8 +131,8 @@ def gated(act: Callable[[torch.Tensor], torch.Tensor], gate: torch.Tensor, up: t
     """``act(gate) * up``; without gradients the product is written into the activation's output, and SiLU
     into ``gate`` itself (callers pass a ``gate`` they own: a projection's fresh output), so no
     intermediate-sized temporary is allocated. The values are the formula's to the bit."""
-    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
-        return act(gate) * up
+    if torch.jit.is_tracing() or (torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)):
+        return act(gate) * up  # (a trace records one graph, with or without gradients)
     if act is F.silu and gate.shape == up.shape and gate.dtype == up.dtype:
         return F.silu(gate, inplace=True).mul_(up)
     activated = act(gate)
@@ -241,7 +242,7 @@ def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     Inside ``torch.compile`` a single row becomes a multiply-and-sum over the weight, which compiles to
     one vectorised reduction streaming the weight at close to memory bandwidth.
     """
-    if torch.compiler.is_exporting():  # an exported graph: the portable product, no branch on the row count
+    if exporting_graph():  # a traced or exported graph: the portable product, no branch on the row count
         return F.linear(x, weight, bias)
     if x.numel() == weight.shape[1] and torch.compiler.is_compiling():
         out = (x.unsqueeze(-2) * weight).sum(-1)

@@ -17,6 +17,25 @@ from microformers.errors import GenerationError
 AttentionMask = tuple[torch.Tensor | None, bool]
 
 
+def capturing_graph() -> bool:
+    """Whether ``torch.jit.trace``, ``torch.export`` or ``torch.compile`` is recording the forward right now.
+
+    Code must not branch on tensor values then (an all-ones mask dropped, ids range-checked): a trace would
+    keep the example's branch for every later input, and ``torch.compile`` would break the graph there.
+    It takes the general path instead.
+    """
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
+def exporting_graph() -> bool:
+    """Whether ``torch.jit.trace`` or ``torch.export`` is recording a graph to be replayed on other sizes, unguarded.
+
+    Choices made on the example's sizes (a product picked by the row count, a sliding window out of reach) are
+    not taken then. (``torch.compile`` guards on sizes and recompiles, so it is not exporting in this sense.)
+    """
+    return torch.jit.is_tracing() or torch.compiler.is_exporting()
+
+
 def _check_mask_length(attention_mask: torch.Tensor, needed: int, past_length: int, query_length: int) -> None:
     if attention_mask.shape[-1] < needed:
         raise GenerationError(
@@ -72,10 +91,12 @@ def build_attention_mask(
     if attention_mask is not None:
         _check_mask_length(attention_mask, kv_length, past_length, query_length)
         padding = attention_mask[:, :kv_length]
-        if not torch.compiler.is_exporting() and bool(padding.all()):  # exported graphs keep the mask: no data branch
+        if not capturing_graph() and bool(padding.all()):  # recorded graphs keep the mask: no data branch
             padding = None
-    window_in_reach = sliding_window is not None and causal and kv_length > sliding_window
-    if padding is None and not window_in_reach:
+    # (a recorded graph applies the window whatever the example's length: it may be replayed on longer inputs)
+    window_in_reach = sliding_window is not None and causal and (exporting_graph() or kv_length > sliding_window)
+    if padding is None and not window_in_reach and not (causal and torch.jit.is_tracing()):
+        # (a trace replays at other lengths: a causal mask is built from the sizes rather than a flag chosen by them)
         if not causal or query_length == 1:
             return None, False
         if past_length == 0:

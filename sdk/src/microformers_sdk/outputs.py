@@ -8,7 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from microformers.outputs import ModelOutput
+
+
+class _OutputWithCache(ModelOutput):
+    """An output that may hold a KV cache (``past_key_values``). While ``torch.jit.trace`` records the forward,
+    ``to_tuple()`` gives the cache as ``((keys, values), ...)`` per layer, a form a traced graph can return
+    (and take back as ``past_key_values``); a cache object is not."""
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        values = super().to_tuple()
+        if not torch.jit.is_tracing():
+            return values
+        return tuple(value.to_legacy_cache() if hasattr(value, "to_legacy_cache") else value for value in values)
 
 
 class BaseModelOutput(ModelOutput):
@@ -17,7 +31,7 @@ class BaseModelOutput(ModelOutput):
     attentions: Any
 
 
-class BaseModelOutputWithPast(ModelOutput):
+class BaseModelOutputWithPast(_OutputWithCache):
     last_hidden_state: Any
     past_key_values: Any
     hidden_states: Any
@@ -31,7 +45,7 @@ class BaseModelOutputWithPooling(ModelOutput):
     attentions: Any
 
 
-class BaseModelOutputWithPastAndCrossAttentions(ModelOutput):
+class BaseModelOutputWithPastAndCrossAttentions(_OutputWithCache):
     last_hidden_state: Any
     past_key_values: Any
     hidden_states: Any
@@ -39,7 +53,7 @@ class BaseModelOutputWithPastAndCrossAttentions(ModelOutput):
     cross_attentions: Any
 
 
-class BaseModelOutputWithPoolingAndCrossAttentions(ModelOutput):
+class BaseModelOutputWithPoolingAndCrossAttentions(_OutputWithCache):
     last_hidden_state: Any
     pooler_output: Any
     hidden_states: Any
@@ -55,7 +69,7 @@ class CausalLMOutput(ModelOutput):
     attentions: Any
 
 
-class CausalLMOutputWithPast(ModelOutput):
+class CausalLMOutputWithPast(_OutputWithCache):
     loss: Any
     logits: Any
     past_key_values: Any
@@ -63,7 +77,7 @@ class CausalLMOutputWithPast(ModelOutput):
     attentions: Any
 
 
-class CausalLMOutputWithCrossAttentions(ModelOutput):
+class CausalLMOutputWithCrossAttentions(_OutputWithCache):
     loss: Any
     logits: Any
     past_key_values: Any
@@ -86,7 +100,7 @@ class SequenceClassifierOutput(ModelOutput):
     attentions: Any
 
 
-class SequenceClassifierOutputWithPast(ModelOutput):
+class SequenceClassifierOutputWithPast(_OutputWithCache):
     loss: Any
     logits: Any
     past_key_values: Any
@@ -116,7 +130,7 @@ class NextSentencePredictorOutput(ModelOutput):
     attentions: Any
 
 
-class MoeModelOutputWithPast(ModelOutput):
+class MoeModelOutputWithPast(_OutputWithCache):
     """A mixture-of-experts decoder's output: ``router_logits`` holds one ``(tokens, experts)`` tensor per MoE layer."""
 
     last_hidden_state: Any
@@ -126,7 +140,7 @@ class MoeModelOutputWithPast(ModelOutput):
     router_logits: Any
 
 
-class MoeCausalLMOutputWithPast(ModelOutput):
+class MoeCausalLMOutputWithPast(_OutputWithCache):
     """``aux_loss`` is the load-balancing loss (already added to ``loss``, times its coefficient, when labels are given)."""
 
     loss: Any
@@ -138,7 +152,7 @@ class MoeCausalLMOutputWithPast(ModelOutput):
     router_logits: Any
 
 
-class Seq2SeqModelOutput(ModelOutput):
+class Seq2SeqModelOutput(_OutputWithCache):
     """An encoder-decoder's output: the decoder's states first, then the encoder's."""
 
     last_hidden_state: Any
@@ -151,7 +165,7 @@ class Seq2SeqModelOutput(ModelOutput):
     encoder_attentions: Any
 
 
-class Seq2SeqLMOutput(ModelOutput):
+class Seq2SeqLMOutput(_OutputWithCache):
     loss: Any
     logits: Any
     past_key_values: Any
@@ -163,7 +177,7 @@ class Seq2SeqLMOutput(ModelOutput):
     encoder_attentions: Any
 
 
-class Seq2SeqSequenceClassifierOutput(ModelOutput):
+class Seq2SeqSequenceClassifierOutput(_OutputWithCache):
     loss: Any
     logits: Any
     past_key_values: Any
@@ -175,7 +189,7 @@ class Seq2SeqSequenceClassifierOutput(ModelOutput):
     encoder_attentions: Any
 
 
-class Seq2SeqQuestionAnsweringModelOutput(ModelOutput):
+class Seq2SeqQuestionAnsweringModelOutput(_OutputWithCache):
     loss: Any
     start_logits: Any
     end_logits: Any

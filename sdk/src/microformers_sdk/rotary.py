@@ -195,7 +195,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     Without gradients it is the same arithmetic with fewer, smaller temporaries (the formula makes a
     negation, a concatenation, two products and a sum): one product, then each half's product added in place.
     """
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+    differentiable = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)
+    if differentiable or torch.jit.is_tracing():  # (a trace records one graph, with or without gradients)
         return x * cos + rotate_half(x) * sin
     half = x.shape[-1] // 2
     out = x * cos

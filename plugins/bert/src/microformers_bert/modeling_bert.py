@@ -48,7 +48,7 @@ from microformers_sdk.encoder import (
 )
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss, token_cross_entropy
-from microformers_sdk.masks import build_attention_mask
+from microformers_sdk.masks import build_attention_mask, capturing_graph
 from microformers_sdk.outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
@@ -140,7 +140,7 @@ class BertEmbeddings(nn.Module):
                     "truncation=True, max_length=...)) or generate fewer tokens (max_new_tokens)"
                 )
             position_ids = torch.arange(past_length, past_length + length, device=inputs_embeds.device).unsqueeze(0)
-        elif not torch.compiler.is_exporting() and (  # no data branch in exported graphs
+        elif not capturing_graph() and (  # no data branch in traced or exported graphs
             bool((position_ids >= positions).any()) or bool((position_ids < 0).any())
         ):
             raise BertInputError(f"position_ids must lie in [0, {positions}) (max_position_embeddings)")
@@ -155,7 +155,7 @@ class BertEmbeddings(nn.Module):
                     f"token_type_ids has shape {tuple(token_type_ids.shape)} but the input is {(batch, length)}; "
                     "pass one segment id per token"
                 )
-            elif not torch.compiler.is_exporting() and bool((token_type_ids >= types).any()):  # no data branch in graphs
+            elif not capturing_graph() and bool((token_type_ids >= types).any()):  # no data branch in graphs
                 raise BertInputError(
                     f"token_type_ids must lie in [0, {types}) (type_vocab_size); "
                     "this model has no embedding for a higher segment id"

@@ -44,7 +44,7 @@ from microformers_sdk.encoder import (
 )
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import sequence_classification_loss, token_cross_entropy
-from microformers_sdk.masks import build_attention_mask
+from microformers_sdk.masks import build_attention_mask, capturing_graph
 from microformers_sdk.outputs import (
     BaseModelOutput,
     MaskedLMOutput,
@@ -119,7 +119,9 @@ class DistilBertEmbeddings(nn.Module):
                     "truncate the input (e.g. tokenizer(..., truncation=True, max_length=...))"
                 )
             position_ids = torch.arange(length, device=inputs_embeds.device).unsqueeze(0)
-        elif bool((position_ids >= positions).any()) or bool((position_ids < 0).any()):
+        elif not capturing_graph() and (  # no data branch in traced or exported graphs
+            bool((position_ids >= positions).any()) or bool((position_ids < 0).any())
+        ):
             raise InputError(f"position_ids must lie in [0, {positions}) (max_position_embeddings)")
         embeddings = inputs_embeds + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(embeddings))

@@ -26,7 +26,7 @@ from microformers_sdk.decoder_heads import keep_logits_positions
 from microformers_sdk.inputs import prepare_decoder_inputs
 from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import causal_lm_loss, sequence_classification_loss
-from microformers_sdk.masks import build_attention_mask, last_token_indices
+from microformers_sdk.masks import build_attention_mask, capturing_graph, last_token_indices
 from microformers_sdk.outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
@@ -246,7 +246,7 @@ class GPT2Model(GPT2PreTrainedModel):
         output_attentions, output_hidden_states = inputs.output_attentions, inputs.output_hidden_states
         length = inputs_embeds.shape[1]
         position_ids = inputs.position_ids
-        if not torch.compiler.is_exporting() and bool((position_ids >= config.n_positions).any()):  # no data branch
+        if not capturing_graph() and bool((position_ids >= config.n_positions).any()):  # no data branch
             raise GPT2InputError(
                 f"GPT-2 has {config.n_positions} positions (n_positions) but this call reaches position "
                 f"{int(position_ids.max())}; shorten the input or the generation (max_new_tokens)"
