@@ -138,7 +138,7 @@ class GptqQuantizer(Quantizer):
 
     @property
     def description(self) -> str:  # type: ignore[override]
-        how = "kept packed as int4" if self.bits == 4 else "de-quantised to float on load"
+        how = "kept packed as int4 where the kernels take it" if self.bits == 4 else "de-quantised to float on load"
         return f"GPTQ {self.bits}-bit checkpoint (group {self.group_size}), {how}"
 
     def prepare(self, model: nn.Module, fmt: Any, files: list[Any], dtype: torch.dtype) -> Mapping[str, torch.Tensor]:
@@ -350,7 +350,7 @@ class AwqQuantizer(GptqQuantizer):
 
     @property
     def description(self) -> str:  # type: ignore[override]
-        return f"AWQ 4-bit GEMM checkpoint (group {self.group_size}), kept packed as int4"
+        return f"AWQ 4-bit GEMM checkpoint (group {self.group_size}), kept packed as int4 where the kernels take it"
 
     def weight_shape(self, qweight_shape: tuple[int, ...]) -> tuple[int, int]:
         rows, cols = qweight_shape
