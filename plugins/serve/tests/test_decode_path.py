@@ -264,3 +264,14 @@ def test_native_rows_flag_reaches_the_engine_and_zero_turns_the_native_step_off(
 def test_native_rows_for_a_model_without_a_native_step_is_refused(tiny_llama: Path) -> None:
     with pytest.raises(InputError, match="--native-rows 3 .*this model has none.*drop --native-rows"):
         _load(tiny_llama, native_rows=3)
+
+
+def test_serve_says_once_at_startup_which_step_decodes(tiny_llama: Path) -> None:
+    from serve_helpers import ServerProcess
+
+    _kernels_or_skip()
+    server = ServerProcess(tiny_llama, "--quantize", "int8")
+    server.stop()
+    assert server.process.stdout is not None
+    lines = [line for line in server.process.stdout.read().splitlines() if "decoding:" in line]
+    assert len(lines) == 1 and "the native quantized step (what generate() uses) for every step" in lines[0], lines
