@@ -178,6 +178,23 @@ def test_a_sharded_safetensors_checkpoint_is_read_in_place_from_its_shards(in_me
     _assert_same_outputs(model, in_memory)
 
 
+@pytest.mark.parametrize("container", ["model.layers", ""])
+def test_a_container_put_on_disk_is_loaded_one_layer_at_a_time(
+    checkpoint: Path, in_memory: Any, tmp_path: Path, container: str
+) -> None:
+    model = microformers.AutoModelForCausalLM.from_pretrained(
+        checkpoint, device_map={"": "cpu", container: "disk"} if container else {"": "disk"},
+        offload_folder=tmp_path / "offload",
+    )  # fmt: skip
+    seen: list[bool] = []  # while layer 1 runs, layer 2 holds no weights
+    model.model.layers[1].mlp.register_forward_hook(
+        lambda *_: seen.append(model.model.layers[2].mlp.up_proj.weight.is_meta)
+    )
+    with torch.no_grad():
+        assert_close(model(IDS).logits, in_memory(IDS).logits)
+    assert seen == [True]
+
+
 def test_low_cpu_mem_usage_false_gives_the_same_model(checkpoint: Path, in_memory: Any) -> None:
     model = microformers.AutoModelForCausalLM.from_pretrained(checkpoint, low_cpu_mem_usage=False)
     with torch.no_grad():

@@ -241,10 +241,14 @@ class OffloadRequest:
             prefix: (main if target == DISK else _torch_device(target)) for prefix, target in placement.items()
         }
         align = len(set(execution.values())) > 1
+        no_split = _no_split(model)
         for prefix, device in execution.items():
             names = offloaded.get(prefix, [])
-            if names:  # a no-split module or a leaf (plan_placement splits what goes to disk down to those)
-                _hook(model, _module_at(model, prefix), device, names, self.store, align)
+            if names:  # loaded per no-split module or leaf (a container on disk in a dict device_map is split)
+                units = _load_units(model, prefix, no_split)
+                for unit, module in units:
+                    mine = [n for n in names if _prefix_of(n, dict.fromkeys(u for u, _ in units), None) == unit]
+                    _hook(model, module, device, mine, self.store, align)
             elif align:
                 for module in _called_modules(_module_at(model, prefix)):
                     _hook(model, module, device, [], None, align)
@@ -709,6 +713,22 @@ def _hook(
     module.register_forward_pre_hook(before, with_kwargs=True)
     if owners:
         module.register_forward_hook(after, always_call=True)
+
+
+def _load_units(model: nn.Module, prefix: str, no_split: set[str]) -> list[tuple[str, nn.Module]]:
+    """The modules whose forward hooks load what ``prefix`` holds on disk: ``prefix`` itself when it is a
+    no-split module or a leaf, else its children's units and itself for the tensors it holds directly."""
+    try:
+        module = model.get_submodule(prefix)
+    except AttributeError:  # a tensor entry: its owner loads it
+        return [(prefix, model.get_submodule(prefix.rpartition(".")[0]))]
+    children = list(module.named_children())
+    if type(module).__name__ in no_split or not children:
+        return [(prefix, module)]
+    units = [u for child, _ in children for u in _load_units(model, f"{prefix}.{child}" if prefix else child, no_split)]
+    if module._parameters or module._buffers:
+        units.append((prefix, module))
+    return units
 
 
 def _called_modules(module: nn.Module) -> list[nn.Module]:
