@@ -261,6 +261,14 @@ def test_native_rows_flag_reaches_the_engine_and_zero_turns_the_native_step_off(
     server.engine.drain()
 
 
+def test_negative_native_rows_are_refused(reference: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="native_rows must be >= 0"):
+        Engine(reference[1], reference[0], native_rows=-1)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--native-rows", "-1"])
+    assert "argument --native-rows: -1 must be >= 0" in capsys.readouterr().err
+
+
 def test_native_rows_for_a_model_without_a_native_step_is_refused(tiny_llama: Path) -> None:
     with pytest.raises(InputError, match="--native-rows 3 .*this model has none.*drop --native-rows"):
         _load(tiny_llama, native_rows=3)

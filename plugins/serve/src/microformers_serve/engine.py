@@ -626,6 +626,8 @@ class Engine:
             raise ValueError(f"max_kv_tokens must be >= 2, got {max_kv_tokens}")
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be >= 1 prompt token per forward, got {prefill_chunk}")
+        if native_rows is not None and native_rows < 0:
+            raise ValueError(f"native_rows must be >= 0 (0: never the native step), got {native_rows}")
         self.prefill_chunk = prefill_chunk
         self.model = model.eval()
         self.device = model.device
