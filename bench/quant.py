@@ -28,7 +28,8 @@ Every run prints the CPU model and the thread count. Variants:
 * ``gptq`` / ``awq``: GPTQ (v1 packing) and AutoAWQ GEMM 4-bit folders, group 32, written from the same float32
   weights by round-to-nearest with the tests' packing helpers (``plugins/quant/tests/gptq_packing.py``; no
   calibration, so their tokens are not a GPTQ run's) and loaded with no arguments: kept packed in the int4 format,
-  so they should decode like ``int4``; ``gptq-g128`` / ``awq-g128``: group 128, which does not divide SmolLM2's
+  so their layers decode like ``int4``'s, but their embedding/LM head stay float32 as the checkpoint has them
+  (``int4`` makes the tied head int8), about 12% slower per token on SmolLM2; ``gptq-g128`` / ``awq-g128``: group 128, which does not divide SmolLM2's
   576 hidden inputs, so q/k/v/o/gate/up load de-quantised to float (a warning says so) and only down_proj is int4.
   Folders are made once under ``MICROFORMERS_BENCH_DIR``, outside the timings;
 * ``reference``: ``transformers`` on the float32 folder;
