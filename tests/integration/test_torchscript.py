@@ -27,6 +27,13 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
                                        "num_attention_heads": 2, "num_key_value_heads": 1,
                                        "max_position_embeddings": 64}),
     "gpt2": ("AutoModelForCausalLM", {**IDS, "n_embd": 16, "n_layer": 2, "n_head": 2}),
+    # through the SDK's shared layers: sliding-window layers (Gemma 2) and routed experts (Mixtral)
+    "gemma2": ("AutoModelForCausalLM", {**IDS, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+                                        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+                                        "sliding_window": 4}),
+    "mixtral": ("AutoModelForCausalLM", {**IDS, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                                         "num_attention_heads": 2, "num_key_value_heads": 1, "num_local_experts": 3,
+                                         "num_experts_per_tok": 2}),
 }  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from torch import nn
 from microformers.errors import ConfigError
 
 from .layers import apply_linear
+from .masks import exporting_graph
 
 #: The most experts a config may declare: building each one's layers takes time and memory before any weight is read.
 MAX_EXPERTS = 4096
@@ -108,7 +109,16 @@ def run_experts(
     ``hidden_states`` is ``(tokens, hidden)``, ``expert_index`` and ``weights`` ``(tokens, top_k)``.
     The (token, slot) pairs are sorted by expert once; each expert then runs on its own tokens only,
     and its weighted output is added back in place. Experts run in ascending order, as in the reference.
+    In a traced or exported graph every expert runs on every token, weighted by its share of each token's
+    routing (zero where not chosen): which experts get tokens depends on the values, which a graph replayed on
+    other inputs cannot fix in advance.
     """
+    if exporting_graph():
+        output = torch.zeros_like(hidden_states)
+        for number, expert in enumerate(experts):
+            share = (weights * (expert_index == number)).sum(-1, keepdim=True)
+            output = output + (expert(hidden_states) * share).to(output.dtype)
+        return output
     if hidden_states.shape[0] == 1:  # one token (batch-1 decoding): its experts in ascending order, no sorting
         output = None
         chosen = expert_index[0].tolist()
