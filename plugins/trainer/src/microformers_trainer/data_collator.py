@@ -31,6 +31,10 @@ def _as_dict(example: Any) -> Mapping[str, Any]:
     raise InputError(f"a data collator got a {type(example).__name__}; examples must be dicts of features")
 
 
+# features that hold token ids: a string there is an untokenized dataset, not a column to leave out
+_TOKEN_FEATURES = ("input_ids", "attention_mask", "token_type_ids", "labels", "decoder_input_ids")
+
+
 def default_data_collator(features: Sequence[Any], return_tensors: str = "pt") -> dict[str, Any]:
     """Stack features of equal shape: ``label``/``label_ids`` become ``labels`` (long for ints, float otherwise);
     strings and ``None`` values are left out."""
@@ -52,6 +56,11 @@ def default_data_collator(features: Sequence[Any], return_tensors: str = "pt") -
                 batch["labels"] = torch.tensor(np.asarray(stacked), dtype=dtype)
             break
     for key, value in first.items():
+        if isinstance(value, str) and key in _TOKEN_FEATURES:  # left out, the model would see no input_ids at all
+            raise InputError(
+                f"default_data_collator: feature '{key}' is text ({value!r:.40}), not token ids; tokenize the "
+                "dataset first (e.g. dataset.map(lambda row: tokenizer(row['text'])))"
+            )
         if key in ("label", "label_ids") or value is None or isinstance(value, str):
             continue
         values = [r[key] for r in rows]

@@ -148,6 +148,48 @@ def _detach(value: Any) -> Any:
     return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
+def _check_trainer_arguments(
+    args: Any,
+    data_collator: Any,
+    model_init: Any,
+    compute_loss_func: Any,
+    compute_metrics: Any,
+    optimizers: Any,
+    preprocess_logits_for_metrics: Any,
+) -> None:
+    """``Trainer(...)`` arguments of the wrong kind, refused when the Trainer is made (not at the first step or
+    evaluation, minutes later, as an AttributeError or TypeError)."""
+    if not isinstance(args, TrainingArguments):
+        raise ConfigError(
+            f"Trainer(args={args!r:.60}): pass a TrainingArguments (TrainingArguments(**settings) for a dict)"
+        )
+    functions = {
+        "data_collator": data_collator,
+        "model_init": model_init,
+        "compute_loss_func": compute_loss_func,
+        "compute_metrics": compute_metrics,
+        "preprocess_logits_for_metrics": preprocess_logits_for_metrics,
+    }
+    for name, value in functions.items():
+        if value is not None and not callable(value):
+            raise ConfigError(f"Trainer({name}={value!r:.60}): pass a function (or None)")
+    if not isinstance(optimizers, (tuple, list)) or len(optimizers) != 2:
+        raise ConfigError(
+            f"Trainer(optimizers={optimizers!r:.60}): pass a pair (optimizer, lr_scheduler); None in either place "
+            "lets the Trainer build it"
+        )
+    optimizer, scheduler = optimizers
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise ConfigError(
+            f"Trainer(optimizers=({optimizer!r:.60}, ...)): the optimizer must be a torch.optim.Optimizer"
+        )
+    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
+        raise ConfigError(
+            f"Trainer(optimizers=(..., {scheduler!r:.60})): the scheduler needs a step() method "
+            "(a torch.optim.lr_scheduler object)"
+        )
+
+
 class Trainer:
     """Train, evaluate and predict with a model (see docs/training.md)."""
 
@@ -167,15 +209,30 @@ class Trainer:
         preprocess_logits_for_metrics: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         self.args = args if args is not None else TrainingArguments(output_dir="trainer_output")
+        _check_trainer_arguments(
+            self.args,
+            data_collator,
+            model_init,
+            compute_loss_func,
+            compute_metrics,
+            optimizers,
+            preprocess_logits_for_metrics,
+        )
         self._seed_everything()
         from microformers import logging as mf_logging
 
         mf_logging.set_verbosity(self.args.get_process_log_level())
         self.model_init = model_init
+        given = "Trainer(model=...) is"
         if model is None:
             if model_init is None:
                 raise ConfigError("Trainer needs a model (or model_init, a function that builds one)")
-            model = model_init()
+            model, given = model_init(), "model_init() returned"
+        if not isinstance(model, nn.Module):
+            raise ConfigError(
+                f"{given} {model!r:.60}, not a torch module; load the model first, e.g. "
+                "AutoModelForCausalLM.from_pretrained(name), and pass that"
+            )
         self._setup_distributed()
         self.model = model.to(self.args.device)
         self.model_wrapped: nn.Module = self.model
@@ -525,6 +582,11 @@ class Trainer:
             resume_from_checkpoint = args.resume_from_checkpoint
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
+        if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint, (bool, str, os.PathLike)):
+            raise ConfigError(
+                f"train(resume_from_checkpoint={resume_from_checkpoint!r:.60}): pass a checkpoint folder, True (the "
+                "latest checkpoint in output_dir) or None"
+            )
         if resume_from_checkpoint is True:
             resume_from_checkpoint = ckpt.get_last_checkpoint(args.output_dir)
             if resume_from_checkpoint is None:
