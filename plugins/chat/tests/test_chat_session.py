@@ -131,7 +131,7 @@ def test_set_changes_generation_settings_for_the_next_replies(monkeypatch: pytes
     ("line", "message"),
     [
         ("/set temprature=0.7", "unknown setting 'temprature'"),
-        ("/set temperature=0", "temperature must be a number > 0"),
+        ("/set temperature=0", "temperature must be a number >= 0.001 (do_sample=false for greedy)"),
         ("/set top_p=hot", "top_p must be a number in (0, 1]"),
         ("/set do_sample=maybe", "do_sample must be true or false"),
         ("/set top_k=3 max_new_tokens", "max_new_tokens must be an integer > 0"),

@@ -118,7 +118,41 @@ def test_ctrl_c_during_start_up(models):
     assert_clean_failure(proc, 130, "interrupted")
 
 
-@pytest.mark.parametrize(("value", "needle"), [("0", "0 threads cannot run anything"), ("two", "'two' is not an integer")])
+@pytest.mark.parametrize(
+    ("value", "needle"), [("0", "0 threads cannot run anything"), ("two", "'two' is not an integer")]
+)
 def test_threads_below_one_is_an_argument_error(models, value, needle):
     proc = cli("generate", str(models["llama"]), "hello", "--threads", value)
     assert_clean_failure(proc, 2, "argument --threads", needle)
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        # torch.set_num_threads(100000) crashed the process (SIGSEGV) before this bound
+        (["--threads", "100000"], "argument --threads: 100000 threads is more than 1,024"),
+        # a temperature this small overflowed the scores: an "internal error" from torch.multinomial before
+        (["--do-sample", "--temperature", "1e-300"], "argument --temperature: 1e-300 must be a number >= 0.001"),
+        (["--temperature", "nan"], "argument --temperature: nan must be a number >= 0.001"),
+        (["--temperature", "warm"], "argument --temperature: 'warm' is not a number"),
+        # both were accepted and the later one silently won
+        (["--do-sample", "--greedy"], "argument --greedy: not allowed with argument --do-sample"),
+    ],
+)
+def test_generation_options_that_cannot_work_are_argument_errors(
+    capsys: pytest.CaptureFixture[str], options: list[str], needle: str
+) -> None:
+    import microformers.cli
+
+    with pytest.raises(SystemExit) as info:  # refused while parsing: no model is loaded
+        microformers.cli.main(["generate", "hello", *options])
+    assert info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_chat_set_refuses_a_temperature_that_overflows() -> None:
+    from microformers_chat.commands import SETTINGS
+
+    parse, valid, wanted = SETTINGS["temperature"]
+    assert not valid(parse("1e-9")) and not valid(parse("inf")) and valid(parse("0.001")) and valid(parse("0.7"))
+    assert wanted == "a number >= 0.001 (do_sample=false for greedy)"

@@ -14,6 +14,11 @@ from typing import Any, TextIO
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_NEW_TOKENS = 256
+# Sampling temperatures below this are refused, as serve refuses them: at 1e-3 two scores 0.1 apart already differ by
+# e^-100 in probability, so a smaller one only risks overflowing the scores (1e-300 turns them to inf).
+MIN_TEMPERATURE = 1e-3
+# More CPU threads than this is a typo, not a machine: torch.set_num_threads(100000) crashes the process.
+MAX_THREADS = 1024
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,9 +35,15 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"tokens per reply (default: the model's generation_config.json, else {DEFAULT_MAX_NEW_TOKENS})",
     )
-    parser.add_argument("--do-sample", action="store_const", const=True, default=None, help="sample")
-    parser.add_argument("--greedy", dest="do_sample", action="store_const", const=False, help="greedy decoding")
-    parser.add_argument("--temperature", type=float, default=None, help="default: the model's generation_config.json")
+    decoding = parser.add_mutually_exclusive_group()
+    decoding.add_argument("--do-sample", action="store_const", const=True, default=None, help="sample")
+    decoding.add_argument("--greedy", dest="do_sample", action="store_const", const=False, help="greedy decoding")
+    parser.add_argument(
+        "--temperature",
+        type=_temperature,
+        default=None,
+        help=f"at least {MIN_TEMPERATURE:g}; default: the model's generation_config.json",
+    )
     parser.add_argument("--top-k", type=int, default=None, help="default: the model's generation_config.json")
     parser.add_argument("--top-p", type=float, default=None, help="default: the model's generation_config.json")
     parser.add_argument("--device", default=None, help="where to run the model (cpu, cuda, cuda:1, mps)")
@@ -61,6 +72,28 @@ def _threads(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{text} threads cannot run anything; give 1 or more (or leave --threads out for torch's default)"
         )
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(
+            f"{text} threads is more than {MAX_THREADS:,}; this machine has {os.cpu_count() or 1} CPUs (leave "
+            "--threads out for torch's default)"
+        )
+    return value
+
+
+def _temperature_value(value: float) -> bool:
+    return MIN_TEMPERATURE <= value < float("inf")
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not _temperature_value(value):
+        raise argparse.ArgumentTypeError(
+            f"{text} must be a number >= {MIN_TEMPERATURE:g} (a smaller one overflows the scores); for the most "
+            "likely tokens use --greedy"
+        )
     return value
 
 
@@ -68,7 +101,7 @@ def _threads(text: str) -> int:
 SETTINGS: dict[str, tuple[Callable[[str], Any], Callable[[Any], bool], str]] = {
     "max_new_tokens": (int, lambda v: v > 0, "an integer > 0"),
     "do_sample": (lambda t: _boolean(t), lambda v: True, "true or false"),
-    "temperature": (float, lambda v: v > 0.0, "a number > 0"),
+    "temperature": (float, _temperature_value, f"a number >= {MIN_TEMPERATURE:g} (do_sample=false for greedy)"),
     "top_k": (int, lambda v: v >= 0, "an integer >= 0"),
     "top_p": (float, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]"),
     "repetition_penalty": (float, lambda v: v > 0.0, "a number > 0"),
