@@ -148,7 +148,10 @@ def test_save_writes_the_conversation_as_json(monkeypatch: pytest.MonkeyPatch, t
 
     target = tmp_path / "talk.json"
     _, _, out = _chat(monkeypatch, f"hello\n/save {target}\n/save {tmp_path}\n/save {tmp_path / 'no' / 'x.json'}\n")
-    assert json.loads(target.read_text()) == [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "ok"}]
+    assert json.loads(target.read_text()) == [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "ok"},
+    ]
     assert f"(saved 2 messages to {target})" in out
     assert "that is a folder" in out and "does not exist" in out
     assert [p.name for p in tmp_path.iterdir()] == ["talk.json"]  # no staging file left behind

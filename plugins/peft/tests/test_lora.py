@@ -242,7 +242,9 @@ def test_save_keywords_work_or_are_refused(base_folder: Path, tmp_path: Path) ->
     assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
     from safetensors.torch import load_file
 
-    assert sorted(load_file(str(out / "adapter_model.safetensors")))[0] == "model.layers.0.self_attn.q_proj.lora_A.weight"
+    assert (
+        sorted(load_file(str(out / "adapter_model.safetensors")))[0] == "model.layers.0.self_attn.q_proj.lora_A.weight"
+    )
     config = PeftConfig.from_pretrained(tmp_path, subfolder="adapter")
     assert config.r == 4
     with pytest.raises(MicroformersError, match="revison"):
