@@ -330,3 +330,32 @@ def test_serving_an_unsupported_vision_model_is_a_clear_error(clip: tuple[Path, 
         (tmp_path / name).write_bytes((clip[0] / name).read_bytes())
     with pytest.raises(InputError, match="clip_vision_model vision model; microformers serve embeds images with CLIP"):
         serve(tmp_path, "tower")
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "GIF", "BMP"])
+def test_corrupted_files_decode_or_are_a_400_never_another_error(fmt: str) -> None:
+    """Every file with a few random bytes changed, or cut short anywhere: an RGB image within the limits, or a 400."""
+    import random
+
+    from microformers_serve.app import APIError
+    from microformers_serve.images import decode_image
+
+    rng = random.Random(fmt)
+    original = png(24, 16, seed=7, fmt=fmt)
+    variants = [original[:cut] for cut in range(0, len(original), max(1, len(original) // 40))]
+    for _ in range(150):
+        data = bytearray(original)
+        for _ in range(rng.randrange(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        variants.append(bytes(data))
+    outcomes = {"decoded": 0, "refused": 0}
+    for data in variants:
+        try:
+            image = decode_image(data_url(data), "input[0]", 1 << 20, 64 * 64, 4 * 64 * 64)
+        except APIError as exc:
+            assert exc.status == 400 and exc.param == "input[0]", exc.message
+            outcomes["refused"] += 1
+        else:
+            assert image.mode == "RGB" and 0 < image.width * image.height <= 64 * 64
+            outcomes["decoded"] += 1
+    assert outcomes["refused"] > 0  # the cut files at least
