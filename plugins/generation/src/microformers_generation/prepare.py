@@ -377,7 +377,8 @@ def check_weights_loaded(model: Any) -> None:
         return  # not a torch module (an ONNX Runtime model holds its weights in its graph)
     buffers = model.buffers() if callable(getattr(model, "buffers", None)) else ()
     tensors = [*itertools.islice(model.parameters(), 1), *itertools.islice(buffers, 1)]
-    if any(tensor.is_meta for tensor in tensors):
+    offloaded = "disk" in (getattr(model, "hf_device_map", None) or {}).values()  # read in per forward
+    if not offloaded and any(tensor.is_meta for tensor in tensors):
         raise GenerationError(
             f"generate(): the weights of {type(model).__name__} are on the meta device, which holds no values "
             "(a model built empty, or moved there with .to('meta')); load it with from_pretrained(...), on the "
