@@ -43,7 +43,14 @@ class AutoConfig:
     """``AutoConfig.from_pretrained(path)`` returns the registered config class for its ``model_type``."""
 
     @staticmethod
-    def from_pretrained(pretrained: str | os.PathLike[str] | Checkpoint, **kwargs: Any) -> PretrainedConfig:
+    def from_pretrained(pretrained: str | os.PathLike[str] | Checkpoint, **kwargs: Any) -> Any:
+        """The config of ``pretrained``; keyword arguments override its settings. With
+        ``return_unused_kwargs=True``: ``(config, unused)``, where ``unused`` holds the keyword arguments that are
+        no setting of the config (they are then not set on it), as in the reference."""
+        _check_source(pretrained, "AutoConfig.from_pretrained")
+        return_unused = kwargs.pop("return_unused_kwargs", False)
+        if not isinstance(return_unused, bool):
+            raise ConfigError(f"AutoConfig.from_pretrained(return_unused_kwargs={return_unused!r:.40}): pass a bool")
         checkpoint, rest = open_checkpoint(pretrained, kwargs)
         pretrained, hub_kwargs = checkpoint.source, checkpoint.hub_kwargs
         trust_remote_code = rest.pop("trust_remote_code", None)
@@ -74,9 +81,13 @@ class AutoConfig:
             )
         else:
             config_cls = registry.require("configs", model_type, what="model_type")
+        unused: dict[str, Any] = {}
+        if return_unused:
+            known = config_from_dict(config_cls, config_dict, where, {})
+            unused = {key: rest.pop(key) for key in list(rest) if not hasattr(known, key)}
         config = config_from_dict(config_cls, config_dict, where, rest)
         config.name_or_path = str(pretrained)
-        return config
+        return (config, unused) if return_unused else config
 
     @staticmethod
     def for_model(model_type: str, **kwargs: Any) -> PretrainedConfig:
@@ -125,6 +136,13 @@ class _AutoModel:
 
     @classmethod
     def from_pretrained(cls, pretrained: str | os.PathLike[str], *model_args: Any, **kwargs: Any) -> Any:
+        _check_source(pretrained, f"{cls.auto_name}.from_pretrained")
+        config_arg = kwargs.get("config")
+        if config_arg is not None and not isinstance(config_arg, (PretrainedConfig, str, os.PathLike)):
+            raise ConfigError(
+                f"{cls.auto_name}.from_pretrained(config={config_arg!r:.60}): pass a config object "
+                "(AutoConfig.from_pretrained(...)) or the folder, Hub id or alias to read one from"
+            )
         adapter, pretrained = _adapter_folder(pretrained)
         adapter_kwargs = {
             "adapter_name": kwargs.pop("adapter_name", None),
@@ -150,6 +168,11 @@ class _AutoModel:
 
     @classmethod
     def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> Any:
+        if not isinstance(config, PretrainedConfig):
+            raise ConfigError(
+                f"{cls.auto_name}.from_config({config!r:.60}): pass a config object, e.g. "
+                "AutoConfig.for_model('llama', **settings) or AutoConfig.from_pretrained(folder)"
+            )
         trust_remote_code = kwargs.pop("trust_remote_code", None)
         model_cls = cls._model_class(config, config.name_or_path, trust_remote_code, {}, {})
         return model_cls.from_config(config, **kwargs)
@@ -165,6 +188,17 @@ class _AutoModel:
             registry.add("configs", model_type, config_class)
         registry.add("models", key, model_class)
         registry.add("architectures", model_class.__name__, model_class, model_type=model_type)
+
+
+def _check_source(pretrained: Any, call: str) -> None:
+    """A model source is a folder, Hub id or alias (a string or path) or an opened ``Checkpoint``; anything else
+    (a number, None, a model object) is refused here rather than looked up on the Hub under its ``str()``."""
+    if isinstance(pretrained, (str, os.PathLike, Checkpoint)):
+        return
+    raise ConfigError(
+        f"{call}({pretrained!r:.60}): pass a folder, a Hub repo id ('owner/name') or an installed model alias "
+        "as a string or path"
+    )
 
 
 def _adapter_folder(pretrained: Any) -> tuple[Path | None, Any]:
@@ -263,6 +297,7 @@ class AutoTokenizer:
 
     @staticmethod
     def from_pretrained(pretrained: str | os.PathLike[str] | Checkpoint, *inputs: Any, **kwargs: Any) -> Any:
+        _check_source(pretrained, "AutoTokenizer.from_pretrained")
         checkpoint, rest = open_checkpoint(pretrained, kwargs)
         pretrained = checkpoint.source
         rest.pop("trust_remote_code", None)
@@ -326,6 +361,7 @@ class AutoFeatureExtractor:
 
     @staticmethod
     def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> Any:
+        _check_source(pretrained, "AutoFeatureExtractor.from_pretrained")
         pretrained, kwargs = resolve_source(pretrained, kwargs)
         hub_kwargs, _ = split_hub_kwargs(kwargs)
         data = _json_if_present(pretrained, "preprocessor_config.json", hub_kwargs) or (
@@ -351,6 +387,7 @@ class AutoImageProcessor:
 
     @staticmethod
     def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> Any:
+        _check_source(pretrained, "AutoImageProcessor.from_pretrained")
         pretrained, kwargs = resolve_source(pretrained, kwargs)
         hub_kwargs, _ = split_hub_kwargs(kwargs)
         kwargs.pop("use_fast", None)
@@ -378,6 +415,7 @@ class AutoProcessor:
 
     @staticmethod
     def from_pretrained(pretrained: str | os.PathLike[str], **kwargs: Any) -> Any:
+        _check_source(pretrained, "AutoProcessor.from_pretrained")
         pretrained, kwargs = resolve_source(pretrained, kwargs)
         hub_kwargs, _ = split_hub_kwargs(kwargs)
         names = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
