@@ -88,3 +88,24 @@ def test_a_rank_too_large_for_memory_is_refused_before_allocating(
     with pytest.raises(AdapterError, match=r"^add_adapter\('default'\): r/rank_pattern \(up to rank 1,000,000,000\) "):
         model.add_adapter(microformers.LoraConfig(target_modules=["q_proj"], **ranks))
     assert not any(".lora_A." in name for name, _ in model.named_parameters())  # nothing half-built
+
+
+def test_modules_to_save_that_match_nothing_are_refused_before_anything_is_built(adapter: tuple[Path, Path]) -> None:
+    base, _ = adapter
+    model = microformers.AutoModelForCausalLM.from_pretrained(base)
+    config = microformers.LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["classifier"])
+    with pytest.raises(AdapterError, match=r"^add_adapter\('default'\): modules_to_save=\['classifier'\] matches no "):
+        model.add_adapter(config)  # it was accepted, and nothing was saved or trained for it
+    assert not any(".lora_A." in name for name, _ in model.named_parameters())
+    model.add_adapter(microformers.LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["lm_head"]))
+    assert any("modules_to_save" in name for name, _ in model.named_parameters())
+
+
+def test_adapter_names_are_checked_as_given(adapter: tuple[Path, Path]) -> None:
+    base, folder = adapter
+    model = microformers.AutoModelForCausalLM.from_pretrained(base)
+    with pytest.raises(AdapterError, match=r"^adapter_name='': use a non-empty name"):  # was renamed 'default'
+        model.add_adapter(microformers.LoraConfig(r=2, target_modules=["q_proj"]), adapter_name="")
+    model.load_adapter(folder)
+    with pytest.raises(AdapterError, match=r"delete_adapter\('default'\) first"):  # the name, not '{name}'
+        model.load_adapter(folder)

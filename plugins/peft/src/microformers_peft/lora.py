@@ -319,7 +319,7 @@ class LoraAdapters:
         if name in self.configs and not hotswap:
             raise AdapterError(
                 f"an adapter named '{name}' already exists on this model (loaded: {', '.join(self.configs)}); "
-                "pass another adapter_name=..., delete_adapter('{name}') first, or hotswap=True to replace its weights"
+                f"pass another adapter_name=..., delete_adapter('{name}') first, or hotswap=True to replace its weights"
             )
         if hotswap and name not in self.configs:
             raise AdapterError(f"hotswap=True needs an existing adapter named '{name}'; loaded: {list(self.configs)}")
@@ -348,6 +348,15 @@ class LoraAdapters:
             config = attrs.evolve(config, fan_in_fan_out=False)
         ranks = {p: int(self._setting_for(config.rank_pattern, p, config.r, "rank_pattern")) for p in paths}
         _check_lora_fits(self.model, ranks, where)
+        saved = config.modules_to_save
+        if saved and not any(
+            self._either_name(p, lambda q: _saved_module_matches(saved, q)) for p, _ in self._modules()
+        ):
+            raise AdapterError(
+                f"{where}: modules_to_save={saved!r} matches no module of {type(self.model).__name__} (a trained copy "
+                f"of a module that is not there would not be kept); its top-level modules: "
+                f"{', '.join(name for name, _ in self.model.named_children())}"
+            )
         for path in paths:
             layer = self.model.get_submodule(path)
             if not isinstance(layer, LoraLayer):
@@ -358,7 +367,6 @@ class LoraAdapters:
             r = ranks[path]
             alpha = float(self._setting_for(config.alpha_pattern, path, config.lora_alpha, "alpha_pattern"))
             layer.add(name, r, config.scaling(r, alpha), float(config.lora_dropout), config.init_lora_weights)
-        saved = config.modules_to_save
         for path, module in list(self._modules()):
             if saved and self._either_name(path, lambda p: _saved_module_matches(saved, p)):
                 if not isinstance(module, ModulesToSave):
@@ -371,7 +379,7 @@ class LoraAdapters:
 
     def add_adapter(self, adapter_config: Any, adapter_name: str | None = None) -> None:
         """A fresh adapter (trainable, everything else frozen), made the active one."""
-        name = adapter_name or "default"
+        name = "default" if adapter_name is None else adapter_name  # "" is refused by _check_new_name, not renamed
         config = self._coerce_config(adapter_config)
         self._check_new_name(name)
         base = _reloadable_base(getattr(self.model, "name_or_path", None) or None)
@@ -391,7 +399,11 @@ class LoraAdapters:
         **kwargs: Any,
     ) -> dict[str, list[str]]:
         """Load an adapter folder (or ``peft_config`` plus ``adapter_state_dict``) under ``adapter_name``."""
-        name = adapter_name or "default"
+        name = "default" if adapter_name is None else adapter_name
+        if peft_model_id is not None and not isinstance(peft_model_id, (str, os.PathLike)):
+            raise ConfigError(
+                f"load_adapter({peft_model_id!r:.60}): pass the adapter's folder or Hub repo id as a string or path"
+            )
         hub_kwargs, rest = split_hub_kwargs({**(adapter_kwargs or {}), **kwargs})
         rest.pop("low_cpu_mem_usage", None)  # a memory hint only: adapter weights are copied into place either way
         for placement in ("device_map", "dtype", "torch_dtype"):
