@@ -258,3 +258,26 @@ def test_wav2vec2_call_sizes_and_rate_are_checked_before_padding(bounded_allocat
 def test_an_audio_path_that_is_a_folder_is_named_as_a_folder(tmp_path: Path) -> None:
     with pytest.raises(microformers.FileMissingError, match=r"is a folder, not a file; pass the path of a WAV"):
         load_audio(str(tmp_path), RATE)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"chunk_length_s": float("nan")}, r"^chunk_length_s=nan: pass a positive number of seconds$"),  # ValueError
+        ({"chunk_length_s": 1, "stride_length_s": -1}, r"^stride_length_s=-1: pass a number of seconds >= 0"),
+        ({"chunk_length_s": 1, "stride_length_s": (0.1, float("inf"))}, r"^stride_length_s=\(0\.1, inf\): pass"),
+        (
+            {"chunk_length_s": 1, "stride_length_s": (0.1,)},
+            r"^stride_length_s=\(0\.1,\): pass .* a \(left, right\) pair",
+        ),
+    ],
+)
+def test_asr_pipeline_durations_must_be_finite_and_not_negative(asr: Any, kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):  # a negative stride was accepted
+        asr(np.zeros(RATE, np.float32), **kwargs)
+
+
+@pytest.mark.parametrize("stride", [(-1, -1), (0.5, 0), "ab", (1, 2, 3)])
+def test_asr_pipeline_refuses_a_dict_stride_that_is_no_sample_counts(asr: Any, stride: Any) -> None:
+    with pytest.raises(AudioInputError, match=r"^the audio dict's 'stride'=.* must be \(left, right\) sample counts"):
+        asr({"raw": np.zeros(RATE, np.float32), "sampling_rate": RATE, "stride": stride})

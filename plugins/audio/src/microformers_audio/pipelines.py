@@ -17,6 +17,7 @@ reference does). For CTC models ``return_timestamps="char"`` or ``"word"`` adds 
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 from typing import Any
@@ -66,6 +67,11 @@ def _is_single_audio(inputs: Any) -> bool:
     if isinstance(inputs, (list, tuple)):
         return bool(inputs) and isinstance(inputs[0], (int, float, np.floating))
     return False
+
+
+def _seconds(value: Any) -> bool:
+    """A duration in seconds: a finite number >= 0 (NaN or infinity cannot be turned into a sample count)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def _float_dtype(model: Any) -> torch.dtype | None:
@@ -139,10 +145,15 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         if max_new_tokens is not None:
             forward.setdefault("generate_kwargs", {})["max_new_tokens"] = max_new_tokens
         if chunk_length_s is not None:
-            if isinstance(chunk_length_s, bool) or not isinstance(chunk_length_s, (int, float)) or chunk_length_s < 0:
+            if not _seconds(chunk_length_s):
                 raise ConfigError(f"chunk_length_s={chunk_length_s!r}: pass a positive number of seconds")
             pre["chunk_length_s"] = chunk_length_s
         if stride_length_s is not None:
+            pair = stride_length_s if isinstance(stride_length_s, (tuple, list)) else (stride_length_s,) * 2
+            if len(pair) != 2 or not all(_seconds(side) for side in pair):
+                raise ConfigError(
+                    f"stride_length_s={stride_length_s!r}: pass a number of seconds >= 0, or a (left, right) pair"
+                )
             pre["stride_length_s"] = stride_length_s
         whisper_like = seq2seq and hasattr(getattr(self, "tokenizer", None), "decode_asr")
         if return_language is not None:
@@ -213,6 +224,14 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         audio, extra = load_audio(inputs, fe.sampling_rate, check_length=check)
         extra.pop("stride", None)
         if stride is not None:
+            if not (
+                isinstance(stride, (tuple, list))
+                and len(stride) == 2
+                and all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in stride)
+            ):
+                raise AudioInputError(
+                    f"the audio dict's 'stride'={stride!r:.60} must be (left, right) sample counts >= 0"
+                )
             ratio = fe.sampling_rate / rate_in if rate_in else 1
             if stride[0] + stride[1] > audio.shape[0]:
                 raise AudioInputError(f"stride={tuple(stride)} is longer than the audio ({audio.shape[0]} samples)")
