@@ -210,3 +210,18 @@ def test_whisper_folder_is_refused_by_the_text_class_and_text_task(exported, tmp
     with pytest.raises(OnnxExportError, match="--task automatic-speech-recognition"):
         export_onnx(model, tmp_path / "out", task="text2text-generation")
     assert not (tmp_path / "out").exists()
+
+
+def test_timestamp_tokens_in_one_window_decoding_are_warned_about(exported, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    folder, _, vocab, _ = exported
+    ort = microformers.ORTModelForSpeechSeq2Seq.from_pretrained(folder)
+    with caplog.at_level(logging.WARNING, logger="microformers"):
+        ort.generate(features(batch=2), max_new_tokens=4, language="de")
+    assert "timestamp tokens" not in caplog.text  # <|notimestamps|> is the last token: nothing counts as a timestamp
+    # a generation config whose <|notimestamps|> comes before the text tokens makes every word a "timestamp"
+    ort.generation_config.no_timestamps_token_id = vocab["the"]
+    with caplog.at_level(logging.WARNING, logger="microformers"):
+        ort.generate(features(batch=2), max_new_tokens=4, language="de")
+    assert "generated timestamp tokens after <|notimestamps|>" in caplog.text

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +36,8 @@ from microformers_sdk.seq2seq import EncoderDecoderCache
 
 from .export import EXPORT_INFO_NAME, MODEL_FILE_NAME, OnnxExportError
 from .seq2seq import DECODER_FILE, DECODER_WITH_PAST_FILE, ENCODER_FILE
+
+logger = logging.getLogger("microformers")
 
 _NUMPY_TYPES = {"tensor(int64)": torch.long, "tensor(int32)": torch.int32, "tensor(float)": torch.float32,
                 "tensor(float16)": torch.float16}  # fmt: skip
@@ -651,7 +654,8 @@ class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
     from the first step's logits, ``task="transcribe" | "translate"``, ``<|notimestamps|>``) and decodes with
     microformers-generation (greedy, beam search, ``temperature=`` sampling); like the PyTorch model it returns
     the generated tokens without the prompt and final eos (the whole output with ``return_dict_in_generate=True``).
-    Short-form only: one 30 s window per row, without timestamps; ``pipeline("automatic-speech-recognition",
+    Short-form only: one 30 s window per row, without timestamps (where the model emits timestamp tokens all the
+    same, PyTorch Whisper goes on to later windows: a warning says so); ``pipeline("automatic-speech-recognition",
     model=..., tokenizer=..., feature_extractor=...)`` takes it (``chunk_length_s`` for longer audio).
     """
 
@@ -745,6 +749,14 @@ class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
         if config.do_sample:
             config.num_beams = 1
         outputs = super().generate(generation_config=config, decoder_input_ids=prompt, **kwargs)
+        sequences = outputs if isinstance(outputs, torch.Tensor) else outputs["sequences"]
+        no_timestamps = getattr(config, "no_timestamps_token_id", None)
+        if no_timestamps is not None and bool((sequences[:, begin:] > int(no_timestamps)).any()):
+            logger.warning(
+                "%s: the model generated timestamp tokens after <|notimestamps|>; PyTorch Whisper would decode "
+                "later windows from the last timestamp pair, the exported graphs decode this one window only",
+                type(self).__name__,
+            )
         if not isinstance(outputs, torch.Tensor):
             return outputs
         return _generated_tokens(outputs, begin, config)
