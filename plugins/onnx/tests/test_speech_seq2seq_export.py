@@ -183,6 +183,10 @@ def test_pipeline_transcribes_with_the_exported_model(exported) -> None:
     # decoded text of near-identical logits (1e-6 apart on this tiny model): the same words
     assert got == want
     assert got[0]["text"]
+    long_audio = np.concatenate([audio, audio[::-1], audio])  # 2.25 s: windows of the 1 s the model takes
+    chunked = {**settings, "chunk_length_s": 1.0}
+    got = ours(long_audio, **chunked)
+    assert got == eager(long_audio, **chunked) and len(got["text"].split()) > 8  # several windows' words joined
 
 
 def test_generate_refuses_what_only_the_pytorch_model_decodes(exported) -> None:
