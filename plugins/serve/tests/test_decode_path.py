@@ -129,6 +129,59 @@ def test_a_failing_native_batch_is_rerun_row_by_row_without_losing_any_rows_posi
     engine.drain()
 
 
+def test_rows_that_overflow_or_fail_in_the_native_step_are_retired_alone_and_the_rest_stay_native(
+    quantized: Any,
+) -> None:
+    """Issue #42 item 1 on the native slab path: a request whose scores overflow (temperature 1e-36 with negative
+    penalties, below what the HTTP layer admits), one whose rows of the native step come out NaN and one whose
+    native step raises each end alone with an error; the others are decoded natively to what generate() makes
+    alone, and every row's buffers and the slab are freed."""
+    tokenizer, model = quantized
+    engine = Engine(model, tokenizer, max_batch_size=8)
+    native = engine._native
+    assert native is not None
+    real = native.step
+    overflowing = GenerationRequest(
+        prompt_ids=[40, 41], max_new_tokens=400, emit=Collector(), temperature=1e-36, frequency_penalty=-2.0,
+        presence_penalty=-2.0, seed=0,
+    )  # fmt: skip
+    poisoned = GenerationRequest(prompt_ids=[50, 51, 52], max_new_tokens=60, emit=Collector())
+    breaking = GenerationRequest(prompt_ids=[60, 61], max_new_tokens=60, emit=Collector())
+
+    class Faulty:  # the real native step, with a fault in the poisoned and breaking rows after a few tokens
+        def layers(self, embeds: torch.Tensor, *args: Any) -> torch.Tensor | None:
+            rows = engine._stepping
+            if any(r is breaking and len(r.output_ids) >= 6 for r in rows):
+                raise RuntimeError("a fault in this row's native step")
+            hidden = real.layers(embeds, *args)
+            for index, row in enumerate(rows):
+                if row is poisoned and len(row.output_ids) >= 4 and hidden is not None:
+                    hidden = hidden.clone()
+                    hidden[index] = float("nan")
+            return hidden
+
+    native.step = Faulty()
+    mates = [([5, 6, 7], 40), ([8, 9], 30), ([10], 45)]
+    mate_requests = [GenerationRequest(prompt_ids=p, max_new_tokens=n, emit=Collector()) for p, n in mates]
+    everyone = [mate_requests[0], overflowing, mate_requests[1], poisoned, breaking, mate_requests[2]]
+    with one_thread():
+        for request in everyone:
+            engine.submit(request)
+        for request in everyone:
+            assert request.emit.done.wait(120)
+    native.step = real
+    assert overflowing.emit.final.kind == "error" and "not finite" in overflowing.emit.final.text
+    assert 1 < len(overflowing.output_ids) < 400  # it failed while decoding, not at admission
+    assert poisoned.emit.final.kind == "error" and len(poisoned.output_ids) == 4  # its NaN step chose nothing
+    assert breaking.emit.final.kind == "error" and "a fault in this row's native step" in breaking.emit.final.text
+    assert engine.native_steps == engine.stats()["steps"] > 0  # every step, the failing ones too, was native
+    for request, (prompt, new) in zip(mate_requests, mates, strict=True):
+        assert request.emit.final.kind == "done", request.emit.final
+        assert_similar_tokens(request.output_ids, *scored_greedy(model, prompt, new))
+    assert engine.stats()["kv_tokens_reserved"] == 0 and engine.cache_bytes() == 0
+    engine.drain()
+
+
 def test_a_slab_beyond_the_unpromised_kv_budget_is_not_built(quantized: Any) -> None:
     """The slab is memory beside the rows' own buffers: with the whole budget promised to the requests, each
     step decodes batched from the rows' buffers instead, and the answers stay the same."""
