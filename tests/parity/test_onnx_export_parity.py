@@ -258,6 +258,15 @@ def test_opset_too_old_for_the_graph_is_refused_not_ignored(tmp_path: Path) -> N
     with pytest.raises(OnnxExportError, match="opset 14 is too old.*--opset 18"):
         export_onnx(folder, tmp_path / "out", task="feature-extraction", opset=14)
     assert not (tmp_path / "out").exists()
+    # a folder that exists: the failed export leaves its files as they were (an earlier graph included)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "model.onnx").write_bytes(b"an earlier graph")
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(OnnxExportError, match="opset 14 is too old"):
+        export_onnx(folder, kept, task="feature-extraction", opset=14)
+    assert sorted(p.name for p in kept.iterdir()) == ["model.onnx", "notes.txt"]
+    assert (kept / "model.onnx").read_bytes() == b"an earlier graph"
 
 
 def test_int8_export_writes_int8_weights_and_still_generates(llama_checkpoint: Path, tmp_path: Path) -> None:
