@@ -33,6 +33,7 @@ CASES: list[tuple[str, Any, str]] = [
     ("data_seed", "1", "use an integer from 0 to 4,294,967,295"),
     ("dataloader_num_workers", -1, "use an integer from 0 to 1,024"),
     ("max_steps", -2, "use an integer from -1 to "),
+    ("label_names", "labels", "use a list of batch keys, e.g. ['labels']"),  # was read one character at a time
 ]
 
 

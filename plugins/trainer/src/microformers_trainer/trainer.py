@@ -1228,7 +1228,21 @@ class Trainer:
     def evaluate(
         self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
     ) -> dict[str, float]:
-        """Loss (``eval_loss``) and ``compute_metrics`` results on the eval dataset."""
+        """Loss (``eval_loss``) and ``compute_metrics`` results on the eval dataset. A dict of datasets (given here
+        or as ``Trainer(eval_dataset={...})``) is evaluated one by one, each under ``<prefix>_<name>_``; a name
+        given here picks that dataset of the Trainer's dict (under ``<prefix>_``), as in the reference."""
+        datasets = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(eval_dataset, str) and isinstance(self.eval_dataset, dict):
+            if eval_dataset not in self.eval_dataset:
+                raise ConfigError(
+                    f"evaluate({eval_dataset!r}): the Trainer's eval datasets are {', '.join(map(repr, self.eval_dataset))}"
+                )
+            return Trainer.evaluate(self, self.eval_dataset[eval_dataset], ignore_keys, metric_key_prefix)
+        if isinstance(datasets, dict):
+            metrics: dict[str, float] = {}
+            for name, dataset in datasets.items():  # Trainer.evaluate: a subclass's evaluate already ran its setup
+                metrics.update(Trainer.evaluate(self, dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
         loader = self.get_eval_dataloader(eval_dataset)
         start = time.time()
         output = self.evaluation_loop(loader, "Evaluation", None, ignore_keys, metric_key_prefix)
@@ -1293,7 +1307,13 @@ class Trainer:
         preds, labels = _to_numpy(preds), _to_numpy(labels)
         metrics: dict[str, float] = {}
         if self.compute_metrics is not None and preds is not None and labels is not None:
-            metrics = dict(self.compute_metrics(EvalPrediction(predictions=preds, label_ids=labels)))
+            computed = self.compute_metrics(EvalPrediction(predictions=preds, label_ids=labels))
+            if not isinstance(computed, Mapping):
+                raise ConfigError(
+                    f"compute_metrics returned {computed!r:.60}; it must return a dict of metric name -> value "
+                    "(e.g. {'accuracy': 0.9})"
+                )
+            metrics = dict(computed)
         if losses:
             metrics["loss"] = float(torch.cat(losses).mean())
         metrics = {

@@ -83,6 +83,9 @@ def _check_types(args: Any) -> None:
             else:
                 wanted = f"a number from {low:g} to {high:g}" + ("" if closed else f" ({high:g} excluded)")
             raise ConfigError(f"TrainingArguments({name}={value!r:.60}): use {wanted}")
+    names = args.label_names
+    if names is not None and not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+        raise ConfigError(f"TrainingArguments(label_names={names!r:.60}): use a list of batch keys, e.g. ['labels']")
     for name, (low, high) in _INTEGERS.items():
         value = getattr(args, name)
         if value is None and name in ("data_seed", "save_total_limit"):
