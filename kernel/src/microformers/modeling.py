@@ -39,6 +39,7 @@ from .model_helpers import (
     place_modules,
     resize_token_embeddings,
 )
+from .module_utils import ModuleUtilsMixin
 from .offload import offload_request
 from .plugins import registry
 from .protocols import AdapterManager, CheckpointFormat, Quantizer, QuantizerFactory
@@ -165,7 +166,7 @@ def to_torch_dtype(dtype: Any) -> torch.dtype | None:
     return value
 
 
-class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass):
+class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass, ModuleUtilsMixin):
     """Base class for models; see hookspecs and docs/plugin-authoring.md for what subclasses set."""
 
     # config sizes (e.g. "vocab_size") the class never builds anything from: loading does not hold them
