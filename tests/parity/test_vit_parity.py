@@ -263,3 +263,82 @@ def test_deit_auto_classes_and_loss(tmp_path: Path) -> None:
     pixels = _pixels(2, 16, 16, seed=8)
     with torch.no_grad():
         assert_close(ours(pixels, labels=labels).loss, reference(pixels, labels=labels).loss, atol=1e-5, what="loss")
+
+
+def test_image_classification_pipeline_converts_modes_as_the_reference(classifier: tuple[Path, Any, Any]) -> None:
+    """Grey, RGBA, LA, palette, CMYK, 1-bit and a 3000x2000 image: the same labels and scores as the reference
+    pipeline (both read PIL images with EXIF rotation, then ``convert("RGB")``)."""
+    import transformers
+    from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+
+    from microformers import pipeline
+
+    folder, reference, _ = classifier
+    _processor_folder(folder)
+    rng = np.random.default_rng(3)
+    rgb = rng.integers(0, 256, (30, 22, 3), dtype=np.uint8)
+    rgba = PIL.Image.fromarray(rng.integers(0, 256, (30, 22, 4), dtype=np.uint8))
+    images = {
+        "grey": PIL.Image.fromarray(rgb[..., 0]),
+        "rgba": rgba,
+        "la": rgba.convert("LA"),
+        "palette": PIL.Image.fromarray(rgb).convert("P"),
+        "cmyk": PIL.Image.fromarray(rgb).convert("CMYK"),
+        "one_bit": PIL.Image.fromarray(rgb[..., 0]).convert("1"),
+        "far_over_the_model_size": PIL.Image.fromarray(rng.integers(0, 256, (3000, 2000, 3), dtype=np.uint8)),
+    }
+    ours = pipeline("image-classification", model=str(folder))
+    theirs = transformers.pipeline(
+        "image-classification", model=reference, image_processor=ViTImageProcessorPil(size={"height": 16, "width": 16})
+    )
+    for name, image in images.items():
+        got, want = ours(image, top_k=3), theirs(image, top_k=3)
+        assert [g["label"] for g in got] == [w["label"] for w in want], name
+        assert_close(
+            torch.tensor([g["score"] for g in got]), torch.tensor([w["score"] for w in want]), atol=1e-4, what=name
+        )
+
+
+def test_image_pipeline_bad_inputs_are_clear_errors_naming_the_input(
+    classifier: tuple[Path, Any, Any], tmp_path: Path
+) -> None:
+    import io
+
+    from microformers import FileMissingError, pipeline
+    from microformers_vision import ImageInputError
+
+    folder, _, _ = classifier
+    _processor_folder(folder)
+    pipe = pipeline("image-classification", model=str(folder))
+    rgb = np.random.default_rng(4).integers(0, 256, (20, 20, 3), dtype=np.uint8)
+    png, jpeg = io.BytesIO(), io.BytesIO()
+    PIL.Image.fromarray(rgb).save(png, format="PNG")
+    PIL.Image.fromarray(rgb).save(jpeg, format="JPEG")
+    files = {
+        "cut.png": png.getvalue()[:80],
+        "cut.jpg": jpeg.getvalue()[: len(jpeg.getvalue()) // 2],
+        "notes.txt": b"not an image",
+        "empty.png": b"",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ImageInputError, match=f"{name}.*not a readable image"):
+            pipe(str(tmp_path / name))
+    wide = tmp_path / "sixteen_bit.png"
+    PIL.Image.fromarray(np.full((8, 8), 1000, np.uint16)).save(wide)
+    with pytest.raises(ImageInputError, match="sixteen_bit.png.*16/32-bit"):
+        pipe(str(wide))
+    with pytest.raises(ImageInputError, match="mode I;16.*16/32-bit"):
+        pipe(PIL.Image.fromarray(np.full((8, 8), 1000, np.uint16)))
+    with pytest.raises(ImageInputError, match="0 pixels"):
+        pipe(PIL.Image.new("RGB", (0, 5)))
+    with pytest.raises(ImageInputError, match=r"shape \(0, 5, 3\).*0 pixels"):
+        pipe(np.zeros((0, 5, 3), np.uint8))
+    with pytest.raises(ImageInputError, match="is a folder"):
+        pipe(str(tmp_path))
+    with pytest.raises(FileMissingError, match="missing.png"):
+        pipe(str(tmp_path / "missing.png"))
+    with pytest.raises(ImageInputError, match="URL"):
+        pipe("http://example.com/cat.png")
+    with pytest.raises(ImageInputError, match="cannot read"):
+        pipe({"not": "an image"})

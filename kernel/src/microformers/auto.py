@@ -390,6 +390,9 @@ class AutoImageProcessor:
         _check_source(pretrained, "AutoImageProcessor.from_pretrained")
         pretrained, kwargs = resolve_source(pretrained, kwargs)
         hub_kwargs, _ = split_hub_kwargs(kwargs)
+        # One backend per processor class here (the reference falls back to its PIL one without torchvision).
+        if kwargs.get("use_fast") is not None and not isinstance(kwargs["use_fast"], bool):
+            raise ConfigError(f"AutoImageProcessor: use_fast={kwargs['use_fast']!r} must be True, False or None")
         kwargs.pop("use_fast", None)
         data = _json_if_present(pretrained, "preprocessor_config.json", hub_kwargs) or (
             _json_if_present(pretrained, "processor_config.json", hub_kwargs).get("image_processor") or {}

@@ -142,3 +142,56 @@ def test_data_urls_load_and_bad_ones_are_clear() -> None:
         load_image("data:image/png;base64,@@@")
     with pytest.raises(ImageInputError, match="data URL"):
         load_image("data:image/png;base64," + base64.b64encode(b"not a png").decode())
+
+
+def test_resize_takes_pil_images_and_tensors_as_their_arrays() -> None:
+    from microformers_sdk.testing import assert_close
+
+    chw = to_channel_dimension_format(RGB, "channels_first")
+    from_array = resize(RGB, (20, 30))
+    # the same uint8 pixels through the same Pillow filter: equal by construction
+    np.testing.assert_array_equal(resize(PIL.Image.fromarray(RGB), (20, 30)), from_array)
+    np.testing.assert_array_equal(resize(torch.from_numpy(chw.copy()), (20, 30)), resize(chw, (20, 30)))
+    floats = torch.from_numpy(RGB.astype(np.float32) / 255)
+    assert_close(resize(floats, (20, 30)), resize(floats.numpy(), (20, 30)), atol=1e-6, rtol=0.0)
+    assert resize(PIL.Image.fromarray(RGB), (20, 30), return_numpy=False).size == (30, 20)
+    with pytest.raises(ImageInputError, match="resize takes"):
+        resize([[1, 2], [3, 4]], (2, 2))
+
+
+def test_transforms_refuse_what_they_cannot_read_by_name() -> None:
+    from microformers_vision import convert_to_rgb
+
+    with pytest.raises(ImageInputError, match="pad takes a numpy array or torch tensor, got Image"):
+        pad(PIL.Image.fromarray(RGB), 1)
+    with pytest.raises(ImageInputError, match="convert_to_rgb takes .*Tensor; pass tensor.numpy"):
+        convert_to_rgb(torch.from_numpy(RGB.copy()))
+    with pytest.raises(ImageInputError, match="normalize takes a numpy array, got Tensor"):
+        normalize(torch.zeros(3, 4, 4), 0.5, 0.5)
+    rgba = PIL.Image.fromarray(RNG.integers(0, 256, (5, 6, 4), dtype=np.uint8))
+    as_pil = convert_to_rgb(rgba, return_numpy=False)
+    assert isinstance(as_pil, PIL.Image.Image) and as_pil.mode == "RGB"
+    np.testing.assert_array_equal(np.asarray(as_pil), convert_to_rgb(rgba))
+
+
+def test_use_fast_and_backend_are_checked_not_stored(tmp_path: Path) -> None:
+    from microformers import ConfigError
+
+    ViTImageProcessor(size={"height": 8, "width": 8}).save_pretrained(tmp_path)
+    for options in ({"use_fast": True}, {"use_fast": False}, {"backend": "pil"}):
+        loaded = AutoImageProcessor.from_pretrained(tmp_path, **options)
+        assert isinstance(loaded, ViTImageProcessor) and loaded.size == {"height": 8, "width": 8}
+        assert "backend" not in loaded.to_dict() and "use_fast" not in loaded.to_dict()
+    with pytest.raises(ConfigError, match="backend='torchvision'.*Pillow"):
+        AutoImageProcessor.from_pretrained(tmp_path, backend="torchvision")
+    with pytest.raises(ConfigError, match="backend='torchvision'"):
+        ViTImageProcessor.from_pretrained(tmp_path, backend="torchvision")
+    with pytest.raises(ConfigError, match="use_fast='yes'"):
+        AutoImageProcessor.from_pretrained(tmp_path, use_fast="yes")
+    with pytest.raises(ConfigError, match="use_fast=1"):
+        ViTImageProcessor.from_pretrained(tmp_path, use_fast=1)
+
+
+def test_a_folder_given_as_an_image_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ImageInputError, match="is a folder, not an image file"):
+        load_image(tmp_path)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from microformers.errors import ConfigError, InputError
 from microformers_sdk.processing import BatchFeature, ProcessorBase
+from microformers_vision.image_processing_utils import check_backend
 
 from .image_processing_clip import CLIPImageProcessor
 from .image_processing_siglip import SiglipImageProcessor
@@ -99,7 +100,7 @@ class CLIPProcessor(ProcessorBase):
         pretrained, kwargs = resolve_source(pretrained_model_name_or_path, kwargs)
         hub_kwargs, rest = split_hub_kwargs(kwargs)
         rest.pop("trust_remote_code", None)
-        rest.pop("use_fast", None)
+        check_backend(cls.__name__, rest.pop("use_fast", None), rest.pop("backend", None))
         image_class = cls.image_processor_class
         settings = image_class.get_feature_extractor_dict(pretrained, **hub_kwargs)
         image_names = set(settings) | set(image_class._settings)

@@ -38,7 +38,7 @@ from .image_utils import (
     make_flat_list_of_images,
 )
 
-__all__ = ["VALID_SIZE_DICT_KEYS", "BaseImageProcessor", "ImageProcessingMixin", "get_size_dict"]
+__all__ = ["VALID_SIZE_DICT_KEYS", "BaseImageProcessor", "ImageProcessingMixin", "check_backend", "get_size_dict"]
 
 VALID_SIZE_DICT_KEYS = (
     {"height", "width"},
@@ -89,6 +89,19 @@ def get_size_dict(
     return size_dict
 
 
+def check_backend(owner: str, use_fast: Any = None, backend: Any = None) -> None:
+    """The reference's backend choice: microformers has one, Pillow (the reference's ``backend="pil"``, whose
+    numbers it matches). ``use_fast=True`` gets it too, as the reference falls back to it where torchvision is
+    not installed; ``backend="torchvision"`` (or any other) is refused."""
+    if use_fast is not None and not isinstance(use_fast, bool):
+        raise ConfigError(f"{owner}: use_fast={use_fast!r} must be True, False or None")
+    if backend is not None and backend != "pil":
+        raise ConfigError(
+            f"{owner}: backend={backend!r} is not available; microformers' image processors are Pillow-based "
+            "(the reference's backend='pil', same numbers). Leave backend out or pass backend='pil'"
+        )
+
+
 class ImageProcessingMixin(FeatureExtractionMixin):
     """``preprocessor_config.json`` <-> object, with ``image_processor_type`` naming the class."""
 
@@ -96,8 +109,14 @@ class ImageProcessingMixin(FeatureExtractionMixin):
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.pop("image_processor_type", None)
-        kwargs.pop("use_fast", None)
+        check_backend(type(self).__name__, kwargs.pop("use_fast", None), kwargs.pop("backend", None))
         super().__init__(**kwargs)
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any], **kwargs: Any) -> Any:
+        """As ``FeatureExtractionMixin.from_dict``; ``use_fast`` and ``backend`` are checked, not stored."""
+        check_backend(cls.__name__, kwargs.pop("use_fast", None), kwargs.pop("backend", None))
+        return super().from_dict(config, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

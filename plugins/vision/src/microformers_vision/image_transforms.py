@@ -38,6 +38,10 @@ __all__ = [
 ]
 
 
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
 def to_channel_dimension_format(
     image: Any, channel_dim: ChannelDimension | str, input_channel_dim: ChannelDimension | str | None = None
 ) -> Any:
@@ -167,13 +171,23 @@ def resize(
     return_numpy: bool = True,
     input_data_format: ChannelDimension | str | None = None,
 ) -> Any:
-    """Resize to ``(height, width)`` with Pillow's ``resample`` filter (bilinear by default)."""
+    """Resize to ``(height, width)`` with Pillow's ``resample`` filter (bilinear by default).
+
+    Takes a numpy array, a torch tensor (read as a numpy array) or a PIL image (read as channels last; the
+    reference implementation fails on the last two).
+    """
     resample = PILImageResampling.BILINEAR if resample is None else resample
     if len(size) != 2:
         raise ImageInputError(f"resize: size must be (height, width), got {size!r}")
     height, width = (int(v) for v in size)
     if height <= 0 or width <= 0:
         raise ImageInputError(f"resize: the target size must be positive, got {height}x{width}")
+    if _is_tensor(image):
+        image = image.detach().cpu().numpy()
+    if isinstance(image, PIL.Image.Image):
+        input_data_format = ChannelDimension.LAST
+    elif not isinstance(image, np.ndarray):
+        raise ImageInputError(f"resize takes a numpy array, torch tensor or PIL image, got {type(image).__name__}")
     if input_data_format is None:
         input_data_format = infer_channel_dimension_format(image)
     data_format = input_data_format if data_format is None else data_format
@@ -274,7 +288,14 @@ def pad(
     data_format: ChannelDimension | str | None = None,
     input_data_format: ChannelDimension | str | None = None,
 ) -> np.ndarray:
-    """Pad height and width: ``n``, ``(before, after)`` for both, or ``((top, bottom), (left, right))``."""
+    """Pad height and width: ``n``, ``(before, after)`` for both, or ``((top, bottom), (left, right))``.
+
+    A torch tensor is padded as a numpy array (and returned as one), as the reference does.
+    """
+    if _is_tensor(image):
+        image = image.detach().cpu().numpy()
+    if not isinstance(image, np.ndarray):
+        raise ImageInputError(f"pad takes a numpy array or torch tensor, got {type(image).__name__}")
     if input_data_format is None:
         input_data_format = infer_channel_dimension_format(image)
 
@@ -304,12 +325,22 @@ def pad(
     return image
 
 
-def convert_to_rgb(image: Any, input_data_format: ChannelDimension | str | None = None) -> np.ndarray:
+def convert_to_rgb(
+    image: Any, return_numpy: bool = True, input_data_format: ChannelDimension | str | None = None
+) -> Any:
     """An RGB ``(H, W, 3)`` array (same layout as the input for arrays): grey is repeated, alpha composited on white.
 
     PIL images are converted by Pillow (palette, grey, ``LA``/``RGBA`` and transparency keys); arrays with 1 channel
-    are repeated and with 4 channels blended onto white.
+    are repeated and with 4 channels blended onto white. ``return_numpy=False`` gives a PIL image back for a PIL
+    image (the reference's default, which it deprecates); arrays always come back as arrays.
     """
+    if not isinstance(image, (PIL.Image.Image, np.ndarray)):
+        raise ImageInputError(
+            f"convert_to_rgb takes a PIL image or a numpy array, got {type(image).__name__}"
+            + ("; pass tensor.numpy()" if _is_tensor(image) else "")
+        )
+    if isinstance(image, PIL.Image.Image) and not return_numpy:
+        return PIL.Image.fromarray(convert_to_rgb(image))
     if isinstance(image, PIL.Image.Image):
         if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
             raise ImageInputError(

@@ -73,8 +73,12 @@ def describe(image: Any) -> str:
         return f"PIL image (mode {image.mode}, size {image.size[0]}x{image.size[1]})"
     if isinstance(image, np.ndarray) or _is_torch(image):
         return f"{type(image).__name__} of shape {tuple(image.shape)} and dtype {image.dtype}"
+    if isinstance(image, str) and image.startswith("data:"):
+        return f"a data URL of {len(image)} characters"
     if isinstance(image, (str, os.PathLike)):
         return f"'{os.fspath(image)}'"
+    if isinstance(image, (bytes, bytearray)):
+        return f"{len(image)} bytes of image data"
     return type(image).__name__
 
 
@@ -146,6 +150,8 @@ def load_image(image: Any) -> Any:
             )
         if path.startswith("file://"):
             path = path[len("file://") :]
+        if os.path.isdir(path):
+            raise ImageInputError(f"'{path}' is a folder, not an image file; pass the path of one image file")
         if not os.path.isfile(path):
             raise FileMissingError(f"image file '{path}' does not exist")
         source, name = path, f"'{path}'"

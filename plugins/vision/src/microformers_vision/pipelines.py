@@ -52,15 +52,17 @@ def _is_single_image(inputs: Any) -> bool:
     return True
 
 
-def _pipeline_image(image: Any) -> PIL.Image.Image:
+def _pipeline_image(image: Any, source: Any = None) -> PIL.Image.Image:
     """As the reference pipelines read a file or PIL image: EXIF rotation applied, then ``convert("RGB")``
-    (alpha dropped, not composited); 16/32-bit images are refused rather than clipped."""
+    (alpha dropped, not composited); 16/32-bit images are refused rather than clipped. ``source`` (the path or
+    bytes the image was read from) is named in the errors."""
+    name = describe(image) if source is None or source is image else f"{describe(source)} ({describe(image)})"
     if not isinstance(image, PIL.Image.Image):
-        raise ImageInputError(f"cannot read {describe(image)} as an image; pass a path, bytes, a PIL image or an array")
+        raise ImageInputError(f"cannot read {name} as an image; pass a path, bytes, a PIL image or an array")
     if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
-        raise ImageInputError(
-            f"{describe(image)} has 16/32-bit or float pixels; scale it to 0..255 and convert it to 'RGB' first"
-        )
+        raise ImageInputError(f"{name} has 16/32-bit or float pixels; scale it to 0..255 and convert it to 'RGB' first")
+    if 0 in image.size:
+        raise ImageInputError(f"{name} has 0 pixels; pass an image at least 1x1")
     return PIL.ImageOps.exif_transpose(image).convert("RGB")
 
 
@@ -88,7 +90,7 @@ class _ImagePipeline(Pipeline):
 
     def preprocess(self, image: Any, **image_processor_kwargs: Any) -> dict[str, Any]:
         if not isinstance(image, (np.ndarray, torch.Tensor)):
-            image = _pipeline_image(load_image(image))
+            image = _pipeline_image(load_image(image), source=image)
         inputs = dict(self.image_processor(image, return_tensors="pt", **image_processor_kwargs))
         dtype = getattr(self.model, "dtype", None)
         if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
@@ -223,9 +225,7 @@ class ZeroShotImageClassificationPipeline(_ImagePipeline):
                 candidate_labels = [candidate_labels]
             labels = list(candidate_labels)
             if not labels or not all(isinstance(label, str) for label in labels):
-                raise ConfigError(
-                    f"candidate_labels={candidate_labels!r}: pass a non-empty list of label strings"
-                )
+                raise ConfigError(f"candidate_labels={candidate_labels!r}: pass a non-empty list of label strings")
             pre["candidate_labels"] = labels
         if hypothesis_template is not None:
             if not isinstance(hypothesis_template, str) or "{}" not in hypothesis_template:
@@ -265,7 +265,9 @@ class ZeroShotImageClassificationPipeline(_ImagePipeline):
 
     def forward_batch(self, rows: list[Any], forward_params: dict[str, Any]) -> list[dict[str, Any]]:
         # Each image has its own texts: images are run one at a time rather than padded into one batch.
-        return [super(ZeroShotImageClassificationPipeline, self).forward_batch([row], forward_params)[0] for row in rows]
+        return [
+            super(ZeroShotImageClassificationPipeline, self).forward_batch([row], forward_params)[0] for row in rows
+        ]
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
         text_inputs = model_inputs["text_inputs"]
