@@ -41,5 +41,6 @@ def register_exports(register: Any) -> None:
         ("DynamicCache", "cache"),
         ("StaticCache", "cache"),
         ("EncoderDecoderCache", "seq2seq"),
+        ("apply_chunking_to_forward", "pytorch_utils"),  # ``from transformers import apply_chunking_to_forward``
     ):
         register(name, f"microformers_sdk.{module}:{name}")
