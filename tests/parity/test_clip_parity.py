@@ -13,6 +13,7 @@ import PIL.Image
 import pytest
 import torch
 
+import microformers
 from parity.harness import assert_close, load_ours, load_reference, make_reference_checkpoint, reference_module
 
 TEXT: dict[str, Any] = {
@@ -59,7 +60,9 @@ def _texts(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
-    folder, reference = make_reference_checkpoint("CLIPConfig", "CLIPModel", tmp_path_factory.mktemp("clip"), **CLIP_TINY)
+    folder, reference = make_reference_checkpoint(
+        "CLIPConfig", "CLIPModel", tmp_path_factory.mktemp("clip"), **CLIP_TINY
+    )
     return folder, reference, load_ours(folder, "AutoModel")
 
 
@@ -80,7 +83,9 @@ def _assert_two_tower_outputs_match(got: Any, want: Any) -> None:
 
 
 # -- CLIP ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("height", "width", "interpolate"), [(24, 24, False), (24, 24, True), (36, 30, True), (18, 42, True)])
+@pytest.mark.parametrize(
+    ("height", "width", "interpolate"), [(24, 24, False), (24, 24, True), (36, 30, True), (18, 42, True)]
+)
 def test_clip_outputs_match_at_image_sizes(
     clip: tuple[Path, Any, Any], height: int, width: int, interpolate: bool
 ) -> None:
@@ -119,7 +124,9 @@ def test_clip_hidden_states_and_attentions_match(clip: tuple[Path, Any, Any]) ->
     ids, mask = _texts(seed=2)
     pixels = _pixels(3, 24, 24, seed=2)
     with torch.no_grad():
-        got = ours(input_ids=ids, attention_mask=mask, pixel_values=pixels, output_hidden_states=True, output_attentions=True)
+        got = ours(
+            input_ids=ids, attention_mask=mask, pixel_values=pixels, output_hidden_states=True, output_attentions=True
+        )
         want = reference(
             input_ids=ids, attention_mask=mask, pixel_values=pixels, output_hidden_states=True, output_attentions=True
         )
@@ -185,7 +192,9 @@ def test_clip_checkpoint_loads_in_reference(clip: tuple[Path, Any, Any], tmp_pat
     ("CLIPConfig", "CLIPForImageClassification", CLIP_TINY),
     ("SiglipConfig", "SiglipForImageClassification", SIGLIP_TINY),
 ])  # fmt: skip
-def test_image_classification_heads_match(tmp_path: Path, config_name: str, model_name: str, tiny: dict[str, Any]) -> None:
+def test_image_classification_heads_match(
+    tmp_path: Path, config_name: str, model_name: str, tiny: dict[str, Any]
+) -> None:
     folder, reference = make_reference_checkpoint(config_name, model_name, tmp_path, num_labels=3, **tiny)
     ours = load_ours(folder, "AutoModelForImageClassification")
     assert type(ours).__name__ == model_name
@@ -214,7 +223,9 @@ def test_siglip_outputs_and_sigmoid_loss_match(
 
 
 @pytest.mark.parametrize("reference_class", ["SiglipTextModel", "SiglipVisionModel"])
-def test_siglip_towers_match_and_round_trip(siglip: tuple[Path, Any, Any], tmp_path: Path, reference_class: str) -> None:
+def test_siglip_towers_match_and_round_trip(
+    siglip: tuple[Path, Any, Any], tmp_path: Path, reference_class: str
+) -> None:
     import microformers_clip
 
     folder, _, _ = siglip
@@ -368,7 +379,9 @@ def _reference_processor(kind: str, tmp_path: Path) -> Any:
     from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
     image_processor = SiglipImageProcessorPil(size={"height": 24, "width": 24})
-    return transformers.SiglipProcessor(image_processor=image_processor, tokenizer=_reference_siglip_tokenizer(tmp_path))
+    return transformers.SiglipProcessor(
+        image_processor=image_processor, tokenizer=_reference_siglip_tokenizer(tmp_path)
+    )
 
 
 SIGLIP_TEXTS = ["A photo of a cat.", "Two  DOGS,playing!! in snow", "  naïve café ☕ x ", "it's 42°C — “quoted”",
@@ -424,6 +437,11 @@ def test_processors_match_and_files_load_both_ways(tmp_path: Path, kind: str) ->
     assert_close(again["pixel_values"], want["pixel_values"], atol=1e-6, what="pixel_values from our files")
     with pytest.raises(Exception, match="neither"):
         ours(text=texts[:1], not_an_option=True)
+    # one (Pillow) backend: use_fast=True gets it, as the reference falls back without torchvision; others refused
+    fast = AutoProcessor.from_pretrained(str(tmp_path / "theirs"), use_fast=True)
+    assert_close(fast(images=images, return_tensors="pt")["pixel_values"], want["pixel_values"], atol=1e-6)
+    with pytest.raises(microformers.ConfigError, match="backend='torchvision'"):
+        AutoProcessor.from_pretrained(str(tmp_path / "theirs"), backend="torchvision")
 
 
 # -- zero-shot-image-classification ------------------------------------------------------------------------
@@ -436,7 +454,9 @@ def test_zero_shot_pipeline_matches_reference(kind: str, tmp_path: Path) -> None
     text = {**TEXT, "vocab_size": len(tokenizer), "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id}  # fmt: skip
     if kind == "clip":
-        _, reference_model = make_reference_checkpoint("CLIPConfig", "CLIPModel", tmp_path, **{**CLIP_TINY, "text_config": text})
+        _, reference_model = make_reference_checkpoint(
+            "CLIPConfig", "CLIPModel", tmp_path, **{**CLIP_TINY, "text_config": text}
+        )
     else:  # SigLIP pads the texts to 64 tokens: a text tower with 64 positions
         text.update(max_position_embeddings=64, projection_size=VISION["hidden_size"])
         _, reference_model = make_reference_checkpoint(
