@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tiny_whisper import build_tokenizer
 
-from microformers import AutoFeatureExtractor, AutoProcessor, AutoTokenizer
+from microformers import AutoFeatureExtractor, AutoProcessor, AutoTokenizer, ConfigError
 from microformers_audio import AudioInputError
 from microformers_whisper import WhisperFeatureExtractor, WhisperProcessor
 
@@ -102,3 +102,15 @@ def test_decode_asr_builds_segment_and_word_chunks(tmp_path: Path) -> None:
     assert spans[-1][1] == round(times[-1], 2)
     english = tokenizer.decode_asr([{"tokens": [ids["<|en|>"], *first]}], return_language=True)
     assert english["chunks"] == [{"text": " hello world,", "language": "english"}]
+
+
+def test_a_bad_dither_names_the_file_it_came_from(tmp_path: Path) -> None:
+    WhisperFeatureExtractor().save_pretrained(tmp_path)
+    path = tmp_path / "preprocessor_config.json"
+    path.write_text(path.read_text().replace('"dither": 0.0', '"dither": "loud"'))
+    with pytest.raises(ConfigError, match=r"dither='loud' \(.*preprocessor_config\.json\) must be a finite number"):
+        AutoFeatureExtractor.from_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=r"dither=nan \(keyword argument\)"):
+        AutoFeatureExtractor.from_pretrained(tmp_path, dither=float("nan"))
+    with pytest.raises(ConfigError, match=r"dither=True \(argument\)"):
+        WhisperFeatureExtractor(dither=True)

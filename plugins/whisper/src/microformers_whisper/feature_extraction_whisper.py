@@ -16,7 +16,7 @@ import torch
 
 from microformers.errors import ConfigError
 from microformers_audio import MAX_SAMPLES, AudioInputError, check_int_setting, check_sampling_rate_setting
-from microformers_sdk.processing import BatchFeature, SequenceFeatureExtractor
+from microformers_sdk.processing import BatchFeature, SequenceFeatureExtractor, setting_source
 
 logger = logging.getLogger("microformers")
 
@@ -83,7 +83,9 @@ class WhisperFeatureExtractor(SequenceFeatureExtractor):
         hop_length = check_int_setting(hop_length, "hop_length", 1, 2**16, owner)
         chunk_length = check_int_setting(chunk_length, "chunk_length", 1, MAX_SAMPLES // sampling_rate, owner)
         if isinstance(dither, bool) or not isinstance(dither, (int, float)) or not np.isfinite(dither):
-            raise ConfigError(f"{owner}: dither={dither!r} must be a finite number (0.0 turns it off)")
+            raise ConfigError(
+                f"{owner}: dither={dither!r} ({setting_source('dither')}) must be a finite number (0.0 turns it off)"
+            )
         super().__init__(
             feature_size=feature_size,
             sampling_rate=sampling_rate,
