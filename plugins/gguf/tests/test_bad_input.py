@@ -268,3 +268,39 @@ def test_a_zero_head_count_is_a_clear_error_not_a_division_by_zero(tmp_path: Pat
     ) as info:
         GGUF_FORMAT.load_config([path])
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(("kind", "value"), [("uint32", 0), ("int32", -5), ("uint64", 2**40), ("uint32", 2**24 + 1)])
+def test_a_context_length_that_is_not_a_sane_positive_size_is_refused_naming_file_and_key(
+    tmp_path: Path, kind: str, value: int
+) -> None:
+    """Position tables and rotary caches are sized from it: 0, negative and huge values fail before allocating."""
+    path = tmp_path / "context.gguf"
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_uint32("gpt2.block_count", 1)
+    getattr(writer, f"add_{kind}")("gpt2.context_length", value)
+    writer.add_uint32("gpt2.embedding_length", 32)
+    writer.add_uint32("gpt2.feed_forward_length", 64)
+    writer.add_uint32("gpt2.attention.head_count", 4)
+    writer.add_float32("gpt2.attention.layer_norm_epsilon", 1e-5)
+    writer.add_uint32("gpt2.vocab_size", 10)
+    writer.add_tensor("token_embd.weight", np.zeros((10, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(
+        ConfigError, match=rf"gpt2\.context_length={value} must be a positive number of tokens, at most 16,777,216"
+    ) as info:
+        GGUF_FORMAT.load_config([path])
+    assert str(path) in str(info.value)
+
+
+def test_the_largest_allowed_context_length_is_accepted(tmp_path: Path, gguf_writer: Callable[..., Path]) -> None:
+    path = gguf_writer(tmp_path / "m.gguf", weights={})
+    data = path.read_bytes()  # the writer's 256; the bound itself still loads (a 10M-token model is real)
+    assert GGUF_FORMAT.load_config([path])["max_position_embeddings"] == 256
+    key = b"llama.context_length"
+    at = data.index(key) + len(key) + 4  # the value follows its uint32 type id
+    patched = rewrite(path, data[:at] + struct.pack("<I", 2**24) + data[at + 4 :])
+    assert GGUF_FORMAT.load_config([patched])["max_position_embeddings"] == 2**24

@@ -226,10 +226,32 @@ def _build_config(gguf: GGUFFile) -> tuple[dict[str, Any], dict[str, str]]:
                 f"GGUF file {gguf.path}: {sources.get(field, field)}={value!r} must be a positive integer; the file is "
                 "corrupt. Re-convert it with a current llama.cpp."
             )
+    _check_context_lengths(gguf, arch, config, sources)
     _check_against_tensors(gguf, arch, config, sources)
     if arch.adjust_config is not None:
         resolve_ref(arch.adjust_config)(config, _View(gguf, arch))
     return config, sources
+
+
+# The longest context a file may declare: above the longest real models' (10M tokens); position tables and rotary
+# caches are sized from it, so a corrupt value would otherwise ask for terabytes.
+MAX_CONTEXT_LENGTH = 2**24
+
+
+def _check_context_lengths(
+    gguf: GGUFFile, arch: GGUFArchitecture, config: dict[str, Any], sources: dict[str, str]
+) -> None:
+    """``<arch>.context_length`` (and ``rope.scaling.original_context_length``) read from the file: 1 to 2**24."""
+    for field, spec in arch.config.items():
+        key = sources.get(field)
+        if not isinstance(spec, Meta) or key is None or not key.endswith("context_length"):
+            continue  # a default or a value copied from another field was checked where it came from
+        value = config[field]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONTEXT_LENGTH:
+            raise ConfigError(
+                f"GGUF file {gguf.path}: metadata {key}={value!r} must be a positive number of tokens, at most "
+                f"{MAX_CONTEXT_LENGTH:,}; the file is corrupt or was edited. Re-convert or download it again."
+            )
 
 
 def _field_value(config: Mapping[str, Any], field: str | int) -> int | None:
