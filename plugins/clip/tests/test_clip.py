@@ -177,7 +177,9 @@ def test_configs_check_and_round_trip(tmp_path: Path) -> None:
         CLIPVisionConfig(**{**VISION, "image_size": 0})
     with pytest.raises(ConfigError, match="projection_size"):
         SiglipConfig(text_config=TEXT, vision_config={**VISION, "hidden_size": 18, "num_attention_heads": 3})
-    config = CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=8, text_config_dict={"hidden_act": "gelu"})
+    config = CLIPConfig(
+        text_config=TEXT, vision_config=VISION, projection_dim=8, text_config_dict={"hidden_act": "gelu"}
+    )
     assert config.text_config.hidden_act == "gelu"
     config.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())

@@ -152,7 +152,10 @@ def two_tower_configs(
     """The two tower configs from dicts, config objects or None (defaults). Legacy ``text_config_dict`` /
     ``vision_config_dict`` keys (older files) are merged over the nested sections, as the reference does."""
     towers = []
-    for key, tower_class, given in (("text_config", text_class, text_config), ("vision_config", vision_class, vision_config)):
+    for key, tower_class, given in (
+        ("text_config", text_class, text_config),
+        ("vision_config", vision_class, vision_config),
+    ):
         if isinstance(given, PretrainedConfig):
             given = given.to_dict()
         if given is not None and not isinstance(given, dict):

@@ -114,7 +114,9 @@ def interpolate_grid(positions: torch.Tensor, height: int, width: int) -> torch.
     count, dim = positions.shape[1], positions.shape[2]
     side = math.isqrt(count)
     if side * side != count:
-        raise CLIPInputError(f"interpolate_pos_encoding needs a square grid of learned positions; this model has {count}")
+        raise CLIPInputError(
+            f"interpolate_pos_encoding needs a square grid of learned positions; this model has {count}"
+        )
     grid = positions.reshape(1, side, side, dim).permute(0, 3, 1, 2)
     grid = nn.functional.interpolate(grid, size=(height, width), mode="bicubic", align_corners=False)
     return grid.permute(0, 2, 3, 1).reshape(1, -1, dim)

@@ -102,9 +102,7 @@ class SiglipTokenizer(T5Tokenizer):
             rows = encoding["offset_mapping"]
             single = isinstance(text, str)
             rows = [rows] if single else rows
-            moved = [
-                [(a + shift, b + shift) if b > 0 else (a, b) for a, b in row] for row, shift in zip(rows, shifts)
-            ]
+            moved = [[(a + shift, b + shift) if b > 0 else (a, b) for a, b in row] for row, shift in zip(rows, shifts)]
             encoding["offset_mapping"] = moved[0] if single else moved
         elif wants_offsets and any(shifts):
             raise InputError(
@@ -126,7 +124,9 @@ class SiglipTokenizer(T5Tokenizer):
             return [cut(t) for t in texts]
         return texts
 
-    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs: Any) -> list[str]:
+    def tokenize(
+        self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs: Any
+    ) -> list[str]:
         return super().tokenize(
             text.lstrip() if isinstance(text, str) else text,
             pair.lstrip() if isinstance(pair, str) else pair,
