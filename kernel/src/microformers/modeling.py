@@ -341,6 +341,13 @@ class PreTrainedModel(nn.Module, GenerationMixin, RegisterForAutoClass, ModuleUt
     def load_adapter(self, peft_model_id: Any = None, adapter_name: str | None = None, **kwargs: Any) -> Any:
         """Load an adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) onto this model."""
         config = kwargs.get("peft_config")
+        if peft_model_id is not None and (
+            not isinstance(peft_model_id, (str, os.PathLike)) or not str(os.fspath(peft_model_id)).strip()
+        ):
+            raise ConfigError(
+                f"load_adapter(peft_model_id={peft_model_id!r}): pass the adapter's folder or Hub id as a string or "
+                "path (or peft_config= with adapter_state_dict=)"
+            )
         if config is None:
             if peft_model_id is None:
                 raise ConfigError("load_adapter needs the adapter folder, or peft_config= and adapter_state_dict=")
