@@ -342,3 +342,83 @@ def test_image_pipeline_bad_inputs_are_clear_errors_naming_the_input(
         pipe("http://example.com/cat.png")
     with pytest.raises(ImageInputError, match="cannot read"):
         pipe({"not": "an image"})
+
+
+def _sequential_trainer(trainer_cls: type) -> type:
+    from torch.utils.data import SequentialSampler
+
+    class Sequential(trainer_cls):  # type: ignore[misc, valid-type]
+        def _get_train_sampler(self, *args: Any, **kwargs: Any) -> SequentialSampler:
+            dataset = args[0] if args and args[0] is not None else self.train_dataset
+            return SequentialSampler(dataset)
+
+    return Sequential
+
+
+def _train_losses(trainer_cls: type, args_cls: type, collator: Any, model: Any, dataset: Any, **options: Any) -> Any:
+    args = args_cls(
+        output_dir=options.pop("output_dir"), per_device_train_batch_size=4, max_steps=3, learning_rate=1e-2,
+        lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+        use_cpu=True, seed=0, **options,
+    )  # fmt: skip
+    trainer = _sequential_trainer(trainer_cls)(model=model, args=args, train_dataset=dataset, data_collator=collator)
+    trainer.train()
+    return torch.tensor([entry["loss"] for entry in trainer.state.log_history if "loss" in entry])
+
+
+def test_image_fine_tuning_and_remove_unused_columns_behave_as_the_reference_trainer(
+    classifier: tuple[Path, Any, Any], tmp_path: Path
+) -> None:
+    """The image-classification guide's flow in both Trainers, same checkpoint and batches: a ``datasets`` dataset
+    whose ``with_transform`` turns the ``image`` column into ``pixel_values`` needs ``remove_unused_columns=False``
+    in both (with True both drop ``image`` before the transform reads it); a list of rows with an extra column
+    has it dropped by both; ``DefaultDataCollator`` stacks ``pixel_values``; the losses agree at every step."""
+    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("accelerate", reason="the reference Trainer needs accelerate")
+    import transformers
+
+    import microformers
+    from microformers_vision import ViTImageProcessor
+
+    folder, _, _ = classifier
+    processor = ViTImageProcessor(size={"height": 16, "width": 16})
+    rng = np.random.default_rng(6)
+    images = [PIL.Image.fromarray(rng.integers(0, 256, (20, 18, 3), dtype=np.uint8)) for _ in range(8)]
+    labels = [index % 3 for index in range(8)]
+
+    def transform(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        return {
+            "pixel_values": [processor(image)["pixel_values"][0] for image in batch["image"]],
+            "labels": batch["label"],
+        }
+
+    def image_dataset() -> Any:
+        features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+        return datasets.Dataset.from_dict({"image": images, "label": labels}, features=features).with_transform(
+            transform
+        )
+
+    rows = [
+        {"pixel_values": processor(image)["pixel_values"][0], "labels": label, "file_name": f"{index}.png"}
+        for index, (image, label) in enumerate(zip(images, labels))
+    ]
+    sides = {
+        "ours": (microformers.Trainer, microformers.TrainingArguments, microformers.DefaultDataCollator(),
+                 lambda: load_ours(folder, "AutoModelForImageClassification")),
+        "reference": (transformers.Trainer, transformers.TrainingArguments, transformers.DefaultDataCollator(),
+                      lambda: load_reference(folder, "ViTForImageClassification")),
+    }  # fmt: skip
+    losses: dict[tuple[str, str], torch.Tensor] = {}
+    for side, (trainer_cls, args_cls, collator, load) in sides.items():
+        with pytest.raises(KeyError, match="image"):
+            _train_losses(trainer_cls, args_cls, collator, load(), image_dataset(), output_dir=str(tmp_path / side))
+        losses[side, "transform"] = _train_losses(
+            trainer_cls, args_cls, collator, load(), image_dataset(), output_dir=str(tmp_path / side),
+            remove_unused_columns=False,
+        )  # fmt: skip
+        losses[side, "rows"] = _train_losses(
+            trainer_cls, args_cls, collator, load(), rows, output_dir=str(tmp_path / side)
+        )
+    for kind in ("transform", "rows"):
+        assert len(losses["ours", kind]) == 3
+        assert_close(losses["ours", kind], losses["reference", kind], atol=1e-4, what=f"losses ({kind})")
