@@ -65,10 +65,19 @@ def test_wandb_model_upload_is_refused(args_factory: Any, monkeypatch: pytest.Mo
         Trainer(model=tiny_gpt2(), args=args_factory(report_to="wandb"), train_dataset=lm_rows(4))
 
 
-@pytest.mark.parametrize("name", ["comet_ml", "clearml", "dvclive", "codecarbon", "azure_ml", "swanlab"])
+@pytest.mark.parametrize(
+    "name", ["comet_ml", "clearml", "dvclive", "codecarbon", "azure_ml", "dagshub", "flyte", "swanlab", "neptune"]
+)
 def test_integrations_not_provided_are_refused_by_name(args_factory: Any, name: str) -> None:
     with pytest.raises(ConfigError, match=f"report_to='{name}'.*no {name} integration.*register_callbacks"):
         args_factory(report_to=["jsonl", name])
+
+
+def test_an_unknown_report_to_name_is_refused_by_the_training_arguments_themselves(args_factory: Any) -> None:
+    with pytest.raises(
+        ConfigError, match=r"report_to='bogus'\): no installed plugin provides this integration.*'jsonl'"
+    ):
+        args_factory(report_to="bogus")
 
 
 def test_all_is_every_installed_integration(args_factory: Any) -> None:
