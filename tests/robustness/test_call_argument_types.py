@@ -18,3 +18,17 @@ def test_load_adapter_refuses_an_id_that_is_not_a_folder_or_hub_id_string(tmp_pa
     model = microformers.AutoModelForCausalLM.from_pretrained(llama_folder(tmp_path / "m"))
     with pytest.raises(ConfigError, match=r"load_adapter\(peft_model_id=.*\): pass the adapter's folder or Hub id"):
         model.load_adapter(bad)
+
+
+def test_chat_and_serve_bound_threads_with_the_kernels_one_definition() -> None:
+    import argparse
+
+    from microformers.devices import MAX_CPU_THREADS
+    from microformers_chat.commands import MAX_THREADS, _threads
+    from microformers_serve.commands import _threads as serve_threads
+
+    assert MAX_THREADS is MAX_CPU_THREADS
+    for check in (_threads, serve_threads):
+        assert check(str(MAX_CPU_THREADS)) == MAX_CPU_THREADS
+        with pytest.raises(argparse.ArgumentTypeError, match=r"is more than 1,024"):
+            check(str(MAX_CPU_THREADS + 1))

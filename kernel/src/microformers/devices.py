@@ -12,6 +12,10 @@ from .errors import DeviceError
 #: loaded) puts the whole model on the first accelerator, else the CPU.
 AUTOMATIC_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
+#: The most CPU threads a ``--threads`` option takes (chat, serve): more is a typo, not a machine, and
+#: ``torch.set_num_threads(100000)`` crashes the process.
+MAX_CPU_THREADS = 1024
+
 
 def check_device(device: Any, argument: str) -> Any:
     """The ``torch.device`` that ``device`` names (a ``torch.device``, ``"cuda:1"``, or an int: a CUDA index,

@@ -12,13 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from microformers.devices import MAX_CPU_THREADS
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_NEW_TOKENS = 256
 # Sampling temperatures below this are refused, as serve refuses them: at 1e-3 two scores 0.1 apart already differ by
 # e^-100 in probability, so a smaller one only risks overflowing the scores (1e-300 turns them to inf).
 MIN_TEMPERATURE = 1e-3
 # More CPU threads than this is a typo, not a machine: torch.set_num_threads(100000) crashes the process.
-MAX_THREADS = 1024
+MAX_THREADS = MAX_CPU_THREADS  # the kernel's bound, which serve's --threads uses too
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
