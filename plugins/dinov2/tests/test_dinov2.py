@@ -73,3 +73,20 @@ def test_auto_classes_config_checks_and_drop_path(tmp_path: Path) -> None:
     with torch.no_grad():
         torch.testing.assert_close(model(pixels).last_hidden_state, model(pixels).last_hidden_state)
     assert model(pixels).last_hidden_state.shape == (4, 1 + 3 * 4, 16)
+
+
+def test_bad_pixel_values_are_clear_errors_and_large_images_interpolate() -> None:
+    from microformers_vit import ViTInputError
+
+    config = Dinov2Config(**{**TINY, "num_hidden_layers": 1})
+    model = Dinov2Model(config).eval()
+    with pytest.raises(ViTInputError, match=r"shape \(3, 8, 8\).*\(batch, channels, height, width\)"):
+        model(torch.randn(3, 8, 8))
+    with pytest.raises(ViTInputError, match="1 channels.*num_channels=3"):
+        model(torch.randn(1, 1, 8, 8))
+    with pytest.raises(ViTInputError, match="smaller than one patch"):
+        model(torch.randn(1, 3, 2, 2))
+    with torch.no_grad():  # DINOv2 always interpolates its positions: an image far over its size is a longer sequence
+        out = model(torch.randn(1, 3, 64, 48))
+    patch = config.patch_size
+    assert out.last_hidden_state.shape == (1, 1 + (64 // patch) * (48 // patch), config.hidden_size)

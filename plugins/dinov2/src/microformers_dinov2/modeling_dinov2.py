@@ -29,7 +29,7 @@ from microformers_sdk.layers import get_activation
 from microformers_sdk.losses import sequence_classification_loss
 from microformers_sdk.masks import build_attention_mask
 from microformers_sdk.outputs import BaseModelOutputWithPooling
-from microformers_vit import ImageClassifierOutput, ViTAttention, ViTEncoder, ViTPatchEmbeddings
+from microformers_vit import ImageClassifierOutput, ViTAttention, ViTEncoder, ViTInputError, ViTPatchEmbeddings
 
 from .configuration_dinov2 import Dinov2Config
 
@@ -72,6 +72,11 @@ class Dinov2Embeddings(nn.Module):
         return torch.cat((class_pos, grid.permute(0, 2, 3, 1).reshape(1, -1, dim)), dim=1)
 
     def forward(self, pixel_values: torch.Tensor, bool_masked_pos: torch.Tensor | None = None) -> torch.Tensor:
+        if pixel_values.dim() != 4:  # read below before the patch embeddings check channels and size
+            raise ViTInputError(
+                f"pixel_values has shape {tuple(pixel_values.shape)}; pass (batch, channels, height, width) "
+                "as the image processor returns it"
+            )
         _, _, height, width = pixel_values.shape
         embeddings = self.patch_embeddings(pixel_values.to(self.patch_embeddings.projection.weight.dtype))
         batch, length, _ = embeddings.shape
