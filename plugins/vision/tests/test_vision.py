@@ -195,3 +195,18 @@ def test_use_fast_and_backend_are_checked_not_stored(tmp_path: Path) -> None:
 def test_a_folder_given_as_an_image_is_named(tmp_path: Path) -> None:
     with pytest.raises(ImageInputError, match="is a folder, not an image file"):
         load_image(tmp_path)
+
+
+def test_sixteen_bit_arrays_are_refused_rather_than_rescaled_out_of_range() -> None:
+    proc = ViTImageProcessor(size={"height": 8, "width": 8})
+    wide = np.full((10, 10, 3), 40000, np.uint16)
+    for options in ({}, {"do_resize": False}):  # without a resize nothing else would stop it
+        with pytest.raises(ImageInputError, match=r"image 0 .*uint16.*up to 40000.*rescale_factor"):
+            proc(wide, **options)
+    with pytest.raises(ImageInputError, match="up to 40000"):
+        proc(torch.from_numpy(wide.astype(np.int32)).permute(2, 0, 1), do_resize=False)
+    # 16-bit storage of 8-bit values, or the rescale factor for 16 bits, is fine
+    narrow = proc(wide.astype(np.uint16) // 200, do_resize=False, return_tensors="np")["pixel_values"]
+    assert narrow.max() <= 1.0
+    scaled = proc(wide, do_resize=False, rescale_factor=1 / 65535, do_normalize=False, return_tensors="np")
+    assert 0.0 < scaled["pixel_values"].max() <= 1.0

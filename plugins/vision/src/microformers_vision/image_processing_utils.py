@@ -9,6 +9,7 @@ has alpha) -> resize -> center crop -> rescale -> normalize, in the reference im
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -99,6 +100,20 @@ def check_backend(owner: str, use_fast: Any = None, backend: Any = None) -> None
         raise ConfigError(
             f"{owner}: backend={backend!r} is not available; microformers' image processors are Pillow-based "
             "(the reference's backend='pil', same numbers). Leave backend out or pass backend='pil'"
+        )
+
+
+def _check_eight_bit(image: np.ndarray, rescale_factor: float) -> None:
+    """A 16/32-bit integer array holding values over 255 would come out of the 8-bit ``rescale_factor`` (1/255)
+    far outside [0, 1] (the reference lets it through, with no resize to stop it): refused, naming the fix."""
+    if image.dtype.kind not in "iu" or image.dtype.itemsize == 1 or not math.isclose(rescale_factor, 1 / 255):
+        return
+    peak = int(image.max())
+    if peak > 255:
+        raise ImageInputError(
+            f"it holds values up to {peak} ({image.dtype} pixels, a 16/32-bit image?) but rescale_factor=1/255 "
+            "expects 0..255; scale it to 0..255 first, or pass the rescale_factor for its bit depth "
+            "(e.g. 1/65535)"
         )
 
 
@@ -311,6 +326,8 @@ class BaseImageProcessor(ImageProcessingMixin):
         for index, original in enumerate(make_flat_list_of_images(images)):
             try:
                 image = self._to_channels_first(original, do_convert_rgb, three, input_data_format)
+                if do_rescale:
+                    _check_eight_bit(image, rescale_factor)
                 if do_resize:
                     image = self.resize(image, size, resample=resample, input_data_format=first)
                 if do_center_crop:
