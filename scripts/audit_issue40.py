@@ -580,7 +580,27 @@ def _() -> str:
     assert calls and max(calls) <= 2, f"intermediate saw {calls}"
     x = torch.randn(1, 6, 4)
     assert torch.equal(apply_chunking_to_forward(lambda t: t * 2, 2, 1, x), x * 2)
-    return "works"
+    assert microformers.apply_chunking_to_forward is apply_chunking_to_forward
+    # the other families the reference chunks: RoBERTa (intermediate) and DistilBERT (ffn.lin1)
+    families = {
+        "roberta": ({"pad_token_id": 1, **TINY_BERT}, lambda m: m.encoder.layer[0].intermediate),
+        "distilbert": (
+            {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 37, "vocab_size": 99},
+            lambda m: m.transformer.layer[0].ffn.lin1,
+        ),
+    }
+    for family, (kw, ffn_of) in families.items():
+        torch.manual_seed(0)
+        plain = microformers.AutoModel.from_config(microformers.AutoConfig.for_model(family, **kw)).eval()
+        config = microformers.AutoConfig.for_model(family, chunk_size_feed_forward=2, **kw)
+        chunked = microformers.AutoModel.from_config(config).eval()
+        chunked.load_state_dict(plain.state_dict())
+        calls.clear()
+        ffn_of(chunked).register_forward_hook(lambda m, i, o: calls.append(i[0].shape[1]))
+        with torch.no_grad():
+            assert close(plain(ids).last_hidden_state, chunked(ids).last_hidden_state, 1e-5), family
+        assert calls and max(calls) <= 2, (family, calls)
+    return "works (BERT, RoBERTa, DistilBERT: the families the reference chunks)"
 
 
 @check(M, "`prune_linear_layer`", "internal/modeling_utils", "prune_linear_layer(linear, index) == reference")
