@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from microformers.errors import ConfigError, MicroformersError
+from microformers.errors import ConfigError, InputError, MicroformersError
 
 # Keys padded with 1 rather than 0 when batching (masks where 1 means "not a real token").
 _PAD_WITH_ONE = frozenset({"special_tokens_mask", "p_mask"})
@@ -72,7 +72,9 @@ class Pipeline:
         try:
             steps = self._sanitize_parameters(**kwargs)
         except TypeError as exc:  # a task's _sanitize_parameters with named options got another one
-            raise ConfigError(f"the '{task or type(self).__name__}' pipeline does not take that argument: {exc}") from exc
+            raise ConfigError(
+                f"the '{task or type(self).__name__}' pipeline does not take that argument: {exc}"
+            ) from exc
         self._preprocess_params, self._forward_params, self._postprocess_params = steps
 
     def __repr__(self) -> str:
@@ -167,6 +169,11 @@ class Pipeline:
         while group := list(itertools.islice(iterator, batch_size)):
             pieces: list[tuple[int, Any]] = []
             for index, item in enumerate(group):
+                if item is None:
+                    raise InputError(
+                        f"the '{self.task or type(self).__name__}' pipeline got None as an input: pass the input "
+                        "itself (the text, or what the task takes), a list of inputs or an iterable of them"
+                    )
                 pieces.extend((index, model_inputs) for model_inputs in self._preprocess_item(item, pre))
             outputs: list[list[Any]] = [[] for _ in group]
             for start in range(0, len(pieces), batch_size):
