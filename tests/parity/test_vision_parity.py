@@ -33,6 +33,9 @@ def _images() -> dict[str, object]:
         "np_float01": rgb.astype(np.float32) / 255.0,
         "torch_chw": torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1))),
         "np_batch": np.stack([rgb, rgb[::-1]]),
+        "torch_batch_bhwc": torch.from_numpy(np.stack([rgb, rgb[::-1]])),
+        "torch_float_chw": torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)) / 255.0).float(),
+        "nested_lists": [[PIL.Image.fromarray(rgb)], [rgb[::-1]]],
         "list_mixed": [PIL.Image.fromarray(small), rgb],
     }
 
