@@ -488,3 +488,12 @@ def test_zero_shot_pipeline_matches_reference(kind: str, tmp_path: Path) -> None
     np.testing.assert_allclose([g["score"] for g in got[1]], [w["score"] for w in want[1]], atol=1e-4)
     with pytest.raises(ImageInputError, match="URL"):
         ours("https://example.com/cat.png", candidate_labels=labels)
+    for bad, match in (
+        ({}, "needs candidate_labels"),
+        ({"candidate_labels": []}, "non-empty list of label strings"),
+        ({"candidate_labels": ["cat", 3]}, "non-empty list of label strings"),
+        ({"candidate_labels": labels, "hypothesis_template": "no slot"}, "hypothesis_template='no slot'.*\\{\\}"),
+        ({"candidate_labels": labels, "tokenizer_kwargs": "max_length=4"}, "tokenizer_kwargs="),
+    ):
+        with pytest.raises(microformers.ConfigError, match=match):
+            ours(image, **bad)

@@ -422,3 +422,31 @@ def test_image_fine_tuning_and_remove_unused_columns_behave_as_the_reference_tra
     for kind in ("transform", "rows"):
         assert len(losses["ours", kind]) == 3
         assert_close(losses["ours", kind], losses["reference", kind], atol=1e-4, what=f"losses ({kind})")
+
+
+def test_image_pipeline_options_out_of_range_are_named(classifier: tuple[Path, Any, Any]) -> None:
+    from microformers import ConfigError, pipeline
+
+    folder, _, _ = classifier
+    _processor_folder(folder)
+    image = PIL.Image.fromarray(np.random.default_rng(7).integers(0, 256, (16, 16, 3), dtype=np.uint8))
+    classify = pipeline("image-classification", model=str(folder))
+    for bad, match in (
+        ({"top_k": 0}, "top_k=0"),
+        ({"top_k": True}, "top_k=True"),
+        ({"function_to_apply": "relu"}, "function_to_apply='relu'"),
+        ({"not_an_option": 1}, "not_an_option"),
+    ):
+        with pytest.raises((ConfigError, TypeError), match=match):
+            classify(image, **bad)
+    assert len(classify(image, top_k=10)) == TINY["num_labels"]  # top_k past the labels: every label, as the reference
+    from microformers_vision import ViTImageProcessor
+    from microformers_vit import ViTConfig, ViTModel
+
+    no_pooler = ViTModel(ViTConfig(**TINY), add_pooling_layer=False).eval()
+    processor = ViTImageProcessor(size={"height": 16, "width": 16})
+    features = pipeline("image-feature-extraction", model=no_pooler, image_processor=processor)
+    with pytest.raises(ConfigError, match="pool=True needs a model with a pooler"):
+        features(image, pool=True)
+    with pytest.raises(ConfigError, match="images twice"):
+        features(image, images=image)
