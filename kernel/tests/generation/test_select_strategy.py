@@ -190,6 +190,9 @@ class _Always:
     def applies(self, config: GenerationConfig) -> bool:
         return True
 
+    def __call__(self, *args: object, **kwargs: object) -> None:  # a strategy is callable (or refused when chosen)
+        return None
+
 
 def test_strategies_are_tried_by_priority_and_ones_without_applies_are_skipped(
     isolated_registry: Callable[..., Registry],
@@ -242,3 +245,23 @@ def test_a_strategy_class_that_needs_arguments_is_refused_by_name(own_registry: 
     own_registry.add("generation_strategies", "kernel-select-needs-args", NeedsArguments, priority=0)
     with pytest.raises(GenerationError, match="kernel-select-needs-args.*NeedsArguments.*register an instance"):
         select_strategy(GenerationConfig(), custom_generate="kernel-select-needs-args")
+
+
+class NoCall:
+    """Registered as a strategy but without ``__call__``: generate() could not call it."""
+
+    def applies(self, config: GenerationConfig) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("registered", [NoCall, NoCall()], ids=["class", "instance"])
+def test_a_strategy_without_call_is_refused_by_name_when_selected_not_a_raw_type_error(
+    own_registry: Registry, registered: object
+):
+    own_registry.add("generation_strategies", "kernel-select-no-call", registered, priority=0)
+    for select in (
+        lambda: select_strategy(GenerationConfig(), custom_generate="kernel-select-no-call"),
+        lambda: select_strategy(GenerationConfig()),  # chosen through applies()
+    ):
+        with pytest.raises(GenerationError, match=r"'kernel-select-no-call' is a NoCall object, which has no __call__"):
+            select()

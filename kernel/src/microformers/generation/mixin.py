@@ -153,10 +153,10 @@ def select_strategy(config: GenerationConfig, custom_generate: Any = None) -> Ge
         return _require_strategy(config.strategy)
     registrations = sorted(registry.all("generation_strategies"), key=lambda r: -int(r.meta.get("priority", 0)))
     for registration in registrations:
-        strategy = as_strategy(registration.load(), registration.name)
+        strategy = _instance(registration.load(), registration.name)
         applies = getattr(strategy, "applies", None)
         if applies is not None and applies(config):
-            return strategy
+            return _callable_strategy(strategy, registration.name)
     installed = ", ".join(map(str, registry.names("generation_strategies"))) or "none"
     raise GenerationError(
         f"no installed generation strategy applies to these settings (installed: {installed}). The standard "
@@ -168,7 +168,12 @@ _INSTANCES: dict[type, Any] = {}
 
 
 def as_strategy(registered: Any, name: str) -> GenerationStrategy:
-    """A registered strategy object, or one instance (made once, without arguments) of a registered class."""
+    """A registered strategy object, or one instance (made once, without arguments) of a registered class; either
+    must be callable as ``strategy(model, inputs, *, generation_config, ...)`` (a :class:`GenerationStrategy`)."""
+    return _callable_strategy(_instance(registered, name), name)
+
+
+def _instance(registered: Any, name: str) -> Any:
     if not isinstance(registered, type):
         return registered
     if registered not in _INSTANCES:
@@ -180,6 +185,16 @@ def as_strategy(registered: Any, name: str) -> GenerationStrategy:
                 f"made without arguments ({exc}); register an instance instead"
             ) from exc
     return _INSTANCES[registered]
+
+
+def _callable_strategy(strategy: Any, name: str) -> GenerationStrategy:
+    if not callable(strategy):
+        raise GenerationError(
+            f"generation strategy {name!r} is a {type(strategy).__name__} object, which has no __call__: generate() "
+            "calls a strategy as strategy(model, inputs, *, generation_config, logits_processor, stopping_criteria, streamer, "
+            "model_kwargs). Define __call__ (or subclass microformers_generation.Strategy and implement decode)"
+        )
+    return strategy
 
 
 def _require_strategy(name: str) -> GenerationStrategy:

@@ -8,7 +8,8 @@
 The checks: the entry point exists; importing its module (and so its package ``__init__``) imports
 no torch; it declares ``MICROFORMERS_API_VERSION`` matching the kernel and implements only known hooks
 (a misspelled ``register_model`` is named, with the hook it probably meant); discovery loads it without
-error; and every ``"module:Name"`` it registers resolves.
+error; every ``"module:Name"`` it registers resolves; and every generation strategy it registers is (or, registered
+as a class, makes without arguments) an object ``generate()`` can call.
 """
 
 from __future__ import annotations
@@ -90,11 +91,29 @@ def check_registrations_resolve(plugin_name: str) -> None:
     assert not failures, "\n".join(failures)
 
 
+def check_generation_strategies(plugin_name: str) -> None:
+    """Every ``register_generation_strategies`` entry is what ``generate()`` calls: an object with ``__call__``, or a
+    class made once without arguments whose instance has one (the kernel's own check, run here rather than at the
+    first ``generate()``)."""
+    from microformers.generation.mixin import as_strategy
+
+    failures: list[str] = []
+    for reg in discovered(plugin_name).registrations:
+        if reg.kind != "generation_strategies":
+            continue
+        try:
+            as_strategy(reg.load(), str(reg.name))
+        except microformers.MicroformersError as exc:
+            failures.append(f"plugin '{plugin_name}': {exc}")
+    assert not failures, "\n".join(failures)
+
+
 def check_plugin(plugin_name: str) -> None:
     """All plugin-conformance checks for one entry point."""
     check_declaration(plugin_name)
     check_entry_module_is_light(plugin_name)
     check_registrations_resolve(plugin_name)
+    check_generation_strategies(plugin_name)
 
 
 class PluginConformanceTests:
@@ -112,6 +131,9 @@ class PluginConformanceTests:
 
     def test_registrations_resolve(self) -> None:
         check_registrations_resolve(self.plugin_name)
+
+    def test_generation_strategies_are_callable(self) -> None:
+        check_generation_strategies(self.plugin_name)
 
     def test_registers_what_it_promises(self) -> None:
         info = discovered(self.plugin_name)
