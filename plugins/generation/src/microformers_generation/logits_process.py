@@ -457,7 +457,19 @@ class TemperatureLogitsWarper(LogitsProcessor):
         self.temperature = float(temperature)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        return scores / self.temperature
+        warped = scores / self.temperature
+        if self.temperature >= 1.0:
+            return warped  # no score grows: nothing can overflow
+        best = scores.amax(dim=-1, keepdim=True)
+        overflowed = ~torch.isfinite(warped.amax(dim=-1, keepdim=True)) & torch.isfinite(best)
+        if not bool(overflowed.any()):
+            return warped
+        # A temperature so small (1e-300) that a row's best score overflows to inf (or all of them underflow to
+        # -inf): that row's scores relative to its best, divided instead. Softmax gives the same distribution,
+        # which stays finite: the best token (ties shared) keeps all the probability, the limit of small temperatures.
+        relative = scores - best
+        limit = torch.where(relative == 0, relative, relative / self.temperature)
+        return torch.where(overflowed, limit, warped)
 
 
 class TopKLogitsWarper(LogitsProcessor):

@@ -31,6 +31,50 @@ from .prepare import prepare
 IMPOSSIBLE = -1.0e9
 
 
+# The sampling settings named when the probabilities cannot be sampled (with their "off" values).
+_SAMPLING_SETTINGS = (
+    ("temperature", 1.0), ("top_k", None), ("top_p", 1.0), ("min_p", None), ("typical_p", 1.0),
+    ("epsilon_cutoff", 0.0), ("eta_cutoff", 0.0), ("repetition_penalty", 1.0), ("sequence_bias", None),
+)  # fmt: skip
+
+
+def sample_rows(probabilities: torch.Tensor, num_samples: int, config: GenerationConfig) -> torch.Tensor:
+    """``torch.multinomial`` over rows of probabilities; a row that is not a distribution (inf/nan from scores that
+    overflowed, or nothing left to sample) is a :class:`GenerationError` naming the settings in play.
+
+    On the CPU torch checks the rows itself (nothing is paid until it fails); elsewhere they are checked first, as
+    a CUDA device-side assert would leave the device unusable."""
+    if probabilities.device.type != "cpu" and not bool(_distributions(probabilities).all()):
+        raise _not_a_distribution(probabilities, config)
+    try:
+        return torch.multinomial(probabilities, num_samples=num_samples)
+    except RuntimeError as exc:
+        if bool(_distributions(probabilities).all()):
+            raise  # not about the rows' values
+        raise _not_a_distribution(probabilities, config) from exc
+
+
+def _distributions(probabilities: torch.Tensor) -> torch.Tensor:
+    """Per row: finite, non-negative and summing above 0."""
+    finite = torch.isfinite(probabilities).all(dim=-1) & (probabilities >= 0).all(dim=-1)
+    return finite & (probabilities.sum(dim=-1) > 0)
+
+
+def _not_a_distribution(probabilities: torch.Tensor, config: GenerationConfig) -> GenerationError:
+    bad = (~_distributions(probabilities)).nonzero().flatten().tolist()
+    shown = ", ".join(map(str, bad[:8])) + (" ..." if len(bad) > 8 else "")
+    settings = [
+        f"{name}={getattr(config, name)!r}"
+        for name, off in _SAMPLING_SETTINGS
+        if getattr(config, name, off) is not None and getattr(config, name, off) != off
+    ]
+    return GenerationError(
+        f"sampling: the probabilities of row(s) {shown} are not finite (the scores overflowed, or were not finite "
+        f"from the model) with {', '.join(settings) or 'the default sampling settings'}; use a larger temperature "
+        "or milder penalties and biases, or do_sample=False for the most likely tokens"
+    )
+
+
 class Strategy:
     """Base class: preparation, the default builders; subclasses implement ``applies`` and ``decode``."""
 
@@ -181,7 +225,7 @@ class TokenByToken(Strategy):
             if hidden_states is not None:
                 hidden_states += (decoder.last_outputs.hidden_states,)
             if self.sample:
-                next_tokens = torch.multinomial(next_scores.softmax(dim=-1), num_samples=1).squeeze(1)
+                next_tokens = sample_rows(next_scores.softmax(dim=-1), 1, config).squeeze(1)
             else:
                 next_tokens = next_scores.argmax(dim=-1)
             if fill_finished:
@@ -304,7 +348,7 @@ class BeamSearch(Strategy):
 
             # 1. the best continuations over all beams of each batch item
             if config.do_sample:
-                picked = torch.multinomial(totals.softmax(dim=-1), num_samples=candidates)
+                picked = sample_rows(totals.softmax(dim=-1), candidates, config)
                 picked_scores = totals.gather(1, picked)
             else:
                 picked_scores, picked = torch.topk(totals, candidates, dim=1)
