@@ -20,7 +20,11 @@ def check_strategy_settings(config: Any) -> None:
         hint = " For deterministic output use do_sample=False instead." if config.temperature == 0 else ""
         raise GenerationError(f"temperature={config.temperature!r} must be a positive number.{hint}")
     if config.top_p is not None and not 0 < config.top_p <= 1:
-        hint = " (top_p=0 would keep only the most likely token: use do_sample=False for that)" if config.top_p == 0 else ""
+        hint = (
+            " (top_p=0 would keep only the most likely token: use do_sample=False for that)"
+            if config.top_p == 0
+            else ""
+        )
         raise GenerationError(f"top_p={config.top_p!r} must be in (0, 1]; 1.0 disables top-p filtering{hint}")
     if config.min_p is not None and not 0 <= config.min_p <= 1:
         raise GenerationError(f"min_p={config.min_p!r} must be in [0, 1]")
