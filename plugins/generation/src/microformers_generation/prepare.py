@@ -201,10 +201,19 @@ def _memory_bytes(device: torch.device) -> int | None:
         return None
 
 
+# The most rows (batch x num_beams, or x num_return_sequences) one generate() call expands its inputs to: far above
+# what beam search or best-of-n sampling use, and small enough that a typo (10**7 beams on a tiny model, whose
+# memory would allow them) is refused at once instead of running for minutes.
+MAX_EXPANDED_ROWS = 2**16
+
+
 def check_rows_fit(model: Any, config: GenerationConfig, rows: int, prompt_length: int) -> None:
     """Refuse a batch x num_beams / num_return_sequences whose first step alone (the prompt's key/value cache and one
     step's scores for every row) could not fit the device's memory, before anything is expanded: a clear error
-    instead of the allocator's. Later growth is not counted (``max_time`` or an end token may stop it)."""
+    instead of the allocator's. Later growth is not counted (``max_time`` or an end token may stop it).
+
+    Then, whatever the memory: more beams than the vocabulary has tokens (the first step cannot fill them; the rest
+    would only repeat impossible candidates), and more than ``MAX_EXPANDED_ROWS`` expanded rows, are refused."""
     model_config = getattr(model, "config", None)
     vocab = getattr(model_config, "vocab_size", None) or 0
     layers = getattr(model_config, "num_hidden_layers", None) or 0
@@ -216,15 +225,26 @@ def check_rows_fit(model: Any, config: GenerationConfig, rows: int, prompt_lengt
     per_row = 4 * vocab * 2 + 2 * layers * kv_heads * head_dim * 4 * prompt_length  # float32 at most
     device = _model_device(model)
     available = _memory_bytes(device)
-    if available is None or rows * per_row <= available:
-        return
-    gib = 1024**3
-    raise GenerationError(
-        f"num_beams={config.num_beams} / num_return_sequences={config.num_return_sequences} over a batch makes "
-        f"{rows} rows, whose first step alone (the prompt's key/value cache and the scores) needs about "
-        f"{rows * per_row / gib:.1f} GiB, more than the {available / gib:.1f} GiB of {device}; lower num_beams, "
-        "num_return_sequences or the batch"
-    )
+    if available is not None and rows * per_row > available:
+        gib = 1024**3
+        raise GenerationError(
+            f"num_beams={config.num_beams} / num_return_sequences={config.num_return_sequences} over a batch makes "
+            f"{rows} rows, whose first step alone (the prompt's key/value cache and the scores) needs about "
+            f"{rows * per_row / gib:.1f} GiB, more than the {available / gib:.1f} GiB of {device}; lower num_beams, "
+            "num_return_sequences or the batch"
+        )
+    if vocab and config.num_beams > vocab:
+        raise GenerationError(
+            f"num_beams={config.num_beams} is more than the model's vocabulary ({vocab} tokens): beam search keeps "
+            f"the num_beams best continuations, and the first step has only {vocab}; use num_beams <= {vocab}"
+        )
+    expand = max(config.num_beams, config.num_return_sequences)
+    if expand > 1 and rows > MAX_EXPANDED_ROWS:
+        raise GenerationError(
+            f"num_beams={config.num_beams} / num_return_sequences={config.num_return_sequences} over a batch of "
+            f"{rows // expand} makes {rows:,} rows, more than the {MAX_EXPANDED_ROWS:,} one generate() call decodes "
+            "together; lower them, or split the batch over several calls"
+        )
 
 
 def check_streamer(streamer: Any, config: GenerationConfig) -> None:

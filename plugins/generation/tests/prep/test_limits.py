@@ -44,3 +44,28 @@ def test_rows_that_cannot_fit_in_memory_are_refused_before_expanding(unbounded_m
     ids = torch.tensor([[3, 4, 5]])
     with pytest.raises(GenerationError, match=r"makes 1000000000 rows, whose first step alone .* GiB, more than"):
         unbounded_model.generate(ids, max_new_tokens=2, **settings)
+
+
+@pytest.mark.parametrize("num_beams", [25, 10**7])
+def test_more_beams_than_the_vocabulary_are_refused_before_expanding(unbounded_model, num_beams):
+    """The tiny model's memory would allow 10**7 rows, which then ran for minutes: refused at once."""
+    from microformers import GenerationError
+
+    ids = torch.tensor([[3, 4, 5]])
+    with pytest.raises(
+        GenerationError, match=rf"num_beams={num_beams} is more than the model's vocabulary \(24 tokens\)"
+    ):
+        unbounded_model.generate(ids, max_new_tokens=2, num_beams=num_beams)
+    assert unbounded_model.generate(ids, max_new_tokens=2, num_beams=24).shape == (1, 5)  # the bound itself runs
+
+
+@pytest.mark.parametrize(
+    ("batch", "settings"),
+    [(1, {"do_sample": True, "num_return_sequences": 10**7}), (2**12, {"num_beams": 24, "num_return_sequences": 2})],
+)
+def test_more_expanded_rows_than_one_call_decodes_are_refused_before_expanding(unbounded_model, batch, settings):
+    from microformers import GenerationError
+
+    ids = torch.tensor([[3, 4, 5]]).expand(batch, 3)
+    with pytest.raises(GenerationError, match=r"rows, more than the 65,536 one generate\(\) call decodes together"):
+        unbounded_model.generate(ids, max_new_tokens=2, **settings)
