@@ -10,6 +10,7 @@ class TestPipelinesPluginConformance(PluginConformanceTests):
     registers = (
         ("pipelines", "text-generation"),
         ("pipelines", "fill-mask"),
+        ("pipelines", "sentence-similarity"),  # packaged default: all-MiniLM-L6-v2
         ("exports", "Pipeline"),  # microformers.Pipeline: the base class lives here, not in the kernel
         ("exports", "ChunkPipeline"),
     )

@@ -41,6 +41,12 @@ TASK_TABLE: dict[str, tuple[str, tuple[str, ...], str | None, tuple[str, ...]]] 
         (),
     ),
     "feature-extraction": ("feature_extraction:FeatureExtractionPipeline", ("AutoModel",), "all-minilm-l6-v2", ()),
+    "sentence-similarity": (
+        "sentence_similarity:SentenceSimilarityPipeline",
+        ("AutoModel",),
+        "all-minilm-l6-v2",
+        (),
+    ),
     "zero-shot-classification": (
         "zero_shot:ZeroShotClassificationPipeline",
         ("AutoModelForSequenceClassification",),
