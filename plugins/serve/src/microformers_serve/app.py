@@ -55,6 +55,9 @@ DEFAULT_MAX_EMBEDDING_TOKENS = 16384  # tokens of all inputs of one /v1/embeddin
 EMBEDDING_BATCH_TOKENS = 4096  # padded tokens the encoder runs at once
 DEFAULT_MAX_IMAGE_BYTES = 4 * 1024 * 1024  # one /v1/embeddings image's file, decoded from base64
 DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096  # one /v1/embeddings image's width x height
+# A response sent before the body was read in full (408, 413) closes the connection: it cannot carry another
+# request, and kept open for --timeout-keep-alive it would hold a file descriptor a slow client chose to hold.
+_CLOSE = {"Connection": "close"}
 DISCONNECT_POLL_S = 0.25  # how often a non-streamed request checks that its client is still there
 CHAT_FIELDS = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n",
@@ -264,13 +267,16 @@ class Server:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             size = declared if len(declared) < 20 else f"{declared[:20]}..."
-            raise APIError(413, f"the body has {size} bytes; the limit is {self.max_body_bytes}", code="body_too_large")
+            raise APIError(
+                413, f"the body has {size} bytes; the limit is {self.max_body_bytes}", code="body_too_large",
+                headers=_CLOSE,
+            )  # fmt: skip
         try:
             raw = await asyncio.wait_for(self._read_raw(request), timeout=self.read_timeout)
         except TimeoutError:
             raise APIError(
                 408, f"the body was not received within {self.read_timeout:g} s (--request-timeout)",
-                code="request_timeout",
+                code="request_timeout", headers=_CLOSE,
             ) from None  # fmt: skip
         try:
             text = raw.decode("utf-8")
@@ -293,7 +299,10 @@ class Server:
         async for chunk in request.stream():
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise APIError(413, f"the body is over the limit of {self.max_body_bytes} bytes", code="body_too_large")
+                raise APIError(
+                    413, f"the body is over the limit of {self.max_body_bytes} bytes", code="body_too_large",
+                    headers=_CLOSE,
+                )  # fmt: skip
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -399,7 +408,9 @@ class Server:
 
     def submit(self, ids: list[int], sampling: Sampling) -> tuple[GenerationRequest, asyncio.Queue[Event]]:
         if self.engine is None:
-            raise APIError(400, f"{self.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint")
+            raise APIError(
+                400, f"{self.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint"
+            )
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
 
@@ -429,7 +440,9 @@ class Server:
             raise APIError(503, str(exc), code="shutting_down", kind="server_error") from None
         return request, queue
 
-    async def collect(self, http: Request, request: GenerationRequest, queue: asyncio.Queue[Event]) -> tuple[str, Event]:
+    async def collect(
+        self, http: Request, request: GenerationRequest, queue: asyncio.Queue[Event]
+    ) -> tuple[str, Event]:
         """Wait for a non-streamed result; a client that goes away cancels its request."""
         parts: list[str] = []
         finished = False
@@ -582,7 +595,9 @@ def create_app(server: Server) -> FastAPI:
         messages = [_message_text(m, i) for i, m in enumerate(raw)]
         server.check_text_size(sum(len(m["content"]) for m in messages), "messages")
         if server.engine is None:
-            raise APIError(400, f"{server.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint")
+            raise APIError(
+                400, f"{server.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint"
+            )
         try:  # off the event loop: a long conversation takes a while to render and encode
             encoded = await asyncio.to_thread(
                 server.tokenizer.apply_chat_template, messages, add_generation_prompt=True, return_dict=True
@@ -628,7 +643,9 @@ def create_app(server: Server) -> FastAPI:
         server.check_model(body)
         _refuse_unsupported(body)
         if server.engine is None:
-            raise APIError(400, f"{server.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint")
+            raise APIError(
+                400, f"{server.model_id} is an encoder model: it serves /v1/embeddings only", code="wrong_endpoint"
+            )
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
@@ -637,11 +654,15 @@ def create_app(server: Server) -> FastAPI:
                 raise bad("prompt", "must not be empty")
             server.check_text_size(len(prompt), "prompt")
             ids = list((await asyncio.to_thread(server.tokenizer, prompt))["input_ids"])
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        elif (
+            isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+        ):
             ids = list(prompt)
             server.check_ids(ids, "prompt")
         elif isinstance(prompt, list) and len(prompt) > 1:
-            raise bad("prompt", "one prompt per request is supported (send several requests; they are batched)", "unsupported")
+            raise bad(
+                "prompt", "one prompt per request is supported (send several requests; they are batched)", "unsupported"
+            )
         else:
             raise bad("prompt", "must be a non-empty string or a list of token ids", "invalid_type")
         if not ids:

@@ -282,6 +282,54 @@ def _is_generative(config: Any) -> bool:
 _ENCODERS = {"bert", "distilbert", "roberta", "xlm-roberta", "wav2vec2"}
 
 
+def head_timeout_protocol(seconds: float) -> type[Any]:
+    """uvicorn's h11 protocol, closing a connection whose request head (request line and headers) is not received
+    within ``seconds`` of the connection opening or of its previous response: uvicorn has no such timeout, so
+    clients that connect and send nothing, or trickle their headers, would each hold a file descriptor for as long
+    as they like, and enough of them leave none for anyone else (``/health`` included)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadTimeoutH11Protocol(H11Protocol):
+        head_timeout = seconds
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._head_timer: Any = None
+            self._arm_head_timer()
+
+        def _arm_head_timer(self) -> None:
+            self._disarm_head_timer()
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+        def _disarm_head_timer(self) -> None:
+            timer, self._head_timer = getattr(self, "_head_timer", None), None
+            if timer is not None:
+                timer.cancel()
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            waiting_for_head = self.cycle is None or self.cycle.response_complete
+            if waiting_for_head and not self.transport.is_closing():
+                self.transport.close()  # no request is in progress on it: nothing to answer
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a request head arrived: from here its body has --request-timeout
+                self._disarm_head_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():  # the next request's head gets the same time
+                self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_head_timer()
+            super().connection_lost(exc)
+
+    return HeadTimeoutH11Protocol
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
     from sse_starlette.sse import AppStatus
@@ -307,9 +355,12 @@ def run_serve(args: argparse.Namespace) -> int:
             super().handle_exit(sig, frame)
 
     # After SIGTERM uvicorn waits drain_timeout seconds for open requests (slow clients included), then cuts them.
+    # uvicorn bounds a body (our --request-timeout) and an idle keep-alive connection, not a request's head: a
+    # connection that never completes its header lines is closed after --request-timeout (see head_timeout_protocol).
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, timeout_keep_alive=args.timeout_keep_alive,
         timeout_graceful_shutdown=args.drain_timeout,
+        http=head_timeout_protocol(getattr(args, "request_timeout", None) or 30.0),
     )  # fmt: skip
     http = DrainingServer(config)
     print(f"microformers serve: {server.model_id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
