@@ -82,7 +82,11 @@ def scored_greedy(model: Any, prompt: list[int], new: int) -> tuple[list[int], l
     ``[1, vocab]`` scores that chose them."""
     with one_thread():
         out = model.generate(
-            torch.tensor([prompt]), max_new_tokens=new, do_sample=False, return_dict_in_generate=True, output_scores=True
+            torch.tensor([prompt]),
+            max_new_tokens=new,
+            do_sample=False,
+            return_dict_in_generate=True,
+            output_scores=True,
         )
     return out.sequences[0, len(prompt) :].tolist(), list(out.scores)
 

@@ -30,7 +30,9 @@ QUESTIONS = [
 def expected_tokens(reference: tuple[Any, Any], content: str, max_tokens: int) -> tuple[list[int], list[torch.Tensor]]:
     """The tokens ``generate`` makes for this one request alone (greedy), with the scores that chose them."""
     tokenizer, model = reference
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, return_dict=True)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, return_dict=True
+    )
     return scored_greedy(model, list(ids["input_ids"]), max_tokens)
 
 
@@ -46,7 +48,9 @@ def assert_answers_like_generate(reference: Any, content: str, max_tokens: int, 
 
 
 def chat(client: Any, content: str, **kwargs: Any) -> Any:
-    return client.chat.completions.create(model=_model(client), messages=[{"role": "user", "content": content}], **kwargs)
+    return client.chat.completions.create(
+        model=_model(client), messages=[{"role": "user", "content": content}], **kwargs
+    )
 
 
 def _model(client: Any) -> str:
@@ -70,13 +74,17 @@ def test_chat_equals_generate_and_counts_usage(client: Any, reference: Any) -> N
     assert answer.choices[0].message.role == "assistant"
     assert answer.choices[0].finish_reason == ("length" if count == 12 else "stop")
     tokenizer = reference[0]
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": QUESTIONS[0]}], add_generation_prompt=True, return_dict=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": QUESTIONS[0]}], add_generation_prompt=True, return_dict=True
+    )
     assert answer.usage.prompt_tokens == len(prompt["input_ids"])
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + count
 
 
 def test_streaming_chat_matches_non_streaming(client: Any, reference: Any) -> None:
-    stream = chat(client, QUESTIONS[1], max_tokens=20, temperature=0, stream=True, stream_options={"include_usage": True})
+    stream = chat(
+        client, QUESTIONS[1], max_tokens=20, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -234,7 +242,9 @@ def test_error_responses(server: ServerProcess, client: Any, reference: Any) -> 
         client.completions.create(model=model, prompt=[99999], max_tokens=4)
     assert info.value.body["param"] == "prompt"
     # An absurd max_tokens is clamped to the room left in the context, and the response says so.
-    raw = client.completions.with_raw_response.create(model=model, prompt=[5] * (CONTEXT - 6), max_tokens=10**9, temperature=0)
+    raw = client.completions.with_raw_response.create(
+        model=model, prompt=[5] * (CONTEXT - 6), max_tokens=10**9, temperature=0
+    )
     body = json.loads(raw.text)
     assert body["usage"]["completion_tokens"] <= 6 and "clamped to 6" in body["warnings"][0]
     assert "clamped" in raw.headers["x-microformers-warning"]
