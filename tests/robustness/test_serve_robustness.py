@@ -290,6 +290,12 @@ def test_connections_that_never_complete_a_request_head_are_closed_after_the_req
     # silent or header-trickling client holds its connection (a file descriptor) for as long as it likes
     server, _ = served
     sockets, stop = slow_clients(server.port, 6)
+    # and a keep-alive connection that answered one request, then trickles the head of its next one
+    reused = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    reused.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert read_reply(reused).startswith(b"HTTP/1.1 200")
+    reused.sendall(b"GET /health HTTP/1.1\r\n")
+    sockets.append(reused)
     try:
         # the bound is READ_TIMEOUT_S; the generous wait only tells a bounded connection from one kept forever
         assert all(closed_by_server(sock, READ_TIMEOUT_S + 20) for sock in sockets)

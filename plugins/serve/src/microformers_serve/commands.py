@@ -47,7 +47,8 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     )  # fmt: skip
     parser.add_argument(
         "--request-timeout", type=_positive_float, default=30.0,
-        help="seconds to receive a request body (default 30; a slower client gets 408)",
+        help="seconds to receive a request's head (else the connection is closed) and its body (else 408) "
+        "(default 30)",
     )  # fmt: skip
     parser.add_argument(
         "--timeout-keep-alive", type=_positive, default=5,
@@ -284,7 +285,8 @@ _ENCODERS = {"bert", "distilbert", "roberta", "xlm-roberta", "wav2vec2"}
 
 def head_timeout_protocol(seconds: float) -> type[Any]:
     """uvicorn's h11 protocol, closing a connection whose request head (request line and headers) is not received
-    within ``seconds`` of the connection opening or of its previous response: uvicorn has no such timeout, so
+    within ``seconds`` of the connection opening or of the first bytes of its next request: uvicorn has no such
+    timeout (an idle keep-alive connection is closed after --timeout-keep-alive, but not one that began a head), so
     clients that connect and send nothing, or trickle their headers, would each hold a file descriptor for as long
     as they like, and enough of them leave none for anyone else (``/health`` included)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -318,10 +320,12 @@ def head_timeout_protocol(seconds: float) -> type[Any]:
             if self.cycle is not cycle:  # a request head arrived: from here its body has --request-timeout
                 self._disarm_head_timer()
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():  # the next request's head gets the same time
+        def data_received(self, data: bytes) -> None:
+            # the first bytes of a keep-alive connection's next request (idle, it is uvicorn's --timeout-keep-alive's)
+            waiting_for_head = self.cycle is None or self.cycle.response_complete
+            if waiting_for_head and getattr(self, "_head_timer", None) is None:
                 self._arm_head_timer()
+            super().data_received(data)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_head_timer()
