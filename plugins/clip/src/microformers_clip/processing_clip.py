@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from microformers.errors import ConfigError, InputError
 from microformers_sdk.processing import BatchFeature, ProcessorBase
-from microformers_vision.image_processing_utils import check_backend
+from microformers_vision import check_backend
 
 from .image_processing_clip import CLIPImageProcessor
 from .image_processing_siglip import SiglipImageProcessor

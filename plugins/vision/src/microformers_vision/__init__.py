@@ -16,6 +16,7 @@ _LAZY: dict[str, str] = {
     "BaseImageProcessor": "image_processing_utils",
     "ImageProcessingMixin": "image_processing_utils",
     "get_size_dict": "image_processing_utils",
+    "check_backend": "image_processing_utils",
     "ImageClassificationPipeline": "pipelines",
     "ImageFeatureExtractionPipeline": "pipelines",
     "ZeroShotImageClassificationPipeline": "pipelines",
