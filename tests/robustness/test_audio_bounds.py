@@ -212,7 +212,7 @@ def test_asr_pipeline_length_limit_applies_before_decoding(
     from microformers_audio import audio_io, pipelines
 
     (tmp_path / "long.wav").write_bytes(wav_bytes(2 * RATE, RATE))
-    monkeypatch.setattr(pipelines, "_available_memory", lambda: 4_000_000)  # 2 s of attention do not fit
+    monkeypatch.setattr(pipelines, "available_memory", lambda: 4_000_000)  # 2 s of attention do not fit
     decoded: list[object] = []
     monkeypatch.setattr(audio_io, "_read", lambda *args: decoded.append(args) or (np.zeros((1, 1)), RATE))
     with pytest.raises(AudioInputError, match="chunk_length_s=30"):

@@ -17,6 +17,44 @@ AUTOMATIC_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 MAX_CPU_THREADS = 1024
 
 
+def thread_count_argument(text: str) -> int:
+    """An argparse ``type`` for ``--threads``: an integer from 1 to :data:`MAX_CPU_THREADS`."""
+    import argparse
+    import os
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text} threads cannot run anything; give 1 or more (or leave --threads out for torch's default)"
+        )
+    if value > MAX_CPU_THREADS:
+        raise argparse.ArgumentTypeError(
+            f"{text} threads is more than {MAX_CPU_THREADS:,}; this machine has {os.cpu_count() or 1} CPUs (leave "
+            "--threads out for torch's default)"
+        )
+    return value
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the system has available now (``MemAvailable``), or None where that cannot be read."""
+    import os
+
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def check_device(device: Any, argument: str) -> Any:
     """The ``torch.device`` that ``device`` names (a ``torch.device``, ``"cuda:1"``, or an int: a CUDA index,
     negative for the CPU as in ``pipeline(device=-1)``), after checking that it exists on this machine."""

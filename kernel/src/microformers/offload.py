@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .devices import AUTOMATIC_DEVICE_MAPS, check_device
+from .devices import available_memory as system_available_memory
 from .errors import CheckpointError, ConfigError, DeviceError
 
 if TYPE_CHECKING:
@@ -116,17 +117,8 @@ def available_memory() -> dict[Any, int]:
 
 
 def _cpu_available() -> int:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        return 2**62
+    available = system_available_memory()
+    return 2**62 if available is None else available
 
 
 # -- the request ---------------------------------------------------------------------------------------------

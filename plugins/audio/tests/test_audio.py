@@ -231,7 +231,7 @@ def test_asr_pipeline_refuses_audio_too_long_for_memory(asr_folder: Path, monkey
     from microformers_audio import pipelines
 
     asr = microformers.pipeline("automatic-speech-recognition", model=asr_folder)
-    monkeypatch.setattr(pipelines, "_available_memory", lambda: 4_000_000)
+    monkeypatch.setattr(pipelines, "available_memory", lambda: 4_000_000)
     with pytest.raises(AudioInputError, match="chunk_length_s=30"):
         asr(wave(2.0))
     assert asr(wave(2.0), chunk_length_s=0.25)["text"] is not None  # windows fit

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from microformers.devices import available_memory
 from microformers.errors import ConfigError, FileMissingError, InputError
 from microformers_sdk.processing import setting_source
 
@@ -69,21 +70,6 @@ def to_mono(array: np.ndarray, what: str = "audio") -> np.ndarray:
             "more than 2 channels, mix it down to mono yourself."
         )
     return array.mean(axis=0)
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available now (``MemAvailable``), or None where that cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def check_sampling_rate(rate: Any, name: str = "sampling_rate") -> int:

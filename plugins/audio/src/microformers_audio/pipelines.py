@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from microformers import ChunkPipeline, Pipeline
+from microformers.devices import available_memory
 from microformers.errors import ConfigError
 
 from .audio_io import AudioInputError, load_audio
-from .audio_io import available_memory as _available_memory
 
 __all__ = ["AudioClassificationPipeline", "AutomaticSpeechRecognitionPipeline"]
 
@@ -201,7 +201,7 @@ class AutomaticSpeechRecognitionPipeline(ChunkPipeline):
         stride = list(getattr(config, "conv_stride", [1]) or [1])
         element = torch.finfo(_float_dtype(self.model) or torch.float32).bits // 8
         needed = max(2 * heads * frames * frames, 2 * conv_dim[0] * (num_samples // stride[0])) * element
-        available = _available_memory()
+        available = available_memory()
         if available is not None and needed > _MEMORY_SHARE * available:
             seconds = num_samples / self.feature_extractor.sampling_rate
             if chunked:

@@ -12,15 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from microformers.devices import MAX_CPU_THREADS
+from microformers.devices import thread_count_argument
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_NEW_TOKENS = 256
 # Sampling temperatures below this are refused, as serve refuses them: at 1e-3 two scores 0.1 apart already differ by
 # e^-100 in probability, so a smaller one only risks overflowing the scores (1e-300 turns them to inf).
 MIN_TEMPERATURE = 1e-3
-# More CPU threads than this is a typo, not a machine: torch.set_num_threads(100000) crashes the process.
-MAX_THREADS = MAX_CPU_THREADS  # the kernel's bound, which serve's --threads uses too
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +49,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="where to run the model (cpu, cuda, cuda:1, mps)")
     parser.add_argument("--dtype", default=None, help="weights dtype (float32, bfloat16, float16; default: auto)")
     parser.add_argument("--seed", type=_seed, default=None, help="random seed, 0 <= SEED < 2**64")
-    parser.add_argument("--threads", type=_threads, default=None, help="CPU threads torch uses (default: torch's)")
+    parser.add_argument("--threads", type=thread_count_argument, default=None, help="CPU threads torch uses (default: torch's)")
     parser.add_argument("--system", default=None, help="system prompt")
 
 
@@ -62,23 +60,6 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if not 0 <= value < 2**64:
         raise argparse.ArgumentTypeError(f"{text} is out of range; a seed is 0 <= SEED < 2**64")
-    return value
-
-
-def _threads(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text} threads cannot run anything; give 1 or more (or leave --threads out for torch's default)"
-        )
-    if value > MAX_THREADS:
-        raise argparse.ArgumentTypeError(
-            f"{text} threads is more than {MAX_THREADS:,}; this machine has {os.cpu_count() or 1} CPUs (leave "
-            "--threads out for torch's default)"
-        )
     return value
 
 

@@ -52,12 +52,7 @@ class FeatureExtractionPipeline(Pipeline):
         return dict(self.tokenizer(text, return_tensors="pt", **tokenizer_kwargs))
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
-        outputs = self.model(**model_inputs)
-        hidden = outputs["last_hidden_state"] if "last_hidden_state" in outputs else outputs[0]
-        mask = model_inputs.get("attention_mask")
-        if mask is None:
-            mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
-        return {"hidden_states": hidden, "attention_mask": mask}
+        return token_states(self.model, model_inputs)
 
     def postprocess(
         self,
@@ -80,3 +75,13 @@ class FeatureExtractionPipeline(Pipeline):
         if normalize:
             vector = torch.nn.functional.normalize(vector, p=2, dim=0)
         return vector if return_tensors else vector.tolist()
+
+
+def token_states(model: Any, model_inputs: dict[str, Any]) -> dict[str, Any]:
+    """The model's last hidden states and the attention mask to pool them with (all ones when none was given)."""
+    outputs = model(**model_inputs)
+    hidden = outputs["last_hidden_state"] if "last_hidden_state" in outputs else outputs[0]
+    mask = model_inputs.get("attention_mask")
+    if mask is None:
+        mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+    return {"hidden_states": hidden, "attention_mask": mask}

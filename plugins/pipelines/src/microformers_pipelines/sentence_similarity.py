@@ -22,6 +22,7 @@ from microformers import ConfigError, InputError
 
 from ._common import check_text
 from .base import ChunkPipeline
+from .feature_extraction import token_states
 
 TASK = "sentence-similarity"
 INPUT_KEYS = frozenset({"source_sentence", "sentences"})
@@ -69,12 +70,7 @@ class SentenceSimilarityPipeline(ChunkPipeline):
             yield dict(self.tokenizer(text, return_tensors="pt", **options))
 
     def _forward(self, model_inputs: dict[str, Any]) -> dict[str, Any]:
-        outputs = self.model(**model_inputs)
-        hidden = outputs["last_hidden_state"] if "last_hidden_state" in outputs else outputs[0]
-        mask = model_inputs.get("attention_mask")
-        if mask is None:
-            mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
-        return {"hidden_states": hidden, "attention_mask": mask}
+        return token_states(self.model, model_inputs)
 
     def postprocess(self, model_outputs: list[Any]) -> list[float]:
         vectors = torch.stack([self.embed(outputs) for outputs in model_outputs])

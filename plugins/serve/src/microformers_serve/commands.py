@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from microformers.devices import thread_count_argument
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
@@ -79,7 +81,7 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
         "--max-body-bytes", type=_positive, default=4 * 1024 * 1024, help="request size limit (413 above)"
     )
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1 (default cpu)")
-    parser.add_argument("--threads", type=_threads, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--threads", type=thread_count_argument, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     return run_serve
 
@@ -88,21 +90,6 @@ def _positive(text: str) -> int:
     value = _int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be >= 1")
-    return value
-
-
-def _threads(text: str) -> int:
-    """1 to ``MAX_CPU_THREADS`` (the kernel's bound, chat's too): torch.set_num_threads(100000) crashes the process."""
-    import os
-
-    from microformers.devices import MAX_CPU_THREADS
-
-    value = _positive(text)
-    if value > MAX_CPU_THREADS:
-        raise argparse.ArgumentTypeError(
-            f"{text} threads is more than {MAX_CPU_THREADS:,}; this machine has {os.cpu_count() or 1} CPUs (leave "
-            "--threads out for torch's default)"
-        )
     return value
 
 

@@ -38,7 +38,6 @@ import atexit
 import collections
 import ctypes
 import logging
-import os
 import threading
 import time
 import weakref
@@ -48,6 +47,7 @@ from typing import Any
 import attrs
 import torch
 
+from microformers.devices import available_memory
 from microformers_sdk.cache import Cache, DynamicCache, StaticCache
 from microformers_sdk.decode_steps import NativeDecodeStep, StaticStepRunner, decoding_with
 
@@ -558,14 +558,8 @@ def free_memory(device: torch.device) -> int:
     """Bytes free for new allocations: the accelerator's free memory, else the system's available RAM."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    available = available_memory()
+    return 2**62 if available is None else available
 
 
 def _gib(size: int) -> str:
