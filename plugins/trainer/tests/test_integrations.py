@@ -65,9 +65,7 @@ def test_wandb_model_upload_is_refused(args_factory: Any, monkeypatch: pytest.Mo
         Trainer(model=tiny_gpt2(), args=args_factory(report_to="wandb"), train_dataset=lm_rows(4))
 
 
-@pytest.mark.parametrize(
-    "name", ["comet_ml", "clearml", "dvclive", "codecarbon", "azure_ml", "dagshub", "flyte", "swanlab", "neptune"]
-)
+@pytest.mark.parametrize("name", ["azure_ml", "dagshub", "flyte", "swanlab", "neptune", "trackio"])
 def test_integrations_not_provided_are_refused_by_name(args_factory: Any, name: str) -> None:
     with pytest.raises(ConfigError, match=f"report_to='{name}'.*no {name} integration.*register_callbacks"):
         args_factory(report_to=["jsonl", name])
@@ -89,7 +87,17 @@ def test_all_is_every_installed_integration(args_factory: Any) -> None:
         args_factory(report_to=["none", "jsonl"])
 
 
-@pytest.mark.parametrize(("name", "install"), [("wandb", "pip install wandb"), ("mlflow", "pip install mlflow-skinny")])
+@pytest.mark.parametrize(
+    ("name", "install"),
+    [
+        ("wandb", "pip install wandb"),
+        ("mlflow", "pip install mlflow-skinny"),
+        ("dvclive", "pip install dvclive"),
+        ("codecarbon", "pip install codecarbon"),
+        ("comet_ml", "pip install comet-ml"),
+        ("clearml", "pip install clearml"),
+    ],
+)
 def test_a_known_integration_without_its_library_says_what_to_install(
     args_factory: Any, monkeypatch: pytest.MonkeyPatch, name: str, install: str
 ) -> None:

@@ -29,14 +29,14 @@ _AVAILABLE_WITH = {
     "tensorboard": "pip install microformers-trainer[tensorboard]",
     "mlflow": "pip install mlflow-skinny (or mlflow)",
     "wandb": "pip install wandb",
+    "dvclive": "pip install dvclive",
+    "codecarbon": "pip install codecarbon",
+    "comet_ml": "pip install comet-ml",
+    "clearml": "pip install clearml",
 }
 _NOT_PROVIDED = (
     "azure_ml",
-    "clearml",
-    "codecarbon",
-    "comet_ml",
     "dagshub",
-    "dvclive",
     "flyte",
     "neptune",
     "swanlab",
@@ -298,3 +298,348 @@ class WandbCallback(TrainerCallback):
             else:
                 record[f"train/{key}"] = value
         self._wandb.log({**record, "train/global_step": state.global_step})
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _prefixed(logs: dict[str, Any]) -> dict[str, Any]:
+    """``eval_x`` → ``eval/x``, ``test_x`` → ``test/x``, anything else → ``train/x`` (the reference's naming)."""
+    out = {}
+    for key, value in logs.items():
+        if key.startswith(("eval_", "test_")):
+            out[key.replace("_", "/", 1)] = value
+        else:
+            out[f"train/{key}"] = value
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+    """The lower-cased value of environment variable ``name``; a value outside ``allowed`` is a ``ConfigError``."""
+    value = os.environ.get(name, default).strip().lower()
+    if value in _TRUE:
+        return "true"
+    if value in _FALSE:
+        return "false"
+    if value not in allowed:
+        raise ConfigError(
+            f"{name}={value!r} is not understood; use one of true, false{''.join(', ' + a for a in allowed)}"
+        )
+    return value
+
+
+class DVCLiveCallback(TrainerCallback):
+    """Logs to DVCLive (``pip install dvclive``), which writes plain files: on ``train`` begin the arguments
+    as ``params.yaml``, every ``log`` call's numbers as metrics (``eval_loss`` as ``eval/loss``) followed by
+    ``Live.next_step()`` (so ``plots/metrics/<name>.tsv`` hold one row per log call and ``metrics.json`` the
+    latest values), and ``Live.end()`` when training ends. The ``Live`` is made with DVCLive's defaults
+    (folder ``dvclive/`` in the working directory) unless one is given.
+
+    ``log_model`` (or ``HF_DVCLIVE_LOG_MODEL``): ``True`` saves the final model (and processing class) to
+    ``<output_dir>/last`` (``best`` with ``load_best_model_at_end``) and logs it with ``Live.log_artifact``;
+    ``"all"`` logs ``output_dir`` at every save. DVCLive logs artifacts only inside a DVC repository (it warns
+    and skips otherwise).
+    """
+
+    def __init__(self, live: Any = None, log_model: bool | str | None = None) -> None:
+        try:
+            from dvclive import Live
+        except ImportError as exc:
+            raise PluginError(f"report_to='dvclive' needs DVCLive ({exc}); {_AVAILABLE_WITH['dvclive']}") from exc
+        if live is not None and not isinstance(live, Live):
+            raise ConfigError(f"DVCLiveCallback(live=...) must be a dvclive.Live, got {type(live).__name__}")
+        if log_model is None:
+            choice = _env_choice("HF_DVCLIVE_LOG_MODEL", "false", ("all",))
+            log_model = "all" if choice == "all" else choice == "true"
+        elif log_model not in (True, False, "all"):
+            raise ConfigError(f"DVCLiveCallback(log_model={log_model!r}): use True, False or 'all'")
+        self.live = live
+        self._log_model = log_model
+        self._initialized = False
+
+    def setup(self, args: Any, state: Any, model: Any) -> None:
+        from dvclive import Live
+
+        self._initialized = True
+        if state.is_world_process_zero:
+            if self.live is None:
+                self.live = Live()
+            self.live.log_params(args.to_dict())
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if not self._initialized:
+            self.setup(args, state, model)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
+        if not self._initialized:
+            self.setup(args, state, model)
+        if not state.is_world_process_zero or not logs:
+            return
+        from dvclive.utils import standardize_metric_name
+
+        for key, value in logs.items():
+            if _is_number(value):
+                self.live.log_metric(standardize_metric_name(key, "dvclive.huggingface"), value)
+            else:
+                logger.warning("dvclive: %s=%r is not a number and is not logged as a metric", key, value)
+        self.live.next_step()
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._log_model == "all" and self._initialized and state.is_world_process_zero:
+            self.live.log_artifact(args.output_dir)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if not (self._initialized and state.is_world_process_zero):
+            return
+        if self._log_model is True and model is not None:
+            name = "best" if args.load_best_model_at_end else "last"
+            folder = os.path.join(args.output_dir, name)
+            model.save_pretrained(folder)
+            processing_class = kwargs.get("processing_class")
+            if processing_class is not None and hasattr(processing_class, "save_pretrained"):
+                processing_class.save_pretrained(folder)
+            self.live.log_artifact(folder, name=name, type="model", copy=True)
+        self.live.end()
+        self._initialized = False
+
+
+class CodeCarbonCallback(TrainerCallback):
+    """Measures the training's energy use and CO₂ emissions with CodeCarbon (``pip install codecarbon``): a
+    tracker started when training begins and stopped when it ends, writing ``<output_dir>/emissions.csv``
+    (local process zero of each machine). CodeCarbon's own configuration applies (``CODECARBON_*``
+    environment variables, ``.codecarbon.config``). With a country set (``CODECARBON_COUNTRY_ISO_CODE``, e.g.
+    ``FRA``) the offline tracker is used and nothing goes to the network; without one CodeCarbon looks the
+    location up online. The tracker is made when training begins (the reference makes it with the Trainer).
+    """
+
+    def __init__(self) -> None:
+        try:
+            import codecarbon
+        except ImportError as exc:
+            raise PluginError(
+                f"report_to='codecarbon' needs CodeCarbon ({exc}); {_AVAILABLE_WITH['codecarbon']}"
+            ) from exc
+        self._codecarbon = codecarbon
+        self.tracker: Any = None
+
+    def _offline(self) -> bool:
+        if os.environ.get("CODECARBON_COUNTRY_ISO_CODE"):
+            return True
+        from codecarbon.core.config import get_hierarchical_config
+
+        return bool(get_hierarchical_config().get("country_iso_code"))
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_local_process_zero:
+            return
+        if self.tracker is None:
+            os.makedirs(args.output_dir, exist_ok=True)
+            cc = self._codecarbon
+            tracker_cls = cc.OfflineEmissionsTracker if self._offline() else cc.EmissionsTracker
+            self.tracker = tracker_cls(output_dir=args.output_dir)
+        self.tracker.start()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.tracker is not None and state.is_local_process_zero:
+            self.tracker.stop()
+
+
+class CometCallback(TrainerCallback):
+    """Logs to Comet (``pip install comet-ml``): on ``train`` begin an experiment from ``comet_ml.start``
+    (named ``run_name``; ``COMET_MODE`` ``get``/``create``/``get_or_create`` as the reference, project
+    ``COMET_PROJECT_NAME``) with the model graph, the arguments as ``args|*`` and the model configuration as
+    ``config|*`` parameters; every ``log`` call's numbers as ``train/*``/``eval/*`` metrics at the global step
+    and epoch; ``predict`` metrics too; with ``COMET_LOG_ASSETS=true`` the ``output_dir`` as an asset folder
+    when training ends. The experiment stays open after training, as the reference (``callback.experiment``;
+    Comet ends it at exit). Offline: ``COMET_START_ONLINE=false`` (with ``COMET_OFFLINE_DIRECTORY``) writes the
+    experiment as a zip for a later ``comet upload``.
+    """
+
+    def __init__(self) -> None:
+        try:
+            import comet_ml
+        except ImportError as exc:
+            raise PluginError(f"report_to='comet_ml' needs Comet ({exc}); {_AVAILABLE_WITH['comet_ml']}") from exc
+        self._comet = comet_ml
+        self._initialized = False
+        self._log_assets = _env_choice("COMET_LOG_ASSETS", "false", ()) == "true"
+        mode = os.environ.get("COMET_MODE")
+        if mode is not None and mode.lower() not in ("get", "get_or_create", "create"):
+            raise ConfigError(f"COMET_MODE={mode!r} is not understood; use get, get_or_create or create")
+        self._mode = mode.lower() if mode else None
+        self.experiment: Any = None
+
+    def setup(self, args: Any, state: Any, model: Any) -> None:
+        self._initialized = True
+        if not state.is_world_process_zero:
+            return
+        mode = "create" if getattr(state, "is_hyper_param_search", False) else self._mode  # one experiment per trial
+        comet = self._comet
+        self.experiment = comet.start(mode=mode, experiment_config=comet.ExperimentConfig(name=args.run_name))
+        if model is not None:
+            self.experiment.__internal_api__set_model_graph__(model, framework="transformers")
+        params: dict[str, Any] = {"args": args.to_dict()}
+        config = getattr(model, "config", None)
+        if config is not None and hasattr(config, "to_dict"):
+            params["config"] = config.to_dict()
+        self.experiment.__internal_api__log_parameters__(
+            params, framework="transformers", source="manual", flatten_nested=True
+        )
+        if getattr(state, "is_hyper_param_search", False):
+            self.experiment.log_optimization(
+                optimization_id=getattr(state, "trial_name", None), parameters=getattr(state, "trial_params", None)
+            )
+
+    def _log(self, state: Any, logs: Any) -> None:
+        if state.is_world_process_zero and self.experiment is not None and logs:
+            self.experiment.__internal_api__log_metrics__(
+                _prefixed(logs), step=state.global_step, epoch=state.epoch, framework="transformers"
+            )
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if not self._initialized:
+            self.setup(args, state, model)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
+        if not self._initialized:
+            self.setup(args, state, model)
+        self._log(state, logs)
+
+    def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        if not self._initialized:
+            self.setup(args, state, None)
+        self._log(state, metrics)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not (self._initialized and state.is_world_process_zero and self.experiment is not None):
+            return
+        if self._log_assets:
+            self.experiment.log_asset_folder(
+                args.output_dir, recursive=True, log_file_name=True, step=state.global_step
+            )
+        if getattr(state, "is_hyper_param_search", False):
+            self.experiment.clean()
+            self._initialized = False
+
+
+_CLEARML_SINGLE_VALUES = (
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_loss",
+    "total_flos",
+    "epoch",
+)
+
+
+class ClearMLCallback(TrainerCallback):
+    """Logs to ClearML (``pip install clearml``): on ``train`` begin the running task (``Task.current_task()``)
+    or a new one (project ``CLEARML_PROJECT``, default ``"HuggingFace Transformers"``; name ``CLEARML_TASK``,
+    default ``"Trainer"``), the arguments as hyperparameters of section ``Transformers`` (``*_token`` ones left
+    out) and the model configuration as configuration object ``Model Configuration``; every ``log`` call's
+    numbers as scalars (title ``train``/``eval``/``test``, series the name, at the global step; the end-of-training
+    summary numbers as single values). ``CLEARML_LOG_MODEL`` (default true for a task this callback created,
+    false for one it found) uploads every saved checkpoint as an output model, keeping ``save_total_limit``
+    of them. A task this callback created is closed when training ends. Offline: ``CLEARML_OFFLINE_MODE=1``
+    (or ``Task.set_offline(True)``) stores the session as a folder and zip for a later import.
+    """
+
+    _hparams_section = "Transformers"
+    _model_config_section = "Model Configuration"
+
+    def __init__(self) -> None:
+        try:
+            import clearml
+        except ImportError as exc:
+            raise PluginError(f"report_to='clearml' needs ClearML ({exc}); {_AVAILABLE_WITH['clearml']}") from exc
+        self._clearml = clearml
+        self._log_model_env = _env_choice("CLEARML_LOG_MODEL", "", ())  # "false" when unset
+        self._log_model_set = os.environ.get("CLEARML_LOG_MODEL", "").strip() != ""
+        self._initialized = False
+        self._close_on_end = False
+        self._log_model = False
+        self._checkpoints: list[Any] = []
+        self.task: Any = None
+
+    def setup(self, args: Any, state: Any, model: Any) -> None:
+        self._initialized = True
+        if not state.is_world_process_zero:
+            return
+        task_cls = self._clearml.Task
+        if _true("CLEARML_OFFLINE_MODE") and not task_cls.is_offline():
+            task_cls.set_offline(True)  # ClearML reads the variable once, when imported
+        if self.task is None:
+            current = task_cls.current_task()
+            if current is not None:
+                self.task, self._close_on_end = current, False
+            else:
+                self.task = task_cls.init(
+                    project_name=os.environ.get("CLEARML_PROJECT", "HuggingFace Transformers"),
+                    task_name=os.environ.get("CLEARML_TASK", "Trainer"),
+                    auto_connect_frameworks={"tensorboard": False, "pytorch": False},
+                    output_uri=True,
+                )
+                self._close_on_end = True
+            default = not self._log_model_set and self._close_on_end  # the reference's default
+            self._log_model = default or self._log_model_env == "true"
+        hparams = {k: v for k, v in _flatten(args.to_dict()).items() if not k.endswith("_token")}
+        self.task.set_parameters({f"{self._hparams_section}/{k}": v for k, v in hparams.items()})
+        config = getattr(model, "config", None)
+        if config is not None and hasattr(config, "to_dict"):
+            self.task.set_configuration_object(
+                name=self._model_config_section,
+                config_dict=config.to_dict(),
+                description="The configuration of the model trained.",
+            )
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self._checkpoints = []
+        if getattr(state, "is_hyper_param_search", False):
+            self._initialized = False
+        if not self._initialized:
+            self.setup(args, state, model)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
+        if not self._initialized:
+            self.setup(args, state, model)
+        if not state.is_world_process_zero or not logs or self.task is None:
+            return
+        report = self.task.get_logger()
+        for key, value in logs.items():
+            if not _is_number(value):
+                logger.warning("clearml: %s=%r is not a number and is not reported as a scalar", key, value)
+            elif key in _CLEARML_SINGLE_VALUES:
+                report.report_single_value(name=key, value=value)
+            elif key.startswith(("eval_", "test_")):
+                title, series = key.split("_", 1)
+                report.report_scalar(title=title, series=series, value=value, iteration=state.global_step)
+            else:
+                report.report_scalar(title="train", series=key, value=value, iteration=state.global_step)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not (self._log_model and self.task is not None and state.is_world_process_zero):
+            return
+        name = f"checkpoint-{state.global_step}"
+        output_model = self._clearml.OutputModel(task=self.task, name=name)
+        output_model.update_weights_package(
+            weights_path=os.path.join(args.output_dir, name),
+            target_filename=name,
+            iteration=state.global_step,
+            auto_delete_file=False,
+        )
+        self._checkpoints.append(output_model)
+        while args.save_total_limit and len(self._checkpoints) > args.save_total_limit:
+            oldest = self._checkpoints.pop(0)
+            if not self._clearml.Model.remove(oldest, delete_weights_file=True, force=True):
+                logger.warning("clearml: could not remove checkpoint %s beyond save_total_limit", oldest.name)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._close_on_end and self.task is not None and state.is_world_process_zero:
+            self.task.close()
+            self.task = None
+            self._initialized = False

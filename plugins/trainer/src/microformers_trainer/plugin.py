@@ -32,7 +32,19 @@ EXPORTS: dict[str, str] = {
             "EarlyStoppingCallback",
         )
     },
-    **{n: "integrations" for n in ("JsonLinesCallback", "TensorBoardCallback", "MLflowCallback", "WandbCallback")},
+    **{
+        n: "integrations"
+        for n in (
+            "JsonLinesCallback",
+            "TensorBoardCallback",
+            "MLflowCallback",
+            "WandbCallback",
+            "DVCLiveCallback",
+            "CodeCarbonCallback",
+            "CometCallback",
+            "ClearMLCallback",
+        )
+    },
     "HfArgumentParser": "hf_argparser",
     "HfArg": "hf_argparser",
     **{
@@ -98,3 +110,11 @@ def register_callbacks(register: Any) -> None:
         register("mlflow", f"{_PKG}.integrations:MLflowCallback")
     if importlib.util.find_spec("wandb") is not None:
         register("wandb", f"{_PKG}.integrations:WandbCallback")
+    for name, module, cls in (
+        ("dvclive", "dvclive", "DVCLiveCallback"),
+        ("codecarbon", "codecarbon", "CodeCarbonCallback"),
+        ("comet_ml", "comet_ml", "CometCallback"),
+        ("clearml", "clearml", "ClearMLCallback"),
+    ):
+        if importlib.util.find_spec(module) is not None:
+            register(name, f"{_PKG}.integrations:{cls}")
