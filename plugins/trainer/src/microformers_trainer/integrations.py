@@ -5,6 +5,8 @@
 (needs the ``tensorboard`` package: ``pip install microformers-trainer[tensorboard]``);
 ``report_to=["mlflow"]`` logs parameters and metrics to MLflow (``pip install mlflow-skinny``);
 ``report_to=["wandb"]`` to Weights & Biases (``pip install wandb``; ``WANDB_MODE=offline`` works without network).
+``report_to=["dvclive"]``, ``["codecarbon"]``, ``["comet_ml"]`` and ``["clearml"]`` to DVCLive, CodeCarbon,
+Comet and ClearML (each offline as its library allows: see each class).
 An integration is registered only when its library is installed; :func:`check_report_to` refuses other names.
 """
 
