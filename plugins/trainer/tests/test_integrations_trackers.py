@@ -155,13 +155,23 @@ def test_clearml_offline_session_holds_hyperparameters_and_scalars(
 
 
 @pytest.mark.parametrize(
-    ("variable", "value", "message"),
-    [("COMET_MODE", "sometimes", "COMET_MODE='sometimes'.*get, get_or_create or create")],
+    ("report_to", "variable", "value", "message"),
+    [
+        ("comet_ml", "COMET_MODE", "sometimes", "COMET_MODE='sometimes'.*get, get_or_create or create"),
+        ("comet_ml", "COMET_LOG_ASSETS", "maybe", "COMET_LOG_ASSETS='maybe' is not understood; use one of true, false"),
+        (
+            "clearml",
+            "CLEARML_LOG_MODEL",
+            "maybe",
+            "CLEARML_LOG_MODEL='maybe' is not understood; use one of true, false",
+        ),
+        ("dvclive", "HF_DVCLIVE_LOG_MODEL", "best", "HF_DVCLIVE_LOG_MODEL='best'.*true, false, all"),
+    ],
 )
-def test_comet_settings_are_checked(
-    args_factory: Any, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+def test_tracker_settings_are_checked_when_the_trainer_is_made(
+    args_factory: Any, monkeypatch: pytest.MonkeyPatch, report_to: str, variable: str, value: str, message: str
 ) -> None:
-    pytest.importorskip("comet_ml", reason="report_to='comet_ml' needs comet-ml (requirements-test.txt)")
+    pytest.importorskip(report_to, reason=f"report_to={report_to!r} needs its library (requirements-test.txt)")
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError, match=message):
-        Trainer(model=tiny_gpt2(), args=args_factory(report_to="comet_ml"), train_dataset=lm_rows(4))
+        Trainer(model=tiny_gpt2(), args=args_factory(report_to=report_to), train_dataset=lm_rows(4))
