@@ -127,6 +127,10 @@ def test_clearml_offline_session_holds_hyperparameters_and_scalars(
     monkeypatch.setenv("CLEARML_LOG_MODEL", "false")
     # the repository as ClearML's environment detector reads it: no git commands over this checkout (minutes)
     monkeypatch.setenv("CLEARML_VCS_REPO_URL", "file:///tests")
+    # reporting from a thread, not a subprocess: closing the task does not wait ~12 s for the subprocess to flush
+    config = tmp_path / "clearml.conf"
+    config.write_text("sdk { development { report_use_subprocess: false } }\n")
+    monkeypatch.setenv("CLEARML_CONFIG_FILE", str(config))
     folders: list[Path] = []
 
     class OfflineFolder(TrainerCallback):
