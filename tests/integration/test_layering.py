@@ -5,7 +5,8 @@ The rule (``PRODUCT.md``, "Rules of the kernel"):
 * the kernel (``microformers``) imports nothing above it: no first-party distribution at all;
 * the SDK (``microformers-sdk``) imports only the kernel;
 * a plugin imports the kernel, the SDK and the first-party distributions it declares in its
-  ``pyproject.toml`` ``[project] dependencies`` (the SDK and the kernel included) — also for names
+  ``pyproject.toml`` ``[project] dependencies`` (the SDK and the kernel included) or in one of its extras
+  (``[project.optional-dependencies]``: imported lazily, where the feature needs it) — also for names
   it takes through ``from microformers import X`` (or ``microformers.X``) where ``X`` is contributed by
   another plugin's ``register_exports`` hook, and for ``"module:Name"`` references it registers;
 * third-party imports are the standard library or a distribution declared by the importer, by one of
@@ -317,12 +318,12 @@ def first_party_violations(dist: Dist, lay: Layout | None = None) -> list[Violat
                     "move the code into the SDK, or reach the plugin through a hook or a Protocol",
                 )
             )
-        elif dist.layer == "plugin" and owner not in dist.requires:
+        elif dist.layer == "plugin" and owner not in dist.requires | dist.extras:
             found.append(
                 Violation(
                     use,
                     f"{dist.name} imports {owner} ({use.what}; {why}) without declaring it",
-                    f'add "{owner}>=0.1.0" to [project] dependencies in {dist.pyproject}',
+                    f'add "{owner}>=0.1.0" to [project] dependencies (or an extra) in {dist.pyproject}',
                 )
             )
         elif dist.layer == "plugin" and lay.dists[owner].layer == "plugin" and not _is_public(use):
@@ -440,6 +441,20 @@ def test_checker_reports_undeclared_plugins_internals_and_the_reference(tmp_path
         (4, "from microformers_gguf.dequant import dequantize"),
     }
     assert [(v.use.line, v.use.module) for v in third_party_violations(fake)] == [(5, "transformers")]
+
+
+def test_a_plugin_may_import_a_first_party_distribution_its_extra_declares(tmp_path: Path) -> None:
+    (tmp_path / "src" / "microformers_fake").mkdir(parents=True)
+    (tmp_path / "src" / "microformers_fake" / "__init__.py").write_text(
+        "def f():\n    from microformers_gguf import open_gguf\n"
+    )
+    with_extra = Dist("microformers-fake", tmp_path, frozenset({"microformers_fake"}), frozenset({KERNEL}),
+                      frozenset({"microformers-gguf"}))  # fmt: skip
+    assert first_party_violations(with_extra) == []
+    without = Dist("microformers-fake", tmp_path, frozenset({"microformers_fake"}), frozenset({KERNEL}), frozenset())
+    assert [(v.use.line, v.use.what) for v in first_party_violations(without)] == [
+        (2, "from microformers_gguf import open_gguf")
+    ]
 
 
 def test_every_distribution_of_the_repository_is_scanned() -> None:

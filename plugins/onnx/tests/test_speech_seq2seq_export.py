@@ -10,6 +10,7 @@ the PyTorch Whisper model's, the automatic-speech-recognition pipeline on the ex
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,13 @@ def test_generate_refuses_what_only_the_pytorch_model_decodes(exported) -> None:
         ort.generate(inputs, language="fr")
     with pytest.raises(microformers.InputError, match="exactly 100"):
         ort.get_encoder()(input_features=torch.randn(1, MEL, 60))
+
+
+def test_generate_without_microformers_whisper_names_the_extra(exported, monkeypatch: pytest.MonkeyPatch) -> None:
+    ort = microformers.ORTModelForSpeechSeq2Seq.from_pretrained(exported[0])
+    monkeypatch.setitem(sys.modules, "microformers_whisper", None)  # as if not installed: its import fails
+    with pytest.raises(microformers.PluginError, match=r"microformers-whisper.*microformers-onnx\[whisper\]"):
+        ort.generate(features(batch=1), language="en")
 
 
 def test_whisper_folder_is_refused_by_the_text_class_and_text_task(exported, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from microformers import AutoConfig, FileMissingError, GenerationConfig, GenerationError, InputError
+from microformers import AutoConfig, FileMissingError, GenerationConfig, GenerationError, InputError, PluginError
 from microformers.generation import GenerationMixin
 from microformers_sdk.cache import Cache
 from microformers_sdk.outputs import (
@@ -698,6 +698,13 @@ class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
             if temperature is not None:
                 kwargs["temperature"] = temperature
             return super().generate(input_features, generation_config=generation_config, **kwargs)
+        try:  # Whisper's prompt and result, as the PyTorch model's generate builds them
+            from microformers_whisper import detect_language, generated_tokens_only, whisper_decoder_prompt
+        except ImportError as exc:
+            raise PluginError(
+                f"{type(self).__name__}.generate on a Whisper model needs microformers-whisper ({exc}): "
+                "pip install 'microformers-onnx[whisper]'"
+            ) from exc
         refused = sorted(name for name in _WHISPER_PYTORCH_ONLY if kwargs.get(name) not in (None, False))
         if return_timestamps:
             refused.insert(0, "return_timestamps")
@@ -730,7 +737,15 @@ class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
             encoder_outputs = self.encoder(input_features=input_features)
             kwargs["encoder_outputs"] = encoder_outputs
         kwargs.pop("attention_mask", None)  # the feature extractor's frame mask: Whisper reads every frame
-        prompt = self._whisper_prompt(config, encoder_outputs, language, task)
+        hidden = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
+        prompt = whisper_decoder_prompt(  # the language detected (where needed) from one run of the decoder graph
+            config,
+            hidden.shape[0],
+            language,
+            task,
+            False,
+            lambda: detect_language(self, encoder_outputs=encoder_outputs, generation_config=config),
+        )
         begin = prompt.shape[-1]
         for name in ("max_new_tokens", "max_length", "num_beams", "return_dict_in_generate"):
             if name in kwargs:
@@ -759,92 +774,4 @@ class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
             )
         if not isinstance(outputs, torch.Tensor):
             return outputs
-        return _generated_tokens(outputs, begin, config)
-
-    def _whisper_prompt(
-        self, config: GenerationConfig, encoder_outputs: Any, language: str | list[str] | None, task: str | None
-    ) -> torch.Tensor:
-        """``(batch, n)``: ``<|startoftranscript|>`` [language] [task] [``<|notimestamps|>``]."""
-        hidden = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
-        batch = hidden.shape[0]
-        lang_to_id = dict(getattr(config, "lang_to_id", None) or {})
-        task_to_id = dict(getattr(config, "task_to_id", None) or {})
-        if getattr(config, "is_multilingual", None) is False and (language is not None or task is not None):
-            raise GenerationError(
-                "this is an English-only Whisper model (is_multilingual=False): drop language= and task="
-            )
-        if language is not None and not lang_to_id:
-            raise GenerationError("language= needs generation_config.lang_to_id, which this model's lacks; drop it")
-        if task is not None and task not in task_to_id:
-            raise GenerationError(
-                f"task={task!r} is not one of this model's generation_config.task_to_id ({sorted(task_to_id)})"
-            )
-        start = [int(config.decoder_start_token_id)]
-        forced = getattr(config, "forced_decoder_ids", None)
-        if language is None and task is None and forced:
-            for position, (index, token) in enumerate(forced, start=1):
-                if index != position:
-                    raise GenerationError(
-                        f"generation_config.forced_decoder_ids {forced} do not follow Whisper's prompt (positions 1, "
-                        "2, ...); pass language= and task= instead"
-                    )
-                start.append(token)
-        languages: list[int | None]
-        if isinstance(language, (list, tuple)):
-            if len(language) != batch:
-                raise GenerationError(f"language= as a list needs one language per row ({batch}), got {language}")
-            languages = [self._language_id(item, lang_to_id) for item in language]
-        elif language is not None:
-            languages = [self._language_id(language, lang_to_id)] * batch
-        elif lang_to_id and (len(start) < 2 or start[1] is None):  # detected from the first step's logits
-            first = torch.full((batch, 1), start[0], dtype=torch.long)
-            logits = self(encoder_outputs=encoder_outputs, decoder_input_ids=first, use_cache=False).logits[:, -1]
-            keep = torch.zeros(logits.shape[-1], dtype=torch.bool)
-            keep[list(lang_to_id.values())] = True
-            languages = logits.masked_fill(~keep, -float("inf")).argmax(-1).tolist()
-        else:
-            languages = [None] * batch
-        task_ids = set(task_to_id.values())
-        no_timestamps = getattr(config, "no_timestamps_token_id", None)
-        rows = []
-        for language_id in languages:
-            tokens = list(start)
-            if language_id is not None:
-                tokens[1:2] = [language_id]
-            if task is not None:
-                tokens = [t for t in tokens if t not in task_ids] + [task_to_id[task]]
-            elif language is not None and "transcribe" in task_to_id and not task_ids & set(tokens):
-                tokens.append(task_to_id["transcribe"])
-            if no_timestamps is not None and tokens[-1] != no_timestamps:
-                tokens.append(int(no_timestamps))
-            rows.append([t for t in tokens if t is not None])
-        return torch.tensor(rows, dtype=torch.long)
-
-    @staticmethod
-    def _language_id(language: str, lang_to_id: dict[str, int]) -> int:
-        token = language if language in lang_to_id else f"<|{language.lower().strip()}|>"
-        if token not in lang_to_id:
-            codes = ", ".join(name.strip("<|>") for name in lang_to_id)
-            raise GenerationError(
-                f"language={language!r} is not in this model's generation_config.lang_to_id; pass one of its codes "
-                f"({codes})"
-            )
-        return int(lang_to_id[token])
-
-
-def _generated_tokens(sequences: torch.Tensor, begin: int, config: GenerationConfig) -> torch.Tensor:
-    """Each row's tokens after the prompt, without trailing padding and the final eos, right-padded again (what
-    PyTorch Whisper's generate returns)."""
-    pad, eos = config.pad_token_id, config.eos_token_id
-    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-    rows = []
-    for row in sequences[:, begin:].tolist():
-        if row and pad is not None and row[-1] == pad:
-            pads = row.count(pad) - (1 if pad == eos else 0)
-            row = row[: len(row) - pads] if pads else row
-        if row and eos is not None and row[-1] == eos:
-            row = row[:-1]
-        rows.append(row)
-    width = max(len(row) for row in rows)
-    filler = pad if pad is not None else 0
-    return torch.tensor([row + [filler] * (width - len(row)) for row in rows], dtype=torch.long)
+        return generated_tokens_only(outputs, begin, config)

@@ -22,6 +22,12 @@ _LAZY: dict[str, str] = {
     "WhisperProcessor": "processing_whisper",
     "WhisperTokenizer": "tokenization_whisper",
     "WhisperTokenizerFast": "tokenization_whisper",
+    # the decoder prompt and result of Whisper's generate, shared with ORTModelForSpeechSeq2Seq (microformers-onnx)
+    "check_whisper_arguments": "generation_whisper",
+    "detect_language": "generation_whisper",
+    "generated_tokens_only": "generation_whisper",
+    "whisper_decoder_prompt": "generation_whisper",
+    "whisper_language_id": "generation_whisper",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -51,8 +51,12 @@ __all__ = [
     "SuppressTokensAtBeginLogitsProcessor",
     "SuppressTokensLogitsProcessor",
     "WhisperTimeStampLogitsProcessor",
+    "check_whisper_arguments",
     "detect_language",
+    "generated_tokens_only",
+    "whisper_decoder_prompt",
     "whisper_generate",
+    "whisper_language_id",
 ]
 
 
@@ -145,7 +149,11 @@ def detect_language(
     encoder_outputs: Any = None,
     generation_config: GenerationConfig | None = None,
 ) -> torch.Tensor:
-    """The most likely language token per row: the first decoder step's logits over ``lang_to_id``'s tokens."""
+    """The most likely language token per row: the first decoder step's logits over ``lang_to_id``'s tokens.
+
+    ``model`` is the PyTorch Whisper model or one called the same way (``encoder_outputs=``, ``decoder_input_ids=``,
+    ``use_cache=False`` -> ``.logits``), e.g. microformers-onnx's ``ORTModelForSpeechSeq2Seq``.
+    """
     config = generation_config or model.generation_config
     lang_to_id = getattr(config, "lang_to_id", None)
     if not lang_to_id:
@@ -170,13 +178,16 @@ def _encoder_batch(encoder_outputs: Any) -> int:
     return int((hidden if hidden is not None else encoder_outputs[0]).shape[0])
 
 
-def _language_id(language: str, config: GenerationConfig) -> int:
-    lang_to_id: dict[str, int] = config.lang_to_id
+def whisper_language_id(language: str, lang_to_id: Mapping[str, int]) -> int:
+    """The token id of ``language``: a token ``lang_to_id`` lists (``"<|en|>"``), a code (``"en"``) or an English
+    name (``"English"``)."""
+    if not isinstance(language, str):
+        raise GenerationError(f"language={language!r} must be a language code, name or token such as 'en'")
     token = language if language in lang_to_id else None
     if token is None:
-        code = language_code(language)
-        token = f"<|{code}|>" if code is not None else None
-    if token is None or token not in lang_to_id:
+        code = language_code(language) or language.lower().strip().removeprefix("<|").removesuffix("|>")
+        token = f"<|{code}|>"
+    if token not in lang_to_id:
         listed = ", ".join(t.strip("<|>") for t in lang_to_id)
         raise GenerationError(
             f"language={language!r} is not one this model's generation_config.lang_to_id lists ({listed}); pass "
@@ -185,11 +196,15 @@ def _language_id(language: str, config: GenerationConfig) -> int:
     return int(lang_to_id[token])
 
 
-def _check_settings(config: GenerationConfig, language: Any, task: str | None, return_timestamps: bool) -> None:
+def check_whisper_arguments(
+    config: GenerationConfig, language: str | Sequence[str] | None, task: str | None, return_timestamps: bool
+) -> None:
+    """Refuse ``language=`` / ``task=`` / ``return_timestamps=`` that ``config`` (a Whisper generation config) can't
+    put in the decoder prompt, with the fix in the message."""
     if getattr(config, "is_multilingual", None) is False and (language is not None or task is not None):
         raise GenerationError(
             "this is an English-only Whisper model (generation_config.is_multilingual=False): drop language= and "
-            "task=, or pass is_multilingual=True if the model is in fact multilingual"
+            "task=, or set generation_config.is_multilingual=True if the model is in fact multilingual"
         )
     if language is not None and not getattr(config, "lang_to_id", None):
         raise GenerationError(
@@ -197,12 +212,18 @@ def _check_settings(config: GenerationConfig, language: Any, task: str | None, r
             "generation_config.json lacks; add it or drop language="
         )
     if task is not None:
+        task_to_id = getattr(config, "task_to_id", None)
         if task not in TASKS:
             raise GenerationError(f"task={task!r} is not a Whisper task; use one of {list(TASKS)}")
-        if not getattr(config, "task_to_id", None):
+        if not task_to_id:
             raise GenerationError(
                 "task= needs generation_config.task_to_id (the <|transcribe|> / <|translate|> tokens), which this "
                 "model's generation_config.json lacks; add it or drop task="
+            )
+        if task not in task_to_id:
+            raise GenerationError(
+                f"task={task!r} is not one of this model's generation_config.task_to_id ({sorted(task_to_id)}); "
+                "pass one of those or add it to generation_config.json"
             )
     if return_timestamps and getattr(config, "no_timestamps_token_id", None) is None:
         raise GenerationError(
@@ -212,17 +233,25 @@ def _check_settings(config: GenerationConfig, language: Any, task: str | None, r
         )
 
 
-def _init_tokens(
-    model: WhisperForConditionalGeneration,
-    input_features: torch.Tensor | None,
-    encoder_outputs: Any,
-    batch: int,
+def whisper_decoder_prompt(
     config: GenerationConfig,
-    language: Any,
+    batch: int,
+    language: str | Sequence[str] | None,
     task: str | None,
     return_timestamps: bool,
+    detect_languages: Callable[[], torch.Tensor | Sequence[int]],
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """``(batch, n)`` start tokens: start, language (given or detected), task, ``<|notimestamps|>``."""
+    """``(batch, n)`` decoder start tokens: ``<|startoftranscript|>``, the language, the task, ``<|notimestamps|>``
+    (unless ``return_timestamps``).
+
+    Without ``language=`` / ``task=`` the prompt is ``generation_config.forced_decoder_ids``'s where it has one; a
+    multilingual model whose prompt still lacks the language calls ``detect_languages()`` (the most likely language
+    token per row, e.g. :func:`detect_language`: the first decoder step's logits over ``lang_to_id``). ``language``
+    is one language for every row or a list of one per row. The arguments are checked first
+    (:func:`check_whisper_arguments`).
+    """
+    check_whisper_arguments(config, language, task, return_timestamps)
     start = [int(config.decoder_start_token_id)]
     forced = getattr(config, "forced_decoder_ids", None)
     if task is None and language is None and forced:
@@ -234,18 +263,23 @@ def _init_tokens(
                 )
             start.append(token)
     has_language = len(start) > 1 and start[1] is not None
+    lang_to_id = getattr(config, "lang_to_id", None) or {}
     if isinstance(language, (list, tuple)):
         if len(language) != batch or any(item is None for item in language):
             raise GenerationError(
                 f"language= as a list needs one language per row ({batch}), none of them None; got {language}"
             )
-        language_ids: list[int] | None = [_language_id(item, config) for item in language]
+        language_ids: list[int] | None = [whisper_language_id(item, lang_to_id) for item in language]
     elif language is not None:
-        language_ids = [_language_id(language, config)] * batch
-    elif getattr(config, "lang_to_id", None) and not has_language:
-        language_ids = detect_language(model, input_features, encoder_outputs, config).tolist()
+        language_ids = [whisper_language_id(language, lang_to_id)] * batch
+    elif lang_to_id and not has_language:
+        detected = detect_languages()
+        language_ids = [int(t) for t in (detected.tolist() if isinstance(detected, torch.Tensor) else detected)]
     else:
         language_ids = None
+    task_to_id = getattr(config, "task_to_id", None) or {}
+    task_values = set(task_to_id.values())
+    no_timestamps = getattr(config, "no_timestamps_token_id", None)
     rows = []
     for row in range(batch):
         tokens = list(start)
@@ -254,19 +288,16 @@ def _init_tokens(
                 tokens[1] = language_ids[row]
             else:
                 tokens.append(language_ids[row])
-        task_ids = list(getattr(config, "task_to_id", None) or {})
-        task_values = [config.task_to_id[name] for name in task_ids]
         if task is not None:
-            tokens = [t for t in tokens if t not in task_values] + [config.task_to_id[task]]
-        elif language is not None and task_values and not any(t in tokens for t in task_values):
-            tokens.append(config.task_to_id["transcribe"])
-        no_timestamps = getattr(config, "no_timestamps_token_id", None)
+            tokens = [t for t in tokens if t not in task_values] + [task_to_id[task]]
+        elif language is not None and "transcribe" in task_to_id and not task_values & set(tokens):
+            tokens.append(task_to_id["transcribe"])
         if not return_timestamps and no_timestamps is not None and tokens[-1] != no_timestamps:
-            tokens.append(no_timestamps)
+            tokens.append(int(no_timestamps))
         elif return_timestamps and tokens[-1] == no_timestamps:
             tokens = tokens[:-1]
         rows.append([t for t in tokens if t is not None])
-    return torch.tensor(rows, dtype=torch.long, device=model.device)
+    return torch.tensor(rows, dtype=torch.long, device=device)
 
 
 def _scores_of_kept_beams(outputs: Any) -> Any:
@@ -284,21 +315,14 @@ def _scores_of_kept_beams(outputs: Any) -> Any:
     return outputs
 
 
-def _generated_only(sequences: torch.Tensor, prompt_length: int, config: GenerationConfig) -> torch.Tensor:
-    """Each row's new tokens without trailing padding and eos, right-padded with ``pad_token_id``."""
-    pad, eos = config.pad_token_id, config.eos_token_id
-    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-    rows = []
-    for row in sequences[:, prompt_length:]:
-        if len(row) and pad is not None and row[-1] == pad:
-            pads = int((row == pad).sum()) - (1 if pad == eos else 0)
-            row = row[: len(row) - pads] if pads else row
-        if len(row) and eos is not None and row[-1] == eos:
-            row = row[:-1]
-        rows.append(row)
+def generated_tokens_only(sequences: torch.Tensor, prompt_length: int, config: GenerationConfig) -> torch.Tensor:
+    """Each row's tokens after the ``prompt_length`` prompt, without trailing padding and the final eos, right-padded
+    with ``pad_token_id``: what Whisper's ``generate`` returns."""
+    rows = [_strip_row(row, config) for row in sequences[:, prompt_length:].tolist()]
     width = max(len(row) for row in rows)
-    filler = pad if pad is not None else 0
-    return torch.stack([torch.nn.functional.pad(row, (0, width - len(row)), value=filler) for row in rows])
+    filler = config.pad_token_id if config.pad_token_id is not None else 0
+    padded = [row + [filler] * (width - len(row)) for row in rows]
+    return torch.tensor(padded, dtype=sequences.dtype, device=sequences.device)
 
 
 def _windows_of(
@@ -486,7 +510,7 @@ def whisper_generate(
         )
     if return_timestamps is None:
         return_timestamps = long_form or bool(getattr(config, "return_timestamps", False))
-    _check_settings(config, language, task, return_timestamps)
+    check_whisper_arguments(config, language, task, return_timestamps)
     no_timestamps = getattr(config, "no_timestamps_token_id", None)
     if return_timestamps and no_timestamps is not None and int(no_timestamps) + 1 >= model.config.vocab_size:
         raise GenerationError(
@@ -496,8 +520,14 @@ def whisper_generate(
         )
     config.return_timestamps = return_timestamps
     features_for_detection = None if encoder_outputs is not None else input_features[:, :, :window]
-    init = _init_tokens(
-        model, features_for_detection, encoder_outputs, batch, config, language, task, return_timestamps
+    init = whisper_decoder_prompt(
+        config,
+        batch,
+        language,
+        task,
+        return_timestamps,
+        lambda: detect_language(model, features_for_detection, encoder_outputs, config),
+        device=model.device,
     )
     decoder_input_ids = init
     if prompt_ids is not None:
@@ -584,12 +614,12 @@ def whisper_generate(
                 return {**dict(_scores_of_kept_beams(outputs)), "token_timestamps": times}
             if force_unique_generate_call:
                 return {"sequences": outputs.sequences, "token_timestamps": times}
-            return {"sequences": _generated_only(outputs.sequences, begin, config), "token_timestamps": times}
+            return {"sequences": generated_tokens_only(outputs.sequences, begin, config), "token_timestamps": times}
         if not isinstance(outputs, torch.Tensor):
             return _scores_of_kept_beams(outputs)
         if force_unique_generate_call:
             return outputs
-        return _generated_only(outputs, begin, config)
+        return generated_tokens_only(outputs, begin, config)
 
     if logprob_threshold is not None:
         config.return_dict_in_generate = True
