@@ -30,6 +30,7 @@ import argparse
 import importlib.util
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,56 @@ def measure(fn: Any, repeats: int) -> tuple[float, float, Any]:
     return common.median(cpu), common.median(wall), result
 
 
+Row = tuple[str, float, float, float]
+
+
+def three_models(folder: Path, onnx_dir: Path, ours: str, ort: str, reference: str) -> tuple[Any, Any, Any]:
+    """Our eager ``microformers.<ours>``, ``microformers.<ort>`` on the export, and ``transformers.<reference>``,
+    all float32 from ``folder``."""
+    import torch
+    import transformers
+
+    import microformers
+
+    eager = getattr(microformers, ours).from_pretrained(folder, dtype=torch.float32).eval()
+    onnx = getattr(microformers, ort).from_pretrained(onnx_dir, session_options=_options())
+    ref = getattr(transformers, reference).from_pretrained(str(folder), dtype=torch.float32).eval()
+    return eager, onnx, ref
+
+
+def timed_rows(
+    what: str, count: int, eager: Callable[[], Any], ort: Callable[[], Any], ref: Callable[[], Any], repeats: int
+) -> tuple[list[Row], Any, Any]:
+    """Time the three runs (without autograd): the rows ``count`` per CPU second and per wall second, and the eager
+    and ONNX Runtime results to compare."""
+    import torch
+
+    with torch.no_grad():
+        eager_cpu, eager_wall, eager_result = measure(eager, repeats)
+        ort_cpu, ort_wall, ort_result = measure(ort, repeats)
+        ref_cpu, ref_wall, _ = measure(ref, repeats)
+    rows = [
+        (what, count / eager_cpu, count / ort_cpu, count / ref_cpu),
+        ("  (wall)", count / eager_wall, count / ort_wall, count / ref_wall),
+    ]
+    return rows, eager_result, ort_result
+
+
+def generate_rows(
+    what: str, count: int, models: tuple[Any, Any, Any], inputs: Any, settings: dict[str, Any], repeats: int
+) -> tuple[list[Row], Any, Any]:
+    """:func:`timed_rows` of the three models' ``generate(inputs, **settings)``."""
+    eager, ort, reference = models
+    return timed_rows(
+        what,
+        count,
+        lambda: eager.generate(inputs, **settings),
+        lambda: ort.generate(inputs, **settings),
+        lambda: reference.generate(inputs, **settings),
+        repeats,
+    )
+
+
 def sentences(count: int) -> list[str]:
     corpus_dir = Path(__file__).resolve().parent.parent / "tests" / "corpus"
     lines = [
@@ -125,7 +176,7 @@ def sentences(count: int) -> list[str]:
     return [lines[i % len(lines)] for i in range(count)]
 
 
-def embeddings_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+def embeddings_bench(args: argparse.Namespace) -> list[Row]:
     import torch
 
     import microformers
@@ -140,55 +191,41 @@ def embeddings_bench(args: argparse.Namespace) -> list[tuple[str, float, float, 
         weights = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
-    ours = microformers.AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
-    ort = microformers.ORTModelForFeatureExtraction.from_pretrained(onnx_dir, session_options=_options())
-    import transformers
-
-    reference = transformers.AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
-    with torch.no_grad():
-        eager_cpu, eager_wall, eager = measure(lambda: pooled(ours(**batch).last_hidden_state), args.repeats)
-        ort_cpu, ort_wall, onnx = measure(lambda: pooled(ort(**batch).last_hidden_state), args.repeats)
-        ref_cpu, ref_wall, _ = measure(lambda: pooled(reference(**batch).last_hidden_state), args.repeats)
-    difference = float((eager - onnx).abs().max())
+    ours, ort, reference = three_models(folder, onnx_dir, "AutoModel", "ORTModelForFeatureExtraction", "AutoModel")
     n = args.sentences
+    rows, eager, onnx = timed_rows(
+        "MiniLM embeddings/s",
+        n,
+        lambda: pooled(ours(**batch).last_hidden_state),
+        lambda: pooled(ort(**batch).last_hidden_state),
+        lambda: pooled(reference(**batch).last_hidden_state),
+        args.repeats,
+    )
+    difference = float((eager - onnx).abs().max())
     print(
         f"\nall-MiniLM-L6-v2, {n} sentences x {batch['input_ids'].shape[1]} tokens; export {export_seconds:.1f} s wall"
         f" (0: reused); max |ORT - eager| embedding difference {difference:.2e}"
     )
-    return [
-        ("MiniLM embeddings/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
-        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
-    ]
+    return rows
 
 
-def decode_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+def decode_bench(args: argparse.Namespace) -> list[Row]:
     import torch
-
-    import microformers
 
     folder = tiny_llama_folder()
     onnx_dir, export_seconds = exported(folder, "tiny-llama-512x4", "text-generation-with-past")
-    ours = microformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    ort = microformers.ORTModelForCausalLM.from_pretrained(onnx_dir, session_options=_options())
-    import transformers
-
-    reference = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    classes = ("AutoModelForCausalLM", "ORTModelForCausalLM", "AutoModelForCausalLM")
     ids = torch.tensor([[1] + [(37 * i + 11) % 31000 + 100 for i in range(15)]])
-    settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
-    eager_cpu, eager_wall, eager = measure(lambda: ours.generate(ids, **settings), args.repeats)
-    ort_cpu, ort_wall, onnx = measure(lambda: ort.generate(ids, **settings), args.repeats)
-    with torch.no_grad():
-        ref_cpu, ref_wall, _ = measure(lambda: reference.generate(ids, **settings), args.repeats)
-    same = bool(torch.equal(eager, onnx))
     n = args.new_tokens
+    settings = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False}
+    models = three_models(folder, onnx_dir, *classes)
+    rows, eager, onnx = generate_rows("tiny-Llama decode tok/s", n, models, ids, settings, args.repeats)
+    same = bool(torch.equal(eager, onnx))
     print(
         f"\ntiny Llama (4x512, vocab 32k) greedy, batch 1, {n} new tokens after 16; export {export_seconds:.1f} s wall"
         f" (0: reused); ORT tokens identical to eager: {same}"
     )
-    return [
-        ("tiny-Llama decode tok/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
-        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
-    ]
+    return rows
 
 
 def t5_folder() -> Path:
@@ -206,34 +243,23 @@ def t5_folder() -> Path:
     return folder
 
 
-def translation_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+def translation_bench(args: argparse.Namespace) -> list[Row]:
     import torch
-
-    import microformers
 
     folder = t5_folder()
     onnx_dir, export_seconds = exported(folder, "t5-small-random", "text2text-generation")
-    ours = microformers.AutoModelForSeq2SeqLM.from_pretrained(folder, dtype=torch.float32).eval()
-    ort = microformers.ORTModelForSeq2SeqLM.from_pretrained(onnx_dir, session_options=_options())
-    import transformers
-
-    reference = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    classes = ("AutoModelForSeq2SeqLM", "ORTModelForSeq2SeqLM", "AutoModelForSeq2SeqLM")
     ids = torch.tensor([[(53 * i + 7) % 32000 + 100 for i in range(23)] + [1]])
     n = args.new_tokens
     settings = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False, "num_beams": 1}
-    eager_cpu, eager_wall, eager = measure(lambda: ours.generate(ids, **settings), args.repeats)
-    ort_cpu, ort_wall, onnx = measure(lambda: ort.generate(ids, **settings), args.repeats)
-    with torch.no_grad():
-        ref_cpu, ref_wall, _ = measure(lambda: reference.generate(ids, **settings), args.repeats)
+    models = three_models(folder, onnx_dir, *classes)
+    rows, eager, onnx = generate_rows("t5-small translate tok/s", n, models, ids, settings, args.repeats)
     same = bool(torch.equal(eager, onnx))
     print(
         f"\nrandom T5 of t5-small's shape (6+6x512, vocab 32k) greedy, batch 1, {n} new tokens from a 24-token source;"
         f" export {export_seconds:.1f} s wall (0: reused); ORT tokens identical to eager: {same}"
     )
-    return [
-        ("t5-small translate tok/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
-        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
-    ]
+    return rows
 
 
 WHISPER_TINY: dict[str, Any] = {
@@ -270,34 +296,23 @@ def whisper_folder() -> Path:
     return folder
 
 
-def transcription_bench(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+def transcription_bench(args: argparse.Namespace) -> list[Row]:
     import torch
-
-    import microformers
 
     folder = whisper_folder()
     onnx_dir, export_seconds = exported(folder, "whisper-tiny-shape-onnx-bench", "automatic-speech-recognition")
-    ours = microformers.AutoModelForSpeechSeq2Seq.from_pretrained(folder, dtype=torch.float32).eval()
-    ort = microformers.ORTModelForSpeechSeq2Seq.from_pretrained(onnx_dir, session_options=_options())
-    import transformers
-
-    reference = transformers.WhisperForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32).eval()
+    classes = ("AutoModelForSpeechSeq2Seq", "ORTModelForSpeechSeq2Seq", "WhisperForConditionalGeneration")
     features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0))
     n = args.new_tokens
     settings = {"max_new_tokens": n, "min_new_tokens": n, "num_beams": 1}
-    with torch.no_grad():
-        eager_cpu, eager_wall, eager = measure(lambda: ours.generate(features, **settings), args.repeats)
-        ort_cpu, ort_wall, onnx = measure(lambda: ort.generate(features, **settings), args.repeats)
-        ref_cpu, ref_wall, _ = measure(lambda: reference.generate(features, **settings), args.repeats)
+    models = three_models(folder, onnx_dir, *classes)
+    rows, eager, onnx = generate_rows("whisper-tiny transcribe tok/s", n, models, features, settings, args.repeats)
     same = bool(torch.equal(eager, onnx))
     print(
         f"\nrandom Whisper of whisper-tiny's shape (4+4x384, vocab 51865) greedy, batch 1, one 30 s window, {n} new "
         f"tokens; export {export_seconds:.1f} s wall (0: reused); ORT tokens identical to eager: {same}"
     )
-    return [
-        ("whisper-tiny transcribe tok/s", n / eager_cpu, n / ort_cpu, n / ref_cpu),
-        ("  (wall)", n / eager_wall, n / ort_wall, n / ref_wall),
-    ]
+    return rows
 
 
 def _options() -> Any:
