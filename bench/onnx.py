@@ -76,16 +76,30 @@ def minilm_folder() -> Path:
     return Path(spec.submodule_search_locations[0]) / "model"
 
 
-def tiny_llama_folder() -> Path:
-    folder = common.BENCH_DIR / "tiny-llama-512x4"
+def random_folder(
+    name: str, model_class: str, config_class: str, settings: dict[str, Any], widen: Callable[[str], bool] | None = None
+) -> Path:
+    """``BENCH_DIR/name``: a random ``transformers.<model_class>(<config_class>(**settings))`` (seed 0), saved once.
+    With ``widen``, the parameters whose names it accepts are drawn again from N(0, 0.05), wider than the
+    initialiser (a random encoder-decoder at init repeats one token)."""
+    folder = common.BENCH_DIR / name
     if not (folder / "model.safetensors").is_file():
         import torch
         import transformers
 
         torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY_LLAMA))
+        model = getattr(transformers, model_class)(getattr(transformers, config_class)(**settings))
+        if widen is not None:
+            with torch.no_grad():
+                for parameter_name, parameter in model.named_parameters():
+                    if widen(parameter_name):
+                        parameter.normal_(0.0, 0.05)
         model.save_pretrained(folder)
     return folder
+
+
+def tiny_llama_folder() -> Path:
+    return random_folder("tiny-llama-512x4", "LlamaForCausalLM", "LlamaConfig", TINY_LLAMA)
 
 
 def exported(source: Path, name: str, task: str) -> tuple[Path, float]:
@@ -229,18 +243,7 @@ def decode_bench(args: argparse.Namespace) -> list[Row]:
 
 
 def t5_folder() -> Path:
-    folder = common.BENCH_DIR / "t5-small-random"
-    if not (folder / "model.safetensors").is_file():
-        import torch
-        import transformers
-
-        torch.manual_seed(0)
-        model = transformers.T5ForConditionalGeneration(transformers.T5Config(**T5_SMALL))
-        with torch.no_grad():  # wider than the initialiser: a random T5 at init repeats one token
-            for parameter in model.parameters():
-                parameter.normal_(0.0, 0.05)
-        model.save_pretrained(folder)
-    return folder
+    return random_folder("t5-small-random", "T5ForConditionalGeneration", "T5Config", T5_SMALL, lambda name: True)
 
 
 def translation_bench(args: argparse.Namespace) -> list[Row]:
@@ -281,19 +284,13 @@ def whisper_folder() -> Path:
     # its generation config is the model config's: no <|notimestamps|>, so no token counts as a timestamp and
     # Whisper's generate decodes the one window (a random model emitting "timestamps" would send PyTorch Whisper on
     # to later windows, which ORTModelForSpeechSeq2Seq does not decode)
-    folder = common.BENCH_DIR / "whisper-tiny-shape-onnx-bench"
-    if not (folder / "model.safetensors").is_file():
-        import torch
-        import transformers
-
-        torch.manual_seed(0)
-        model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(**WHISPER_TINY))
-        with torch.no_grad():  # wider than the initialiser (norms and the sinusoids kept): varied tokens
-            for name, parameter in model.named_parameters():
-                if "layer_norm" not in name and "encoder.embed_positions" not in name:
-                    parameter.normal_(0.0, 0.05)
-        model.save_pretrained(folder)
-    return folder
+    return random_folder(
+        "whisper-tiny-shape-onnx-bench",
+        "WhisperForConditionalGeneration",
+        "WhisperConfig",
+        WHISPER_TINY,
+        lambda name: "layer_norm" not in name and "encoder.embed_positions" not in name,  # norms and sinusoids kept
+    )
 
 
 def transcription_bench(args: argparse.Namespace) -> list[Row]:
