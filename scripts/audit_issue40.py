@@ -375,7 +375,18 @@ def _() -> str:
     return "works"
 
 
-for _name in ("comet_ml", "clearml", "dvclive", "codecarbon", "azure_ml", "dagshub", "flyte", "swanlab"):
+for _name in ("comet_ml", "clearml", "dvclive", "codecarbon"):
+
+    @check(T, f"`report_to='{_name}'`", "callback", f"TrainingArguments(report_to='{_name}') + its registered callback")
+    def _(name: str = _name) -> str:
+        import microformers
+
+        assert args(report_to=name).report_to == [name]
+        assert name in microformers.registry.names("callbacks"), name
+        return "works (offline runs read back in plugins/trainer/tests/test_integrations_trackers.py)"
+
+
+for _name in ("azure_ml", "dagshub", "flyte", "swanlab"):
 
     @check(T, f"`report_to='{_name}'`", "callback", f"TrainingArguments(report_to='{_name}')")
     def _(name: str = _name) -> str:
