@@ -204,6 +204,8 @@ def test_generate_refuses_what_only_the_pytorch_model_decodes(exported) -> None:
         ort.generate(inputs, max_new_tokens=40)
     with pytest.raises(GenerationError, match="language=.fr.*de, en"):
         ort.generate(inputs, language="fr")
+    with pytest.raises(GenerationError, match="English-only"):  # as PyTorch Whisper's generate
+        ort.generate(inputs, language="en", is_multilingual=False)
     with pytest.raises(microformers.InputError, match="exactly 100"):
         ort.get_encoder()(input_features=torch.randn(1, MEL, 60))
 

@@ -689,12 +689,16 @@ class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
         task: str | None = None,
         return_timestamps: bool | None = None,
         temperature: float | None = None,
+        is_multilingual: bool | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Transcribe (or translate) up to 30 s of audio per row; see the class docstring."""
+        """Transcribe (or translate) up to 30 s of audio per row; see the class docstring. ``is_multilingual``
+        overrides ``generation_config.is_multilingual``, as in PyTorch Whisper."""
         if getattr(self.config, "model_type", None) != "whisper":  # another speech encoder-decoder: plain decoding
-            if language is not None or task is not None or return_timestamps:
-                raise GenerationError("language=, task= and return_timestamps= are Whisper's generate() arguments")
+            if language is not None or task is not None or return_timestamps or is_multilingual is not None:
+                raise GenerationError(
+                    "language=, task=, return_timestamps= and is_multilingual= are Whisper's generate() arguments"
+                )
             if temperature is not None:
                 kwargs["temperature"] = temperature
             return super().generate(input_features, generation_config=generation_config, **kwargs)
@@ -721,6 +725,8 @@ class ORTModelForSpeechSeq2Seq(ORTModelForConditionalGeneration):
             raise GenerationError("Whisper's generate builds decoder_input_ids itself; pass language= / task= instead")
         kwargs.pop("decoder_input_ids", None)
         config = copy.deepcopy(generation_config if generation_config is not None else self.generation_config)
+        if is_multilingual is not None:
+            config.is_multilingual = is_multilingual
         encoder_outputs = kwargs.get("encoder_outputs")
         if input_features is None:
             input_features = kwargs.pop("inputs", None)
