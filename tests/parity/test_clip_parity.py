@@ -350,6 +350,88 @@ def test_clip_tokenizer_ids_and_text_match(tmp_path: Path) -> None:
     assert back(TEXTS, padding=True)["input_ids"] == ids
 
 
+SLOW_TEXTS = [
+    "A photo of THE Cat",
+    "  the\t\tcat   of\n\nthe  dog  ",  # whitespace runs, leading and trailing
+    "it's 42 cats, isn't it?! ...",  # contractions, digits one by one, punctuation runs
+    "naïve café, Ünïcödé e\u0301 ＡＢＣ",  # non-ASCII letters, a combining accent (NFC), full-width letters
+    "emoji 😀🐈 ☕ and 中文",
+    "<|startoftext|>photo<|endoftext|> x",
+]
+
+
+def _slow_clip_folder(folder: Path, *, with_tokenizer_config: bool = True) -> Path:
+    """The files a slow CLIPTokenizer saved (vocab.json, merges.txt with its #version header, the token configs;
+    no tokenizer.json), written by hand: the reference's save_pretrained always writes tokenizer.json now."""
+    import json
+
+    reference = _reference_clip_tokenizer()
+    model = json.loads(reference.backend_tokenizer.to_str())["model"]
+    merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+    folder.mkdir(parents=True)
+    (folder / "vocab.json").write_text(json.dumps(reference.get_vocab(), ensure_ascii=False), encoding="utf-8")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    tokens = {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+              "pad_token": "<|endoftext|>"}  # fmt: skip
+    (folder / "special_tokens_map.json").write_text(json.dumps(tokens))
+    if with_tokenizer_config:
+        config = {"tokenizer_class": "CLIPTokenizer", "model_max_length": 16, "do_lower_case": True, **tokens}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    else:
+        (folder / "config.json").write_text(json.dumps({"model_type": "clip"}))
+    return folder
+
+
+@pytest.mark.parametrize("with_tokenizer_config", [True, False], ids=["tokenizer_config", "model_config_only"])
+def test_clip_tokenizer_loads_slow_vocab_and_merges_like_reference(tmp_path: Path, with_tokenizer_config: bool) -> None:
+    from microformers import AutoTokenizer
+    from microformers_clip import CLIPTokenizer
+
+    folder = _slow_clip_folder(tmp_path / "slow", with_tokenizer_config=with_tokenizer_config)
+    reference = reference_module().AutoTokenizer.from_pretrained(str(folder))
+    ours = AutoTokenizer.from_pretrained(str(folder))
+    assert type(reference).__name__ == "CLIPTokenizer"
+    assert type(ours).__name__ == "CLIPTokenizerFast"
+    assert (ours.bos_token, ours.eos_token, ours.pad_token) == (
+        reference.bos_token, reference.eos_token, reference.pad_token)  # fmt: skip
+    for text in SLOW_TEXTS:
+        assert ours.tokenize(text) == reference.tokenize(text), text
+        assert ours(text)["input_ids"] == reference(text)["input_ids"], text
+    for options in ({"padding": True}, {"padding": "max_length", "max_length": 24, "truncation": True}):
+        got, want = ours(SLOW_TEXTS, **options), reference(SLOW_TEXTS, **options)
+        assert got["input_ids"] == want["input_ids"], options
+        assert got["attention_mask"] == want["attention_mask"], options
+    ids = reference(SLOW_TEXTS, padding=True)["input_ids"]
+    for skip in (False, True):
+        assert ours.batch_decode(ids, skip_special_tokens=skip) == reference.batch_decode(ids, skip_special_tokens=skip)
+    # The class itself, from the folder and from the two files (the slow tokenizer's constructor arguments).
+    direct = CLIPTokenizer.from_pretrained(str(folder))
+    from_files = CLIPTokenizer(vocab_file=str(folder / "vocab.json"), merges_file=str(folder / "merges.txt"))
+    assert direct(SLOW_TEXTS)["input_ids"] == from_files(SLOW_TEXTS)["input_ids"] == reference(SLOW_TEXTS)["input_ids"]
+    # What we save from it (tokenizer.json) loads in the reference with the same ids.
+    ours.save_pretrained(tmp_path / "ours")
+    back = reference_module().AutoTokenizer.from_pretrained(str(tmp_path / "ours"))
+    assert back(SLOW_TEXTS, padding=True)["input_ids"] == ids
+
+
+def test_clip_tokenizer_slow_files_errors_name_the_fix(tmp_path: Path) -> None:
+    from microformers.errors import ConfigError, FileMissingError
+    from microformers_clip import CLIPTokenizer
+
+    folder = _slow_clip_folder(tmp_path / "slow")
+    vocab = (folder / "vocab.json").read_text(encoding="utf-8")
+    with pytest.raises(FileMissingError, match="merges.txt"):
+        CLIPTokenizer.from_files({"vocab.json": vocab})
+    with pytest.raises(ConfigError, match="vocab.json"):
+        CLIPTokenizer.from_files({"vocab.json": "{not json", "merges.txt": ""})
+    with pytest.raises(ConfigError, match="needs both vocab"):
+        CLIPTokenizer(vocab=str(folder / "vocab.json"))
+    with pytest.raises(ConfigError, match="not both"):
+        CLIPTokenizer(vocab=str(folder / "vocab.json"), vocab_file=str(folder / "vocab.json"), merges=[])
+    with pytest.raises(FileMissingError, match="merges file"):
+        CLIPTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "missing.txt"))
+
+
 def _siglip_spm(folder: Path) -> Path:
     """A tiny SentencePiece Unigram model with SigLIP's ids (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2)."""
     import sentencepiece

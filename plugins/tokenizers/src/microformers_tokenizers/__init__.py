@@ -21,6 +21,8 @@ _LAZY: dict[str, str] = {
     "GPT2TokenizerFast": "model_tokenizers",
     "RobertaTokenizer": "model_tokenizers",
     "RobertaTokenizerFast": "model_tokenizers",
+    "bpe_vocab_and_merges": "model_tokenizers",
+    "parse_merges_txt": "model_tokenizers",
     "BatchEncoding": "batch_encoding",
     "ChatTemplateError": "chat_template",
     "render_chat_template": "chat_template",

@@ -38,7 +38,9 @@ __all__ = [
     "GPT2TokenizerFast",
     "RobertaTokenizer",
     "RobertaTokenizerFast",
+    "bpe_vocab_and_merges",
     "model_tokenizer_class",
+    "parse_merges_txt",
 ]
 
 
@@ -47,6 +49,36 @@ def _read(path: str | os.PathLike[str], what: str) -> str:
     if not file.is_file():
         raise FileMissingError(f"{what} {str(path)!r} does not exist; pass the file's path or its contents")
     return file.read_text(encoding="utf-8")
+
+
+def parse_merges_txt(text: str) -> list[str]:
+    """``merges.txt``: one ``left right`` merge a line, in rank order; the ``#version`` header and blank lines skipped."""
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#version")]
+
+
+def bpe_vocab_and_merges(
+    vocab: str | os.PathLike[str] | dict[str, int] | None, merges: str | os.PathLike[str] | list[Any] | None
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A byte-level BPE's vocabulary and merge pairs from a ``vocab.json`` path or dict and a ``merges.txt`` path or
+    list of merges (``"a b"`` strings or pairs), as the slow-tokenizer files of GPT-2, RoBERTa and CLIP hold them."""
+    if vocab is None:
+        vocab = {}
+    elif isinstance(vocab, (str, os.PathLike)):
+        try:
+            vocab = json.loads(_read(vocab, "vocab file (vocab.json)"))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"vocab file {str(vocab)!r} is not valid JSON ({exc}); pass a vocab.json") from exc
+    if not isinstance(vocab, dict):
+        raise ConfigError(f"vocab must be a vocab.json path or a token -> id dict, got {type(vocab).__name__}")
+    if isinstance(merges, (str, os.PathLike)):
+        merges = parse_merges_txt(_read(merges, "merges file (merges.txt)"))
+    pairs: list[tuple[str, str]] = []
+    for merge in merges or []:
+        pair = tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge)
+        if len(pair) != 2:
+            raise ConfigError(f"each merge must be two tokens ('a b' or ('a', 'b')), got {merge!r}")
+        pairs.append((str(pair[0]), str(pair[1])))
+    return vocab, pairs
 
 
 class ModelTokenizer(PreTrainedTokenizerFast):
@@ -118,24 +150,7 @@ class GPT2Tokenizer(ModelTokenizer):
     class_name = "GPT2Tokenizer"
 
     def _backend_from_vocab(self, vocab: Any, merges: Any, config: dict[str, Any]) -> Tokenizer:
-        if vocab is None:
-            vocab = {}
-        elif isinstance(vocab, (str, os.PathLike)):
-            try:
-                vocab = json.loads(_read(vocab, "vocab file (vocab.json)"))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"vocab file {str(vocab)!r} is not valid JSON ({exc}); pass a vocab.json") from exc
-        if not isinstance(vocab, dict):
-            raise ConfigError(f"vocab must be a vocab.json path or a token -> id dict, got {type(vocab).__name__}")
-        if isinstance(merges, (str, os.PathLike)):
-            lines = _read(merges, "merges file (merges.txt)").splitlines()
-            merges = [line for line in lines if line.strip() and not line.startswith("#version")]
-        pairs = []
-        for merge in merges or []:
-            pair = tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge)
-            if len(pair) != 2:
-                raise ConfigError(f"each merge must be two tokens ('a b' or ('a', 'b')), got {merge!r}")
-            pairs.append(pair)
+        vocab, pairs = bpe_vocab_and_merges(vocab, merges)
         backend = Tokenizer(
             BPE(vocab, pairs, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, dropout=None)
         )
