@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ from microformers_sdk.testing import one_thread  # noqa: F401  (an autouse fixtu
 
 # the tests share tiny models from trainer_helpers.py (pytest runs with --import-mode=importlib)
 sys.path.insert(0, str(Path(__file__).parent))
+# comet_ml writes an experiment it still holds at exit into ./.cometml-runs: never into the checkout
+os.environ.setdefault("COMET_OFFLINE_DIRECTORY", tempfile.mkdtemp(prefix="comet-offline-"))
 
 
 @pytest.fixture
