@@ -24,11 +24,12 @@ def test_chat_and_serve_bound_threads_with_the_kernels_one_definition() -> None:
     import argparse
 
     from microformers.devices import MAX_CPU_THREADS
-    from microformers_chat.commands import MAX_THREADS, _threads
-    from microformers_serve.commands import _threads as serve_threads
+    from microformers_chat.commands import generate_command
+    from microformers_serve.commands import serve_command
 
-    assert MAX_THREADS is MAX_CPU_THREADS
-    for check in (_threads, serve_threads):
-        assert check(str(MAX_CPU_THREADS)) == MAX_CPU_THREADS
-        with pytest.raises(argparse.ArgumentTypeError, match=r"is more than 1,024"):
-            check(str(MAX_CPU_THREADS + 1))
+    for command in (generate_command, serve_command):
+        parser = argparse.ArgumentParser(exit_on_error=False)
+        command(parser)
+        assert parser.parse_args(["model", "--threads", str(MAX_CPU_THREADS)]).threads == MAX_CPU_THREADS
+        with pytest.raises(argparse.ArgumentError, match=r"is more than 1,024"):
+            parser.parse_args(["model", "--threads", str(MAX_CPU_THREADS + 1)])
