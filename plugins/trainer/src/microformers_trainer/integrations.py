@@ -156,7 +156,24 @@ def _true(name: str) -> bool:
     return os.environ.get(name, "false").lower() in ("1", "true", "yes", "on")
 
 
-class MLflowCallback(TrainerCallback):
+class _TrackerCallback(TrainerCallback):
+    """An integration whose run starts once (:meth:`setup`), when training begins or at the first call before it
+    that needs the run (a ``log`` outside ``train``)."""
+
+    _initialized = False
+
+    def setup(self, args: Any, state: Any, model: Any) -> None:
+        raise NotImplementedError
+
+    def _ensure_setup(self, args: Any, state: Any, model: Any) -> None:
+        if not self._initialized:
+            self.setup(args, state, model)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        self._ensure_setup(args, state, model)
+
+
+class MLflowCallback(_TrackerCallback):
     """Logs to MLflow: on ``train`` begin the arguments and model configuration as parameters (values over
     250 characters left out, with a warning), then every ``log`` call's numbers as metrics at the global step.
 
@@ -172,13 +189,13 @@ class MLflowCallback(TrainerCallback):
         except ImportError as exc:
             raise PluginError(f"report_to='mlflow' needs MLflow ({exc}); {_AVAILABLE_WITH['mlflow']}") from exc
         self._ml = mlflow
-        self._started = False
+        self._initialized = False
         self._ended_by_us = False
 
     def setup(self, args: Any, state: Any, model: Any) -> None:
         ml = self._ml
         if not state.is_world_process_zero:
-            self._started = True
+            self._initialized = True
             return
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         if uri:
@@ -209,15 +226,10 @@ class MLflowCallback(TrainerCallback):
                 ml.set_tags(json.loads(tags))
             except ValueError as exc:
                 raise ConfigError(f"MLFLOW_TAGS must be a JSON object of tags ({exc})") from exc
-        self._started = True
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if not self._started:
-            self.setup(args, state, model)
+        self._initialized = True
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
-        if not self._started:
-            self.setup(args, state, model)
+        self._ensure_setup(args, state, model)
         if not state.is_world_process_zero or not logs:
             return
         metrics = {}
@@ -230,13 +242,13 @@ class MLflowCallback(TrainerCallback):
             self._ml.log_metrics(metrics, step=state.global_step, synchronous=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not (self._started and state.is_world_process_zero):
+        if not (self._initialized and state.is_world_process_zero):
             return
         if _true("HF_MLFLOW_LOG_ARTIFACTS"):
             self._ml.log_artifacts(args.output_dir)
         if self._ended_by_us and self._ml.active_run() is not None:
             self._ml.end_run()
-        self._started = self._ended_by_us = False
+        self._initialized = self._ended_by_us = False
 
 
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -250,7 +262,7 @@ def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-class WandbCallback(TrainerCallback):
+class WandbCallback(_TrackerCallback):
     """Logs to Weights & Biases: a run (project ``WANDB_PROJECT``, default ``"huggingface"``; name ``run_name``)
     whose config holds the arguments and model configuration, and every ``log`` call as ``train/<name>``
     (``eval/<name>`` for evaluation metrics) against ``train/global_step``. ``WANDB_MODE=offline`` writes the
@@ -284,13 +296,8 @@ class WandbCallback(TrainerCallback):
         wandb.define_metric("train/global_step")
         wandb.define_metric("*", step_metric="train/global_step", step_sync=True)
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, model)
-
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, model)
+        self._ensure_setup(args, state, model)
         if not state.is_world_process_zero or not logs:
             return
         record = {}
@@ -335,7 +342,7 @@ def _env_choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-class DVCLiveCallback(TrainerCallback):
+class DVCLiveCallback(_TrackerCallback):
     """Logs to DVCLive (``pip install dvclive``), which writes plain files: on ``train`` begin the arguments
     as ``params.yaml``, every ``log`` call's numbers as metrics (``eval_loss`` as ``eval/loss``) followed by
     ``Live.next_step()`` (so ``plots/metrics/<name>.tsv`` hold one row per log call and ``metrics.json`` the
@@ -373,13 +380,8 @@ class DVCLiveCallback(TrainerCallback):
                 self.live = Live()
             self.live.log_params(args.to_dict())
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, model)
-
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, model)
+        self._ensure_setup(args, state, model)
         if not state.is_world_process_zero or not logs:
             return
         from dvclive.utils import standardize_metric_name
@@ -451,7 +453,7 @@ class CodeCarbonCallback(TrainerCallback):
             self.tracker.stop()
 
 
-class CometCallback(TrainerCallback):
+class CometCallback(_TrackerCallback):
     """Logs to Comet (``pip install comet-ml``): on ``train`` begin an experiment from ``comet_ml.start``
     (named ``run_name``; ``COMET_MODE`` ``get``/``create``/``get_or_create`` as the reference, project
     ``COMET_PROJECT_NAME``) with the model graph, the arguments as ``args|*`` and the model configuration as
@@ -503,18 +505,12 @@ class CometCallback(TrainerCallback):
                 _prefixed(logs), step=state.global_step, epoch=state.epoch, framework="transformers"
             )
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, model)
-
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, model)
+        self._ensure_setup(args, state, model)
         self._log(state, logs)
 
     def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, None)
+        self._ensure_setup(args, state, None)
         self._log(state, metrics)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -539,7 +535,7 @@ _CLEARML_SINGLE_VALUES = (
 )
 
 
-class ClearMLCallback(TrainerCallback):
+class ClearMLCallback(_TrackerCallback):
     """Logs to ClearML (``pip install clearml``): on ``train`` begin the running task (``Task.current_task()``)
     or a new one (project ``CLEARML_PROJECT``, default ``"HuggingFace Transformers"``; name ``CLEARML_TASK``,
     default ``"Trainer"``), the arguments as hyperparameters of section ``Transformers`` (``*_token`` ones left
@@ -603,12 +599,10 @@ class ClearMLCallback(TrainerCallback):
         self._checkpoints = []
         if getattr(state, "is_hyper_param_search", False):
             self._initialized = False
-        if not self._initialized:
-            self.setup(args, state, model)
+        self._ensure_setup(args, state, model)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, model: Any = None, **kw: Any) -> None:
-        if not self._initialized:
-            self.setup(args, state, model)
+        self._ensure_setup(args, state, model)
         if not state.is_world_process_zero or not logs or self.task is None:
             return
         report = self.task.get_logger()
