@@ -12,8 +12,8 @@ from .errors import DeviceError
 #: loaded) puts the whole model on the first accelerator, else the CPU.
 AUTOMATIC_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
-#: The most CPU threads a ``--threads`` option takes (chat, serve): more is a typo, not a machine, and
-#: ``torch.set_num_threads(100000)`` crashes the process.
+#: The most CPU threads a ``--threads`` option takes (chat, serve): more is a typo, not a machine, and asking
+#: torch for 100,000 threads crashes the process. (This module only checks the value; the CLI entry points set it.)
 MAX_CPU_THREADS = 1024
 
 
