@@ -83,25 +83,22 @@ def write_gptq_folder(
             packed.update({f"{stem}.{part}": value for part, value in parts.items()})
         else:
             packed[name] = expected[name] = tensor
-    config = json.loads((float_folder / "config.json").read_text())
-    folder.mkdir(parents=True)
-    if with_expected:
-        (folder / "expected").mkdir()
-        save_file(expected, str(folder / "expected" / "model.safetensors"))
-        (folder / "expected" / "config.json").write_text(json.dumps(config))
-    config["quantization_config"] = {
-        "quant_method": "gptq",
-        "bits": bits,
-        "group_size": group,
-        "desc_act": shuffle,
-        "sym": False,
-        "checkpoint_format": fmt,
-        "damp_percent": 0.1,
-        "true_sequential": True,
-    }
-    save_file(packed, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    return _write_folder(
+        float_folder,
+        folder,
+        packed,
+        expected if with_expected else None,
+        {
+            "quant_method": "gptq",
+            "bits": bits,
+            "group_size": group,
+            "desc_act": shuffle,
+            "sym": False,
+            "checkpoint_format": fmt,
+            "damp_percent": 0.1,
+            "true_sequential": True,
+        },
+    )
 
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # AutoAWQ's GEMM packing: word c, bits 4 i hold output column 8 c + ORDER[i]
@@ -132,19 +129,33 @@ def write_awq_folder(float_folder: Path, folder: Path, group: int = 32, *, with_
             packed[f"{stem}.scales"] = parts["scales"]
         else:
             packed[name] = expected[name] = tensor
+    return _write_folder(
+        float_folder,
+        folder,
+        packed,
+        expected if with_expected else None,
+        {
+            "quant_method": "awq",
+            "bits": 4,
+            "group_size": group,
+            "zero_point": True,
+            "version": "gemm",
+        },
+    )
+
+
+def _write_folder(
+    float_folder: Path, folder: Path, packed: dict, expected: dict | None, quantization_config: dict
+) -> Path:
+    """``folder``: ``packed`` with the float checkpoint's config plus ``quantization_config``; ``folder/expected``:
+    ``expected`` (the de-quantised floats) with the plain config, when given."""
     config = json.loads((float_folder / "config.json").read_text())
     folder.mkdir(parents=True)
-    if with_expected:
+    if expected is not None:
         (folder / "expected").mkdir()
         save_file(expected, str(folder / "expected" / "model.safetensors"))
         (folder / "expected" / "config.json").write_text(json.dumps(config))
-    config["quantization_config"] = {
-        "quant_method": "awq",
-        "bits": 4,
-        "group_size": group,
-        "zero_point": True,
-        "version": "gemm",
-    }
+    config["quantization_config"] = quantization_config
     save_file(packed, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(config))
     return folder
