@@ -460,8 +460,11 @@ class TemperatureLogitsWarper(LogitsProcessor):
         warped = scores / self.temperature
         if self.temperature >= 1.0:
             return warped  # no score grows: nothing can overflow
+        peak = warped.amax(dim=-1, keepdim=True)
+        if bool(torch.isfinite(peak).all()):  # the usual case: one reduction, nothing overflowed
+            return warped
         best = scores.amax(dim=-1, keepdim=True)
-        overflowed = ~torch.isfinite(warped.amax(dim=-1, keepdim=True)) & torch.isfinite(best)
+        overflowed = ~torch.isfinite(peak) & torch.isfinite(best)  # (a row masked to -inf throughout stays as it is)
         if not bool(overflowed.any()):
             return warped
         # A temperature so small (1e-300) that a row's best score overflows to inf (or all of them underflow to
