@@ -12,7 +12,8 @@ declarative :class:`DecodeStepLayout` of its decoder:
 * native: where the layout describes every layer as :class:`~microformers_sdk.static_steps.DecoderLayerParts`
   and the type of its linear layers provides a whole-decoder step
   (:func:`~microformers_sdk.static_steps.native_decoder_step`; quantized layers of ``microformers-quant``
-  do), one native call for all layers (and the final norm and head where it covers them).
+  do, and plain float32 ``nn.Linear`` layers have the SDK's own), one native call for all layers (and the
+  final norm and head where it covers them).
 
 ``generate`` needs no call for the native one: :func:`default_decode_step` finds the native step of a
 model that has one (microformers-generation asks for it on every call where it applies), and
@@ -209,10 +210,19 @@ class NativeDecodeStep(StaticStepRunner):
         self.includes_head = includes_head
 
     @classmethod
-    def build(cls, model: StaticStepModel, layout: DecodeStepLayout) -> NativeDecodeStep | None:
-        """None unless every layer is described and the type of its linear layers offers a native step."""
+    def build(
+        cls, model: StaticStepModel, layout: DecodeStepLayout, float_layers: bool = True
+    ) -> NativeDecodeStep | None:
+        """None unless every layer is described and the type of its linear layers offers a native step.
+
+        ``float_layers=False``: None for plain float ``nn.Linear`` layers too (only a type's own step, such as
+        quantized layers'). The SDK's float step (:class:`~microformers_sdk.static_steps.FloatDecoderStep`)
+        is built only where no forward hook is registered on any module of the layers or globally (its
+        parts say nothing of the modules around them)."""
         parts = list(layout.native_parts)
         if not parts or len(parts) != len(layout.layers) or any(part is None for part in parts):
+            return None
+        if type(parts[0].q_proj) is nn.Linear and not (float_layers and _no_hooks(layout.layers)):
             return None
         step = native_decoder_step(parts, layout.shape, layout.final_norm, layout.lm_head)
         if step is not None:
@@ -233,6 +243,15 @@ class NativeDecodeStep(StaticStepRunner):
         return self.layers_step(inputs_embeds, cos, sin, visible, storages, int(layer_inputs.cache_position[0]))
 
 
+def _no_hooks(layers: Sequence[nn.Module]) -> bool:
+    """No forward hook on any module of ``layers``, nor a global one (``nn.modules.module``'s)."""
+    from torch.nn.modules import module as torch_module
+
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return False
+    return not any(m._forward_hooks or m._forward_pre_hooks for layer in layers for m in layer.modules())
+
+
 def compile_decode_step(
     model: StaticStepModel, regional: bool = False, native: bool | None = None, **compile_options: Any
 ) -> None:
@@ -242,7 +261,8 @@ def compile_decode_step(
     ``native``: with the default (None) and neither ``regional`` nor options, layers whose linear
     type provides a native step for the whole decoder (quantized layers: ``microformers-quant``)
     use it instead of ``torch.compile``: no compilation, the same kernels, one call per token for
-    all layers. ``native=True`` requires it (an error where there is none), ``native=False``
+    all layers. ``native=True`` requires it (an error where there is none) and also takes the SDK's
+    float32 step for plain ``nn.Linear`` layers (which the default compiles), ``native=False``
     always compiles.
 
     The compiled function is the model's ``logits``, the decoder and head every forward runs; the
@@ -266,7 +286,7 @@ def compile_decode_step(
         raise InputError("compile_decode_step(native=True) compiles nothing: drop regional and the compile options")
     layout = model.decode_step_layout()
     if native is not False and not regional and not compile_options:
-        native_step = NativeDecodeStep.build(model, layout)
+        native_step = NativeDecodeStep.build(model, layout, float_layers=native is True)
         if native_step is not None:
             object.__setattr__(model, "_compiled_decode_step", native_step)
             object.__setattr__(model, "_compiled_decode_options", {"native": True})
@@ -274,8 +294,8 @@ def compile_decode_step(
         if native:
             raise InputError(
                 "compile_decode_step(native=True): these layers have no native decode step (it needs every "
-                "projection quantized by microformers-quant, on the CPU with its kernels built, plain RMSNorms and "
-                "a SiLU MLP); use native=False"
+                "projection quantized by microformers-quant, or every one a plain float32 nn.Linear, on the CPU "
+                "with the native kernels built, plain RMSNorms, a SiLU MLP and no forward hooks); use native=False"
             )
     options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
     if model.__dict__.get("_compiled_decode_options") == {**options, "regional": regional}:
@@ -294,14 +314,15 @@ def uncompile_decode_step(model: nn.Module) -> None:
     model.__dict__.pop("_compiled_decode_options", None)
 
 
-def default_decode_step(model: Any) -> NativeDecodeStep | None:
+def default_decode_step(model: Any, float_layers: bool = False) -> NativeDecodeStep | None:
     """The native static step ``generate`` runs by default, or None where there is none to run.
 
     The one :func:`compile_decode_step` installed when it is native (the user's own choice, kept);
     None when another step is installed (a ``torch.compile`` step: the user decides its cache), for a
     model without :meth:`~StaticStepModel.decode_step_layout`, with packed layers, or whose layers offer
-    no native step (float layers, hooks, quantized layers off the CPU or without their kernels built).
-    Otherwise a step built now, from the model as it is.
+    no native step (hooks, quantized layers off the CPU or without their kernels built, float layers
+    unless ``float_layers``). Otherwise a step built now, from the model as it is. ``float_layers=True``
+    also builds the SDK's float32 step for plain ``nn.Linear`` layers (what ``generate`` asks for).
     """
     installed = model.__dict__.get("_compiled_decode_step")
     if installed is not None:
@@ -309,7 +330,7 @@ def default_decode_step(model: Any) -> NativeDecodeStep | None:
     layout_of = getattr(model, "decode_step_layout", None)
     if layout_of is None or any(isinstance(module, PackedLinear) for module in model.modules()):
         return None
-    return NativeDecodeStep.build(model, layout_of())
+    return NativeDecodeStep.build(model, layout_of(), float_layers=float_layers)
 
 
 @contextlib.contextmanager

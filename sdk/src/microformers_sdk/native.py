@@ -1,4 +1,5 @@
-"""C++ operators built on first use, and the SDK's own: ``mfsdk::few_rows_linear`` (csrc/few_rows.cpp).
+"""C++ operators built on first use, and the SDK's own: ``mfsdk::few_rows_linear`` (csrc/few_rows.cpp) and
+``mfsdk::float_decoder_step`` (csrc/decoder_step.cpp, a whole float32 decoder step built on the first).
 
 :func:`build_ops` compiles a C++ source that registers ``torch.ops`` with ``TORCH_LIBRARY`` into
 torch's extension cache (``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``) the first
@@ -22,6 +23,7 @@ or ``MICROFORMERS_NATIVE=0``): callers then use torch's own products.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import platform
@@ -29,13 +31,14 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 __all__ = [
     "FEW_ROWS_MAX", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
-    "few_rows_linear", "native_isa", "native_report", "unavailable_reason",
+    "few_rows_linear", "native_isa", "native_ops_available", "native_report", "unavailable_reason",
 ]  # fmt: skip
 
 logger = logging.getLogger("microformers")
@@ -105,9 +108,12 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def build_ops(name: str, source: Path) -> Exception | None:
-    """Compile and load ``source`` as the extension ``name`` for this CPU's instruction set (once per
-    process); the error (a :class:`NativeUnavailable` where the CPU or platform has no target), or None."""
+def build_ops(name: str, source: Path | Sequence[Path]) -> Exception | None:
+    """Compile and load ``source`` (one C++ file or several) as the extension ``name`` for this CPU's
+    instruction set (once per process); the error (a :class:`NativeUnavailable` where the CPU or platform
+    has no target), or None. Headers (``*.h``) beside the sources are part of what makes a cached build
+    current: torch's cache compares only the sources, so their digest goes into the compiler flags."""
+    sources = [source] if isinstance(source, Path) else list(source)
     isa, why = native_isa()
     if isa is None:
         return NativeUnavailable(why)
@@ -122,8 +128,8 @@ def build_ops(name: str, source: Path) -> Exception | None:
 
         load(
             name=f"{name}_{isa}",
-            sources=[str(source)],
-            extra_cflags=["-O3", *ISA_TARGETS[isa][1], "-ffp-contract=off", "-fopenmp"],
+            sources=[str(path) for path in sources],
+            extra_cflags=["-O3", *ISA_TARGETS[isa][1], "-ffp-contract=off", "-fopenmp", *_headers_flag(sources)],
             extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=logger.isEnabledFor(logging.DEBUG),
@@ -134,6 +140,15 @@ def build_ops(name: str, source: Path) -> Exception | None:
         print(f"microformers: built {name} in {time.perf_counter() - started:.0f} s (cached for later runs)",
               file=sys.stderr, flush=True)  # fmt: skip
     return None
+
+
+def _headers_flag(sources: list[Path]) -> list[str]:
+    """``-DMF_HEADERS_DIGEST=...`` of the headers beside ``sources`` (none: no flag, the build unchanged)."""
+    headers = sorted({header for path in sources for header in path.parent.glob("*.h")})
+    if not headers:
+        return []
+    digest = hashlib.sha256(b"".join(header.read_bytes() for header in headers)).hexdigest()[:16]
+    return [f"-DMF_HEADERS_DIGEST={digest}"]
 
 
 def _build_root() -> Path:
@@ -182,25 +197,34 @@ def _few_rows_available() -> bool:
         if "few_rows" not in _built:
             if os.environ.get("MICROFORMERS_NATIVE", "1") == "0":
                 _built["few_rows"] = False
-            elif hasattr(torch.ops, "mfsdk") and hasattr(torch.ops.mfsdk, "few_rows_linear"):
+            elif hasattr(torch.ops, "mfsdk") and all(
+                hasattr(torch.ops.mfsdk, op) for op in ("few_rows_linear", "float_decoder_step")
+            ):
                 _built["few_rows"] = True
             else:
-                error = build_ops("microformers_sdk_ops", Path(__file__).with_name("csrc") / "few_rows.cpp")
+                error = build_ops("microformers_sdk_ops", [_CSRC / "few_rows.cpp", _CSRC / "decoder_step.cpp"])
                 if error is not None:
                     logger.info("microformers-sdk: native few-row products unavailable (%s); using torch's", error)
                 _built["few_rows"] = error is None
         return _built["few_rows"]
 
 
+_CSRC = Path(__file__).with_name("csrc")
 _EMPTY = torch.empty(0)
+
+
+def native_ops_available() -> bool:
+    """Whether the SDK's native ops (``mfsdk::few_rows_linear``, ``mfsdk::float_decoder_step``) run in this
+    process, building them on the first call where they can be built."""
+    available = _built.get("few_rows")
+    return available if available is not None else _few_rows_available()
 
 
 def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """``F.linear(x, weight, bias)`` for contiguous float32 CPU ``x`` of 1 to ``FEW_ROWS_MAX`` rows and a
     contiguous float32 ``weight``, summed in one fixed order per output (the same alone or in a batch);
     None where the native op is unavailable."""
-    available = _built.get("few_rows")  # decided once: no lock on the decode path after the first call
-    if not (available if available is not None else _few_rows_available()):
+    if not native_ops_available():  # decided once: no lock on the decode path after the first call
         return None
     rows = x.numel() // weight.shape[1]
     out = torch.ops.mfsdk.few_rows_linear(x.reshape(rows, weight.shape[1]), weight, _EMPTY if bias is None else bias)

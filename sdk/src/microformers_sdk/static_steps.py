@@ -14,7 +14,9 @@ batch size and cache length (as gpt-fast does). A decoder uses the three functio
 
 A pre-norm decoder with a SwiGLU MLP (the Llama layout) can also describe its layers as
 :class:`DecoderLayerParts` and ask :func:`native_decoder_step` for a step that runs every layer in
-one native call, when the type of its linear layers provides one (quantized layers do).
+one native call, when the type of its linear layers provides one (quantized layers do), or when
+they are plain float32 ``nn.Linear`` layers on the CPU (:class:`FloatDecoderStep`, the SDK's own
+``mfsdk::float_decoder_step``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ import attrs
 import torch
 from torch import nn
 
+from . import native
 from .cache import Cache, StaticCache
+from .layers import RMSNorm
 
 __all__ = [
     "DecoderLayerParts",
     "DecoderStepShape",
+    "FloatDecoderStep",
     "NativeDecoderStep",
     "native_decoder_step",
     "one_query_attention",
@@ -132,10 +137,11 @@ class DecoderStepShape:
 
 # (hidden (rows, 1, hidden), cos, sin (rows, 1, head_dim), visible (rows or 1, 1, 1, capacity) bool,
 #  [(key storage, value storage) per layer], position) -> hidden after the last layer (before the final
-#  norm), or the logits (rows, 1, vocab) of a step built with the final norm and head
+#  norm), or the logits (rows, 1, vocab) of a step built with the final norm and head; None where this
+#  call's inputs are not the step's to run (the eager step runs them instead)
 NativeDecoderStep = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Sequence[tuple[torch.Tensor, torch.Tensor]], int],
-    torch.Tensor,
+    "torch.Tensor | None",
 ]
 
 
@@ -149,7 +155,7 @@ def native_decoder_step(
 
     The type of the first ``q_proj`` may provide it as a static
     ``native_decoder_step(layers, shape, final_norm, lm_head)`` (returning None where it cannot run
-    these layers); plain ``nn.Linear`` layers have none. The step writes each layer's new key/value
+    these layers); for plain float32 ``nn.Linear`` layers it is :class:`FloatDecoderStep`. The step writes each layer's new key/value
     into its storage at ``position`` (the caller counts it with ``Cache.advance``) and returns the
     hidden states the decoder's final norm receives; given ``final_norm`` (an
     :class:`~microformers_sdk.layers.RMSNorm`) and ``lm_head``, it returns ``lm_head(final_norm(h))``
@@ -159,5 +165,146 @@ def native_decoder_step(
         raise ValueError("native_decoder_step: give both final_norm and lm_head, or neither")
     if not layers:
         return None
+    if type(layers[0].q_proj) is nn.Linear:
+        return FloatDecoderStep.build(layers, shape, final_norm, lm_head)
     build = getattr(type(layers[0].q_proj), "native_decoder_step", None)
     return None if build is None else build(layers, shape, final_norm, lm_head)
+
+
+_NO_BIAS = torch.empty(0)
+
+
+def _hook_free(module: nn.Module) -> bool:
+    return not (module._forward_hooks or module._forward_pre_hooks)
+
+
+def _float_linear(module: nn.Module, in_features: int, out_features: int) -> list[torch.Tensor] | None:
+    """``[weight, bias or empty]`` of a plain, hook-free float32 CPU ``nn.Linear`` of these sizes, else None."""
+    if type(module) is not nn.Linear or not _hook_free(module):
+        return None
+    weight, bias = module.weight, module.bias
+    if weight.shape != (out_features, in_features) or not _float_cpu(weight) or not weight.is_contiguous():
+        return None
+    if bias is not None and not (_float_cpu(bias) and bias.is_contiguous()):
+        return None
+    return [weight.detach(), _NO_BIAS if bias is None else bias.detach()]
+
+
+def _float_norm(norm: nn.Module | None, hidden: int) -> tuple[torch.Tensor, float] | None:
+    """The weight and epsilon of a plain, hook-free float32 CPU :class:`RMSNorm` of ``hidden``, else None."""
+    if type(norm) is not RMSNorm or not _hook_free(norm):
+        return None
+    weight = norm.weight
+    ok = weight.shape == (hidden,) and _float_cpu(weight) and weight.is_contiguous()
+    return (weight.detach(), float(norm.variance_epsilon)) if ok else None
+
+
+def _float_cpu(tensor: torch.Tensor) -> bool:
+    return tensor.dtype == torch.float32 and tensor.device.type == "cpu"
+
+
+class FloatDecoderStep:
+    """A static step through every layer of a Llama-shaped float32 decoder in one native call
+    (``mfsdk::float_decoder_step``, csrc/decoder_step.cpp), and through its final norm and head when built
+    with them: the :data:`NativeDecoderStep` of plain float32 ``nn.Linear`` layers on the CPU.
+
+    Its products are the SDK's few-row products, the ones the layers' own eager calls run
+    (:func:`~microformers_sdk.layers.row_linear`), so it takes steps of 1 to
+    :data:`~microformers_sdk.native.FEW_ROWS_MAX` rows and returns None for more (the eager step, whose
+    products are then torch's, runs those). The norms, rotary, attention softmax and SiLU are its own
+    float32 code: the same formulas, the sums in another order (results equal the eager step's up to
+    float rounding).
+
+    Built only where it computes exactly what the eager step does: every projection a plain ``nn.Linear``
+    (not a subclass: no adapter, no quantization) and both norms plain :class:`RMSNorm`, all float32 on
+    the CPU, contiguous, without forward hooks, every layer of the same sizes and norm epsilon. The caller
+    checks the rest of the model (hooks elsewhere; :func:`~microformers_sdk.decode_steps.default_decode_step`
+    does). It holds the tensors as they are when built.
+    """
+
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        eps: float,
+        shape: DecoderStepShape,
+        head: tuple[list[torch.Tensor], float] = ([], 0.0),
+    ) -> None:
+        self.params, self.eps, self.shape = params, eps, shape
+        self.head, self.head_eps = head
+
+    @classmethod
+    def build(
+        cls,
+        layers: Sequence[DecoderLayerParts],
+        shape: DecoderStepShape,
+        final_norm: nn.Module | None = None,
+        lm_head: nn.Module | None = None,
+    ) -> FloatDecoderStep | None:
+        """The step for ``layers`` (and the final norm and head after them, when given), or None where one of
+        them is not as the class docstring says, or the SDK's native ops cannot run here."""
+        if not layers or shape.head_dim % 2 or shape.heads % shape.kv_heads:
+            return None
+        hidden = layers[0].q_proj.in_features if type(layers[0].q_proj) is nn.Linear else 0
+        intermediate = layers[0].gate_proj.out_features if type(layers[0].gate_proj) is nn.Linear else 0
+        q_width, kv_width = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+        sizes = [
+            (hidden, q_width), (hidden, kv_width), (hidden, kv_width), (q_width, hidden),
+            (hidden, intermediate), (hidden, intermediate), (intermediate, hidden),
+        ]  # fmt: skip
+        params: list[torch.Tensor] = []
+        epsilons: set[float] = set()
+        for parts in layers:
+            linears = [_float_linear(module, *size) for module, size in zip(parts.linears, sizes, strict=True)]
+            norms = [_float_norm(parts.input_norm, hidden), _float_norm(parts.post_norm, hidden)]
+            if any(tensors is None for tensors in linears) or norms[0] is None or norms[1] is None:
+                return None
+            epsilons.update((norms[0][1], norms[1][1]))
+            params += [norms[0][0], *linears[0], *linears[1], *linears[2], *linears[3]]  # type: ignore[misc]
+            params += [norms[1][0], *linears[4], *linears[5], *linears[6]]  # type: ignore[misc]
+        if len(epsilons) != 1:
+            return None
+        head: tuple[list[torch.Tensor], float] = ([], 0.0)
+        if lm_head is not None:
+            norm = _float_norm(final_norm, hidden)
+            vocab = lm_head.out_features if type(lm_head) is nn.Linear else 0
+            head_tensors = _float_linear(lm_head, hidden, vocab)
+            if norm is None or head_tensors is None:
+                return None
+            head = ([norm[0], *head_tensors], norm[1])
+        if not native.native_ops_available():
+            return None
+        return cls(params, epsilons.pop(), shape, head)
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        visible: torch.Tensor,
+        storages: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        position: int,
+    ) -> torch.Tensor | None:
+        rows, width = hidden.shape[0], hidden.shape[-1]
+        if not 1 <= rows <= native.FEW_ROWS_MAX or visible.dtype != torch.bool:
+            return None
+        shape = self.shape
+        caches = [tensor for pair in storages for tensor in pair]
+        # one (cos, sin) row per input row: positions shared by the batch come as a single row
+        cos, sin = (t.reshape(t.shape[0], -1).expand(rows, -1).contiguous() for t in (cos, sin))
+        out = torch.ops.mfsdk.float_decoder_step(
+            hidden.reshape(rows, width).contiguous(),
+            cos.float(),
+            sin.float(),
+            visible.reshape(-1, visible.shape[-1]).contiguous(),
+            caches,
+            position,
+            self.params,
+            self.eps,
+            shape.scaling,
+            shape.heads,
+            shape.kv_heads,
+            shape.head_dim,
+            self.head,
+            self.head_eps,
+        )
+        return out.view(rows, 1, out.shape[-1])

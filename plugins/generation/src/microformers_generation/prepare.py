@@ -6,7 +6,7 @@ strategies call it (or subclass :class:`microformers_generation.Strategy`, which
 same checks and defaults as the standard ones.
 
 Fast decoding by default (:func:`default_decode_step`): a model whose decoder has a native static
-step (a quantized Llama-family model of microformers-quant on the CPU) decodes one token per row
+step (a Llama-family model on the CPU, float32 or quantized by microformers-quant) decodes one token per row
 through it into a preallocated ``StaticCache`` without being asked, where the call allows it:
 one sequence per row (no beams), no assistant or prompt lookup, no attentions or hidden states,
 no cache of the caller's, ``use_cache`` on. The caller's choice wins: ``cache_implementation="dynamic"``
@@ -429,7 +429,7 @@ def default_decode_step(model: Any) -> Any:
         return None  # not a decoder built on the SDK's static steps
     from microformers_sdk.decode_steps import default_decode_step as native_step
 
-    return native_step(model)
+    return native_step(model, float_layers=True)
 
 
 def prepare_static_decoding(model: Any, config: GenerationConfig, model_kwargs: dict[str, Any]) -> None:

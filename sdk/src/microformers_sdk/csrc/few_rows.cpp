@@ -11,6 +11,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "few_rows.h"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -71,27 +73,37 @@ at::Tensor few_rows_linear(const at::Tensor& x, const at::Tensor& weight, const 
   TORCH_CHECK(bias.numel() == 0 || (bias.numel() == N && bias.scalar_type() == at::kFloat && bias.is_contiguous()),
               "few_rows_linear: bias must be empty or float32 [N]");
   at::Tensor out = at::empty({M, N}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = weight.data_ptr<float>();
-  const float* bp = bias.numel() ? bias.data_ptr<float>() : nullptr;
-  float* op = out.data_ptr<float>();
-  // each task gets about 2^18 multiply-adds: small layers run on the calling thread
-  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(1, K * M));
-  at::parallel_for(0, N, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      const float* w = wp + n * K;
-      int64_t m = 0;
-      for (; m + 2 <= M; m += 2) rows_dot<2>(w, xp + m * K, K, op + m * N + n, N);
-      if (m < M) rows_dot<1>(w, xp + m * K, K, op + m * N + n, N);
-      if (bp != nullptr)
-        for (int64_t r = 0; r < M; ++r) op[r * N + n] += bp[n];
-    }
-  });
+  const mfsdk::FewRowsWeight w{weight.data_ptr<float>(), bias.numel() ? bias.data_ptr<float>() : nullptr, N,
+                               out.data_ptr<float>()};
+  mfsdk::few_rows_products(x.data_ptr<float>(), M, K, &w, 1);
   return out;
 }
 
 }  // namespace
 
-TORCH_LIBRARY(mfsdk, m) { m.def("few_rows_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor"); }
+void mfsdk::few_rows_products(const float* xp, int64_t M, int64_t K, const FewRowsWeight* ws, int64_t count) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += ws[i].N;
+  // each task gets about 2^18 multiply-adds: small layers run on the calling thread
+  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(1, K * M));
+  at::parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
+    int64_t first = 0, i = 0;  // weight i holds the group's rows [first, first + N_i)
+    for (; first + ws[i].N <= begin; ++i) first += ws[i].N;
+    for (int64_t row = begin; row < end; ++row) {
+      while (row >= first + ws[i].N) first += ws[i++].N;
+      const int64_t n = row - first, N = ws[i].N;
+      const float* w = ws[i].w + n * K;
+      float* op = ws[i].out;
+      int64_t m = 0;
+      for (; m + 2 <= M; m += 2) rows_dot<2>(w, xp + m * K, K, op + m * N + n, N);
+      if (m < M) rows_dot<1>(w, xp + m * K, K, op + m * N + n, N);
+      if (ws[i].bias != nullptr)
+        for (int64_t r = 0; r < M; ++r) op[r * N + n] += ws[i].bias[n];
+    }
+  });
+}
+
+
+TORCH_LIBRARY_FRAGMENT(mfsdk, m) { m.def("few_rows_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor"); }
 
 TORCH_LIBRARY_IMPL(mfsdk, CPU, m) { m.impl("few_rows_linear", &few_rows_linear); }
