@@ -109,10 +109,10 @@ def test_an_op_already_registered_is_used_without_building(monkeypatch: pytest.M
 def test_a_failed_build_is_logged_once_and_torch_is_used(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    built: list[tuple[str, Path]] = []
+    built: list[tuple[str, list[Path]]] = []
 
-    def no_compiler(name: str, source: Path) -> Exception | None:
-        built.append((name, source))
+    def no_compiler(name: str, sources: list[Path]) -> Exception | None:
+        built.append((name, sources))
         return OSError("no C++ compiler")
 
     monkeypatch.delenv("MICROFORMERS_NATIVE", raising=False)
@@ -122,8 +122,9 @@ def test_a_failed_build_is_logged_once_and_torch_is_used(
     with caplog.at_level(logging.DEBUG, logger="microformers"):
         for _ in range(2):
             assert native.few_rows_linear(torch.randn(2, 8), torch.randn(4, 8), None) is None
-    assert built == [("microformers_sdk_ops", Path(native.__file__).with_name("csrc") / "few_rows.cpp")]
-    assert built[0][1].is_file()
+    csrc = Path(native.__file__).with_name("csrc")
+    assert built == [("microformers_sdk_ops", [csrc / "few_rows.cpp", csrc / "decoder_step.cpp"])]
+    assert all(source.is_file() for source in built[0][1])
     assert [record.getMessage() for record in caplog.records] == [
         "microformers-sdk: native few-row products unavailable (no C++ compiler); using torch's"
     ]

@@ -417,7 +417,7 @@ def fast_decoding_applies(
         and model_kwargs.get("past_key_values") is None
         and (config.num_beams or 1) == 1
         and call_arguments.get("assistant_model") is None
-        and not config.prompt_lookup_num_tokens
+        and config.prompt_lookup_num_tokens is None  # (0 still selects prompt lookup, which refuses it)
         and not config.output_attentions
         and not config.output_hidden_states
     )
