@@ -261,9 +261,10 @@ def compile_decode_step(
     ``native``: with the default (None) and neither ``regional`` nor options, layers whose linear
     type provides a native step for the whole decoder (quantized layers: ``microformers-quant``)
     use it instead of ``torch.compile``: no compilation, the same kernels, one call per token for
-    all layers. ``native=True`` requires it (an error where there is none) and also takes the SDK's
-    float32 step for plain ``nn.Linear`` layers (which the default compiles), ``native=False``
-    always compiles.
+    all layers. ``native=True`` requires it (an error where there is none), ``native=False``
+    always compiles. Plain float32 ``nn.Linear`` layers are compiled here: their native step (the SDK's
+    :class:`~microformers_sdk.static_steps.FloatDecoderStep`) is what ``generate`` runs by default
+    (:func:`default_decode_step`) when no step is installed.
 
     The compiled function is the model's ``logits``, the decoder and head every forward runs; the
     inputs (embedding, rotary, mask over the cache's capacity) are prepared eagerly and the prompt
@@ -286,7 +287,7 @@ def compile_decode_step(
         raise InputError("compile_decode_step(native=True) compiles nothing: drop regional and the compile options")
     layout = model.decode_step_layout()
     if native is not False and not regional and not compile_options:
-        native_step = NativeDecodeStep.build(model, layout, float_layers=native is True)
+        native_step = NativeDecodeStep.build(model, layout, float_layers=False)
         if native_step is not None:
             object.__setattr__(model, "_compiled_decode_step", native_step)
             object.__setattr__(model, "_compiled_decode_options", {"native": True})
@@ -294,8 +295,8 @@ def compile_decode_step(
         if native:
             raise InputError(
                 "compile_decode_step(native=True): these layers have no native decode step (it needs every "
-                "projection quantized by microformers-quant, or every one a plain float32 nn.Linear, on the CPU "
-                "with the native kernels built, plain RMSNorms, a SiLU MLP and no forward hooks); use native=False"
+                "projection quantized by microformers-quant, on the CPU with its kernels built, plain RMSNorms and "
+                "a SiLU MLP); use native=False"
             )
     options: dict[str, Any] = {"dynamic": False, "fullgraph": True, **compile_options}
     if model.__dict__.get("_compiled_decode_options") == {**options, "regional": regional}:
