@@ -21,7 +21,7 @@ from microformers_sdk.testing import (
 
 @needs_native_ops()
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("out_features,in_features", [(96, 40), (7, 13), (300, 576), (33, 35)])
+@pytest.mark.parametrize("out_features,in_features", [(96, 40), (7, 13), (300, 576), (33, 35), (2100, 40)])
 def test_matches_f_linear_and_each_row_alone(out_features: int, in_features: int, threads: int) -> None:
     """Every row count up to FEW_ROWS_MAX, inner sizes with and without a tail past the 32- and 8-wide chunks;
     a row's output is bit for bit the same alone and in any batch (one summation order per output)."""
