@@ -53,7 +53,7 @@ def started(engine: Engine) -> Engine:
 
 def test_concurrent_arrivals_are_prefilled_in_one_forward_and_answer_as_alone(engine_model: Any) -> None:
     tokenizer, model = engine_model
-    engine = started(Engine(model, tokenizer, max_batch_size=8))
+    engine = started(Engine(model, tokenizer, max_batch_size=8, prefill_group=512))
     assert engine.packed_prefill is True
     before = engine.prefill_forwards
     rng = random.Random(1)
@@ -61,11 +61,51 @@ def test_concurrent_arrivals_are_prefilled_in_one_forward_and_answer_as_alone(en
     with one_thread():
         submit_together(engine, jobs)
         wait_all(jobs)
-    assert engine.prefill_forwards - before == 1  # six prompts, far under the 512-token chunk: one forward
+    assert engine.prefill_forwards - before == 1  # six prompts, far under the 512-token group: one forward
     for job, collector in jobs:
         assert_like_alone(model, job, collector)
     engine.drain()
     assert engine.join(10)
+
+
+class FirstTokens(Engine):
+    """An engine that notes, for each request, how many prefill forwards had run when its first token came."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.first_after: dict[int, int] = {}
+        super().__init__(*args, **kwargs)
+
+    def _accept(self, request: GenerationRequest, token: int) -> None:
+        if not request.output_ids:
+            self.first_after[id(request)] = self.prefill_forwards
+        super()._accept(request, token)
+
+
+def test_prompts_arriving_together_are_read_in_groups_and_the_first_get_their_first_tokens_sooner(
+    engine_model: Any,
+) -> None:
+    tokenizer, model = engine_model
+    engine = started(FirstTokens(model, tokenizer, max_batch_size=8, prefill_group=20))
+    before = engine.prefill_forwards
+    rng = random.Random(6)
+    lengths = [12, 9, 25, 3, 8, 14]  # forwards close once they hold 20 tokens: [12, 9], [25], [3, 8, 14]
+    jobs = [request([100 + i, *(rng.randrange(3, 500) for _ in range(n - 1))], 8) for i, n in enumerate(lengths)]
+    with one_thread():
+        submit_together(engine, jobs)
+        wait_all(jobs)
+    assert engine.prefill_forwards - before == 3
+    # each request's first token is out once its own forward ran, before the later groups are read
+    assert [engine.first_after[id(job)] - before for job, _ in jobs] == [1, 1, 2, 3, 3, 3]
+    for job, collector in jobs:
+        assert_like_alone(model, job, collector)
+    engine.drain()
+    assert engine.join(10)
+
+
+def test_prefill_group_below_one_token_is_refused(engine_model: Any) -> None:
+    tokenizer, model = engine_model
+    with pytest.raises(ValueError, match="prefill_group must be >= 1"):
+        Engine(model, tokenizer, prefill_group=0)
 
 
 def test_prompts_over_the_chunk_are_split_across_forwards_and_answer_as_alone(engine_model: Any) -> None:

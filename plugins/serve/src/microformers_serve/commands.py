@@ -35,6 +35,11 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
         "in chunks of it between decoding steps (default 512)",
     )  # fmt: skip
     parser.add_argument(
+        "--prefill-group", type=_positive, default=64,
+        help="prompt tokens after which a prefill forward takes no further prompt: prompts arriving together are read "
+        "in groups, and the first get their first tokens after the first group's forward (default 64)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-embedding-tokens", type=_positive, default=16384,
         help="tokens of all inputs of one /v1/embeddings request (default 16384; more get 400)",
     )  # fmt: skip
@@ -81,7 +86,9 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
         "--max-body-bytes", type=_positive, default=4 * 1024 * 1024, help="request size limit (413 above)"
     )
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1 (default cpu)")
-    parser.add_argument("--threads", type=thread_count_argument, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=thread_count_argument, default=None, help="torch threads (default: torch's choice)"
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     return run_serve
 
@@ -124,7 +131,7 @@ def load_server(args: argparse.Namespace) -> Any:
     from microformers.errors import InputError
 
     from .app import Embedder, Server
-    from .engine import DEFAULT_PREFILL_CHUNK, Engine, native_step_for
+    from .engine import DEFAULT_PREFILL_CHUNK, DEFAULT_PREFILL_GROUP, Engine, native_step_for
 
     if args.pack_weights and args.quantize:
         raise InputError("--pack-weights packs float32 weights and --quantize replaces them: use one of the two")
@@ -183,6 +190,7 @@ def load_server(args: argparse.Namespace) -> Any:
             model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue,
             max_kv_tokens=getattr(args, "max_kv_tokens", None),
             prefill_chunk=getattr(args, "prefill_chunk", None) or DEFAULT_PREFILL_CHUNK,
+            prefill_group=getattr(args, "prefill_group", None) or DEFAULT_PREFILL_GROUP,
             native_rows=native_rows,
         )  # fmt: skip
         return Server(name, tokenizer, model, engine=engine, aliases=aliases, **_server_limits(args))
