@@ -23,8 +23,8 @@ Every run prints the CPU model and the thread count. Variants:
   de-quantised the GGUF once); ``fp32-packed``: the same with ``pack_linear_weights`` (opt-in:
   oneDNN's packed layout, for batched decoding); ``int8``/``int4``: that folder loaded with ``Int8Config()`` /
   ``Int4Config(group_size=32)``; ``gguf``: the Q4_1 file with ``GgufQuantConfig()`` (blocks kept);
-  ``*-a8`` / ``*-a16``: the same with ``activations="int8"`` / ``"int16"`` (decoding activations quantized
-  per 32 values; int8 is llama.cpp's way);
+  ``*-a8`` / ``*-a16`` / ``*-f32``: the same with ``activations="int8"`` / ``"int16"`` / ``"float32"``
+  (activations quantized per 32 values; int8 is llama.cpp's way; ``gguf`` alone is int16, the default);
 * ``gptq`` / ``awq``: GPTQ (v1 packing) and AutoAWQ GEMM 4-bit folders, group 32, written from the same float32
   weights by round-to-nearest with the tests' packing helpers (``plugins/quant/tests/gptq_packing.py``; no
   calibration, so their tokens are not a GPTQ run's) and loaded with no arguments: kept packed in the int4 format,
@@ -66,11 +66,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common
 
-VARIANTS = ["fp32", "fp32-packed", "int8", "int4", "gguf", "gguf-dynamic", "gguf-a16", "gguf-a8", "int4-a16", "int4-a8",
+VARIANTS = ["fp32", "fp32-packed", "int8", "int4", "gguf", "gguf-dynamic", "gguf-a16", "gguf-a8", "gguf-f32", "int4-a16", "int4-a8",
             "gptq", "awq", "reference", "llama.cpp"]  # fmt: skip
 # GPTQ/AWQ folders written from the float32 folder: variant -> (writer, group)
 PACKED_FOLDERS = {"gptq": ("gptq", 32), "awq": ("awq", 32), "gptq-g128": ("gptq", 128), "awq-g128": ("awq", 128)}
-ACTIVATIONS = {"-a8": "int8", "-a16": "int16"}
+ACTIVATIONS = {"-a8": "int8", "-a16": "int16", "-f32": "float32"}
 
 
 def cpu_model() -> str:

@@ -71,6 +71,8 @@ def assert_same_decoding(native: Any, eager: Any, prompt_length: int, tolerance:
         ("tiny_llama", Int8Config(), 1e-4),
         ("tiny_qwen2_like", Int4Config(group_size=64), 1e-4),
         ("tiny_llama", Int4Config(group_size=32, activations="int16"), 2e-3),
+        # interleaved layers, int8 activations both ways: a float difference before a rounding may flip it
+        ("tiny_llama", Int8Config(activations="int8"), 1e-2),
     ],
 )
 def test_native_step_gives_the_eager_steps_logits(

@@ -14,11 +14,15 @@ from gguf.constants import GGMLQuantizationType as T
 
 from microformers import AutoModelForCausalLM, GgufQuantConfig
 from microformers.errors import CheckpointError, ConfigError
+from microformers_quant import kernels
 from microformers_quant.modules import QuantEmbedding, QuantLinear, TiedQuantHead
 from microformers_sdk.testing import assert_similar_generation
 
 GGUF_TESTS = Path(__file__).resolve().parents[2] / "gguf" / "tests" / "conftest.py"
 IDS = torch.tensor([[1, 5, 9, 33, 40, 7, 60, 11]])
+# the blocks through float activations: the de-quantised model's logits up to summation order
+FLOAT_ACTIVATIONS = GgufQuantConfig(activations="float32")
+INT16_DRIFT = 5e-3  # relative to the largest logit: int16 activations through this tiny model's two layers
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,7 @@ def test_blocks_are_kept_and_match_the_dequantised_model(
 ) -> None:
     path = write(writer, tmp_path, linear)
     dequantised = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
-    kept = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, quantization_config=GgufQuantConfig())
+    kept = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, quantization_config=FLOAT_ACTIVATIONS)
     q_proj = kept.model.layers[0].self_attn.q_proj
     assert isinstance(q_proj, QuantLinear) and (q_proj.bits, q_proj.group) == (bits, 32)
     assert isinstance(kept.model.embed_tokens, QuantEmbedding) and isinstance(kept.lm_head, TiedQuantHead)
@@ -65,13 +69,35 @@ def test_blocks_are_kept_and_match_the_dequantised_model(
     assert_similar_generation(kept.generate(IDS, **settings), expected.sequences, expected.scores, prompt_length=8)
 
 
+@pytest.mark.parametrize("linear", [T.Q4_0, T.Q4_1, T.Q8_0])
+def test_default_int16_activations_track_the_dequantised_model(writer: ModuleType, tmp_path: Path, linear: T) -> None:
+    """By default the blocks meet int16 activations (two int8 planes on the interleaved layout, prompt included):
+    logits within 5e-3 of the largest float logit here, the same greedy tokens up to a near tie of that size."""
+    path = write(writer, tmp_path, linear)
+    dequantised = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
+    kept = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, quantization_config=GgufQuantConfig())
+    layers = [m for m in kept.modules() if isinstance(m, (QuantLinear, QuantEmbedding))]
+    assert layers and all(m.activation_bits == 16 for m in layers)
+    # interleaved where the kernels are built, except the 300-row embedding/head (rows not a multiple of 8)
+    assert [m.interleaved for m in layers] == [kernels.native_available() and m.rows % 8 == 0 for m in layers]
+    assert any(m.rows % 8 for m in layers)
+    expected = logits(dequantised)
+    drift = float((logits(kept) - expected).abs().max())
+    # measured 3e-3 / 7e-4 / 2e-4 of the largest logit (Q4_0 / Q4_1 / Q8_0); plain int16 rows: 2e-3 / 3e-3 / 3e-4
+    assert 0 < drift < INT16_DRIFT * float(expected.abs().max())
+    settings = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
+    want = dequantised.generate(IDS, **settings, return_dict_in_generate=True, output_scores=True)
+    got = kept.generate(IDS, **settings)
+    assert_similar_generation(got, want.sequences, want.scores, prompt_length=8, tie_tolerance=INT16_DRIFT)
+
+
 @pytest.mark.parametrize("embedding", [T.Q8_0, T.Q4_1])
 def test_an_untied_quantized_embedding_is_read_dequantised(writer: ModuleType, tmp_path: Path, embedding: T) -> None:
     """Untied, the embedding stays a float ``nn.Embedding``: its kept blocks are read de-quantised, not refused as
     a missing ``embed_tokens.weight``; the head and the other layers keep their blocks."""
     path = write(writer, tmp_path, T.Q8_0, embedding=embedding, tied=False)
     dequantised = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
-    kept = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, quantization_config=GgufQuantConfig())
+    kept = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, quantization_config=FLOAT_ACTIVATIONS)
     assert type(kept.model.embed_tokens) is torch.nn.Embedding
     assert isinstance(kept.lm_head, QuantLinear) and isinstance(kept.model.layers[0].mlp.up_proj, QuantLinear)
     # exact: the same de-quantisation of the same blocks as the float load

@@ -40,7 +40,10 @@ def models() -> tuple[Any, Any, Any, list[torch.Tensor]]:
     folder = spec_folder()
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
     dequantised = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE)
-    kept = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, quantization_config=GgufQuantConfig())
+    # float activations: the kept blocks' products against the float model's, up to summation order
+    kept = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=GGUF_FILE, quantization_config=GgufQuantConfig(activations="float32")
+    )
     prompts = []
     for path in sorted(CORPUS.glob("*.md")):
         if path.name == "README.md":
@@ -112,14 +115,13 @@ def test_64_greedy_tokens_identical_through_the_native_step_by_default(
 def test_int16_activations_keep_top1_and_greedy_tokens(
     models: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``activations="int16"`` (decoding inputs quantized to int16 per 32 values): every position of the
-    corpus prompts through the integer row kernels keeps the float model's top-1 token and stays within
-    0.05 of its logits, and greedy decoding gives the same 64 tokens, both up to a near tie."""
+    """The default, int16 activations (inputs quantized per 32 values to int16's precision): every position of
+    the corpus prompts keeps the float model's top-1 token and stays within 0.05 of its logits, and greedy
+    decoding gives the same 64 tokens, both up to a near tie."""
     tokenizer, dequantised, _, prompts = models
     folder = spec_folder()
-    kept16 = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=GGUF_FILE, quantization_config=GgufQuantConfig(activations="int16")
-    )
+    kept16 = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, quantization_config=GgufQuantConfig())
+    assert kept16.model.layers[0].mlp.up_proj.activation_bits == 16
     ids, expected_out = float_greedy(tokenizer, dequantised)
     # int16 activations drift from the float logits by up to 0.05 (asserted below): ties within that may break (INT16_TIE)
     similar = {"prompt_length": ids.shape[1], "tie_tolerance": INT16_TIE}

@@ -18,9 +18,10 @@ def _names(value: Any) -> list[str] | None:
 class _QuantConfig:
     quant_method: ClassVar[str] = ""
     modules_to_not_convert: list[str] | None = attrs.field(default=None, converter=_names)
-    # "float32" (default), "int16" or "int8": for one-row inputs (batch-1 decoding), quantize activations
-    # per 32 values too and use integer dot products (int8 is llama.cpp's approach; int16 keeps the
-    # logits close to float32's; the speed and drift of each are in docs/quantization.md)
+    # "float32", "int16" or "int8" (default: "float32", "int16" for GgufQuantConfig): quantize activations
+    # per 32 values too and use integer dot products (int8 is llama.cpp's approach; int16 keeps the logits
+    # close to float32's). Layers with a multiple of 8 outputs quantize every input (prefill too); the rest
+    # one-row inputs only. The speed and drift of each are in docs/quantization.md.
     activations: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,7 +61,9 @@ class GgufQuantConfig(_QuantConfig):
     """Keep a GGUF file's quantized blocks: Q4_0/Q4_1 as group-32 int4, Q8_0 as group-32 int8 (exact).
 
     Other block types (Q5_x, K-quants) are de-quantised and re-quantised to group-32 int8
-    (see docs/quantization.md); float tensors stay float.
+    (see docs/quantization.md); float tensors stay float. Activations are int16 unless
+    ``activations`` says otherwise: integer dot products as llama.cpp's, the logits within about
+    0.05 of float activations' (``activations="float32"``: within 1e-3, slower).
     """
 
     quant_method: ClassVar[str] = "gguf"

@@ -55,7 +55,12 @@ def _head_tensors(head: object, hidden: int) -> tuple[list[torch.Tensor], list[i
         return None
     if weight.cols != hidden or (bias is not None and bias.dtype != torch.float32):
         return None
-    return _weight_tensors(weight, bias), [weight.group, weight.activation_bits]
+    return _weight_tensors(weight, bias), _meta(weight)
+
+
+def _meta(weight: modules._QuantWeight) -> list[int]:
+    """What the step reads of a layer besides its tensors: (group, activation bits, interleaved)."""
+    return [weight.group, weight.activation_bits, int(weight.interleaved)]
 
 
 def _plain(module: object) -> bool:
@@ -63,7 +68,7 @@ def _plain(module: object) -> bool:
 
 
 def _same_kind(*modules: QuantLinear) -> bool:
-    return len({(m.bits, m.group, m.activation_bits, m.in_features) for m in modules}) == 1
+    return len({(m.bits, m.group, m.activation_bits, m.in_features, m.interleaved) for m in modules}) == 1
 
 
 def _norm_weight(norm: object, hidden: int) -> torch.Tensor | None:
@@ -134,7 +139,7 @@ class QuantDecoderStep:
             params.append(norms[0])
             for module in parts.linears:
                 params += _linear_tensors(module)
-                meta += [module.group, module.activation_bits]
+                meta += _meta(module)
             params.append(norms[1])
         if len(epsilons) != 1:
             return None

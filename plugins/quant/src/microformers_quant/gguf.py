@@ -160,7 +160,9 @@ def _requantize_q8(source: GgufBlockSource, info: Any, hf: str, rows: int, cols:
 
 class GgufQuantizer(PluginQuantizer):
     quant_method = "gguf"
-    description = "GGUF blocks kept: Q4_0/Q4_1 as group-32 int4, Q8_0 as group-32 int8, float32 activations"
+    description = "GGUF blocks kept: Q4_0/Q4_1 as group-32 int4, Q8_0 as group-32 int8, int16 activations"
+    # integer dot products as llama.cpp computes them, at int16's precision (activations="float32" for float)
+    default_activations = "int16"
 
     def open_source(self, fmt: Any, files: list[Any], dtype: torch.dtype) -> Mapping[str, Any]:
         if getattr(fmt, "name", None) == "gguf":

@@ -84,6 +84,7 @@ def _build() -> bool:
         for act_bits, suffix in ((32, ""), (16, "_i16"), (8, "_i8")):
             _ops[bits, act_bits] = getattr(torch.ops.mfquant, f"q{bits}_linear{suffix}")
         _ops[bits, "many"] = getattr(torch.ops.mfquant, f"q{bits}_linear_many")
+        _ops[bits, "x8"] = getattr(torch.ops.mfquant, f"q{bits}_linear_x8")
     return True
 
 
@@ -129,6 +130,7 @@ def _register_fakes() -> None:
         torch.library.register_fake(f"mfquant::q8_linear{suffix}")(q8_fake)
     for bits in (4, 8):
         torch.library.register_fake(f"mfquant::q{bits}_linear_many")(many_fake)
+        torch.library.register_fake(f"mfquant::q{bits}_linear_x8")(many_fake)
     for bits in (4, 8):
         torch.library.register_fake(f"mfquant::q{bits}_dequantize")(dequantize_fake)
 
@@ -147,12 +149,47 @@ def dequantize_q8(qweight: torch.Tensor, scales: torch.Tensor, group: int) -> to
     return (qweight.view(n, -1, group).float() * scales.unsqueeze(-1)).view(n, -1)
 
 
+def interleave_rows(
+    qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """The 8-row interleaved layout of the ``*_x8`` kernels (csrc/qlinear.cpp), same shapes and bytes permuted:
+    each row's bytes in 4-byte chunks, chunk c of 8 consecutive rows side by side; scales/mins ``[N/8, G, 8]``."""
+    n, width = qweight.shape
+    out = [qweight.view(n // 8, 8, width // 4, 4).permute(0, 2, 1, 3).reshape(n, width)]
+    for t in (scales, mins) if mins is not None else (scales,):
+        out.append(t.view(n // 8, 8, t.shape[1]).permute(0, 2, 1).reshape(t.shape))
+    return out
+
+
+def plain_rows(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """The inverse of :func:`interleave_rows`: the plain row-major layout."""
+    n, width = qweight.shape
+    out = [qweight.view(n // 8, width // 4, 8, 4).permute(0, 2, 1, 3).reshape(n, width)]
+    for t in (scales, mins) if mins is not None else (scales,):
+        out.append(t.view(n // 8, t.shape[1], 8).permute(0, 2, 1).reshape(t.shape))
+    return out
+
+
 def quantize_activations(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
     """What the integer-activation kernels compute with: ``x`` rounded to ``bits`` (8 or 16) per 32 values (one scale each)."""
     blocks = x.reshape(*x.shape[:-1], -1, 32)
     scale = blocks.abs().amax(-1, keepdim=True) / float((1 << (bits - 1)) - 1)
     q = torch.round(blocks / torch.where(scale > 0, scale, torch.ones_like(scale)))
     return (q * scale).reshape(x.shape)
+
+
+def quantize_activations_planes(x: torch.Tensor, planes: int) -> torch.Tensor:
+    """What the interleaved kernels compute with: ``x`` per 32 values as ``d * q1`` (``planes`` 1: int8) or
+    ``d * q1 + d / 254 * q2`` (2: the rest in a second int8 plane, int16's precision), ``d = max|x| / 127``."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32)
+    scale = blocks.abs().amax(-1, keepdim=True) / 127.0
+    inverse = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
+    q = torch.round(blocks * inverse)  # as the kernel rounds: times the inverse, ties to even
+    value = q * scale
+    if planes == 2:
+        rest = torch.round((blocks - scale * q) * (inverse * 254.0)).clamp_(-127, 127)
+        value = value + rest * (scale / 254.0)
+    return value.reshape(x.shape)
 
 
 def _native(bits: int, act_bits: int | str, x: torch.Tensor) -> Any:
@@ -174,12 +211,23 @@ def q4_linear(
         if act_bits == 32:
             return op(x, qweight, scales, mins, group, GEMM_MIN_ROWS)
         return op(x, qweight, scales, mins, group)
-    if act_bits != 32:  # the minimum term uses the float sums of x, as the kernel does
-        w = dequantize_q4(qweight, scales, mins, group)
-        low = mins.float().repeat_interleave(group, dim=1)
-        quantized = quantize_activations(x, act_bits)
-        return torch.nn.functional.linear(quantized, w - low) + torch.nn.functional.linear(x, low)
+    if act_bits != 32:
+        return _q4_integer_product(x, quantize_activations(x, act_bits), qweight, scales, mins, group)
     return torch.nn.functional.linear(x, dequantize_q4(qweight, scales, mins, group))
+
+
+def _q4_integer_product(
+    x: torch.Tensor,
+    quantized: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    mins: torch.Tensor,
+    group: int,
+) -> torch.Tensor:
+    """The integer-activation kernels' q4 product in torch: the minimum term meets the float sums of ``x``."""
+    low = mins.float().repeat_interleave(group, dim=1)
+    weight = dequantize_q4(qweight, scales, mins, group)
+    return torch.nn.functional.linear(quantized, weight - low) + torch.nn.functional.linear(x, low)
 
 
 def q8_linear(
@@ -214,3 +262,31 @@ def linear_many(
         assert mins is not None
         return [q4_linear(x, q, s, m, group, act_bits) for q, s, m in zip(qweights, scales, mins, strict=True)]
     return [q8_linear(x, q, s, group, act_bits) for q, s in zip(qweights, scales, strict=True)]
+
+
+def linear_x8(
+    x: torch.Tensor,
+    bits: int,
+    qweights: list[torch.Tensor],
+    scales: list[torch.Tensor],
+    mins: list[torch.Tensor] | None,
+    group: int,
+    act_bits: int,
+) -> list[torch.Tensor]:
+    """``[x @ W.T for W in weights]`` for weights in the interleaved layout, every input row quantized per 32
+    values: ``act_bits`` 8 to int8, 16 to two int8 planes (int16's precision; see csrc/qlinear.cpp)."""
+    op = _native(bits, "x8", x)
+    if op is not None:
+        if bits == 4:
+            return op(x, qweights, scales, mins, group, act_bits)
+        return op(x, qweights, scales, group, act_bits)
+    # no kernels here (another device): the same maths in torch on the plain layout
+    quantized = quantize_activations_planes(x, 1 if act_bits == 8 else 2)
+    outs = []
+    for i, qweight in enumerate(qweights):
+        if bits == 4:
+            assert mins is not None
+            outs.append(_q4_integer_product(x, quantized, *plain_rows(qweight, scales[i], mins[i]), group))
+        else:
+            outs.append(torch.nn.functional.linear(quantized, dequantize_q8(*plain_rows(qweight, scales[i]), group)))
+    return outs

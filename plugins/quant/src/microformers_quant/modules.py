@@ -50,6 +50,9 @@ class _QuantWeight(nn.Module):
             )
         self.rows, self.cols, self.bits, self.group = rows, cols, bits, group
         self.activation_bits = 32  # set by the quantizer from quantization_config.activations
+        # buffers in the 8-row interleaved layout of the integer-activation kernels (see interleave());
+        # state_dict and everything that reads rows see the plain layout
+        self.interleaved = False
         groups = cols // group
         if bits == 4:
             self.register_buffer("qweight", _meta(rows, cols // 2, dtype=torch.uint8))
@@ -83,10 +86,52 @@ class _QuantWeight(nn.Module):
         packed = q[:, :, 0, :] | (q[:, :, 1, :] << 4)
         return {"qweight": packed.reshape(rows, self.cols // 2).contiguous(), "scales": scales, "mins": mins}
 
+    def _parts(self) -> list[torch.Tensor]:
+        buffers = self._buffers
+        return [buffers["qweight"], buffers["scales"], *([buffers["mins"]] if self.bits == 4 else [])]
+
+    def plain_buffers(self) -> dict[str, torch.Tensor]:
+        """``qweight``, ``scales`` (and ``mins``) in the plain row-major layout, whatever the layout held."""
+        parts = self._parts()
+        if self.interleaved:
+            parts = kernels.plain_rows(*parts)
+        return dict(zip(("qweight", "scales", "mins"), parts, strict=False))
+
+    def interleave(self) -> bool:
+        """Put the buffers in the 8-row layout of the integer-activation kernels (``activation_bits`` 8 or 16, a
+        multiple of 8 rows, the kernels built, on the CPU); True if they are (now) in it. Every input is then
+        quantized, prefill included, not only one-row inputs (``KERNEL_MAX_ROWS``)."""
+        if self.interleaved:
+            return True
+        qweight = self._buffers["qweight"]
+        if (
+            self.activation_bits == 32
+            or self.rows % 8
+            or qweight.device.type != "cpu"
+            or not kernels.native_available()
+        ):
+            return False
+        for name, tensor in zip(("qweight", "scales", "mins"), kernels.interleave_rows(*self._parts()), strict=False):
+            self._buffers[name] = tensor
+        self.interleaved = True
+        return True
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.interleaved:
+            for name, tensor in self.plain_buffers().items():
+                destination[prefix + name] = tensor
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        # what loads is in the plain layout: it replaces the interleaved buffers whole
+        self.interleaved = False
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def dequantize(self) -> torch.Tensor:
+        parts = self.plain_buffers()
         if self.bits == 4:
-            return kernels.dequantize_q4(self.qweight, self.scales, self.mins, self.group)
-        return kernels.dequantize_q8(self.qweight, self.scales, self.group)
+            return kernels.dequantize_q4(parts["qweight"], parts["scales"], parts["mins"], self.group)
+        return kernels.dequantize_q8(parts["qweight"], parts["scales"], self.group)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ W.T`` for float32 2-D ``x``."""
@@ -94,8 +139,13 @@ class _QuantWeight(nn.Module):
             # training through a frozen quantized layer (LoRA): the kernels have no backward, so the
             # product runs on the de-quantised weight and gradients reach the input
             return torch.nn.functional.linear(x, self.dequantize())
-        act_bits = self.activation_bits if x.shape[0] <= KERNEL_MAX_ROWS else 32
         buffers = self._buffers  # not through Module.__getattr__: this runs ~200 times per decoded token
+        if self.interleaved:
+            mins = [buffers["mins"]] if self.bits == 4 else None
+            return kernels.linear_x8(
+                x, self.bits, [buffers["qweight"]], [buffers["scales"]], mins, self.group, self.activation_bits
+            )[0]
+        act_bits = self.activation_bits if x.shape[0] <= KERNEL_MAX_ROWS else 32
         if self.bits == 4:
             return kernels.q4_linear(x, buffers["qweight"], buffers["scales"], buffers["mins"], self.group, act_bits)
         return kernels.q8_linear(x, buffers["qweight"], buffers["scales"], self.group, act_bits)
@@ -146,28 +196,25 @@ class QuantLinear(_QuantWeight):
             or (x.requires_grad and torch.is_grad_enabled())
         ):
             return None
-        shared = (first.bits, first.group, first.activation_bits, first.in_features)
+        shared = (first.bits, first.group, first.activation_bits, first.in_features, first.interleaved)
         for module in modules:
             if (
                 type(module) is not QuantLinear
                 or module._forward_hooks
                 or module._forward_pre_hooks
-                or (module.bits, module.group, module.activation_bits, module.in_features) != shared
+                or (module.bits, module.group, module.activation_bits, module.in_features, module.interleaved) != shared
             ):
                 return None
         flat = x.reshape(-1, first.in_features)
         flat = flat if flat.is_contiguous() else flat.contiguous()
-        act_bits = first.activation_bits if flat.shape[0] <= KERNEL_MAX_ROWS else 32
         buffers = [module._buffers for module in modules]
-        outs = kernels.linear_many(
-            flat,
-            first.bits,
-            [b["qweight"] for b in buffers],
-            [b["scales"] for b in buffers],
-            [b["mins"] for b in buffers] if first.bits == 4 else None,
-            first.group,
-            act_bits,
-        )
+        qweights, scales = [b["qweight"] for b in buffers], [b["scales"] for b in buffers]
+        mins = [b["mins"] for b in buffers] if first.bits == 4 else None
+        if first.interleaved:
+            outs = kernels.linear_x8(flat, first.bits, qweights, scales, mins, first.group, first.activation_bits)
+        else:
+            act_bits = first.activation_bits if flat.shape[0] <= KERNEL_MAX_ROWS else 32
+            outs = kernels.linear_many(flat, first.bits, qweights, scales, mins, first.group, act_bits)
         results = []
         for module, out in zip(modules, outs, strict=True):
             bias = module._parameters.get("bias")
@@ -205,13 +252,21 @@ class QuantEmbedding(_QuantWeight):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         flat = input_ids.reshape(-1)
-        q = self.qweight.index_select(0, flat)
-        scales = self.scales.index_select(0, flat)
+        parts = [self._rows_of(t, flat) for t in self._parts()]
         if self.bits == 4:
-            rows = kernels.dequantize_q4(q, scales, self.mins.index_select(0, flat), self.group)
+            rows = kernels.dequantize_q4(*parts, self.group)
         else:
-            rows = kernels.dequantize_q8(q, scales, self.group)
+            rows = kernels.dequantize_q8(*parts, self.group)
         return rows.view(*input_ids.shape, self.embedding_dim).to(self.output_dtype)
+
+    def _rows_of(self, tensor: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of one buffer in the plain layout (gathered from the interleaved one without unpacking it)."""
+        if not self.interleaved:
+            return tensor.index_select(0, ids)
+        if tensor is self._buffers["qweight"]:  # [N/8, chunks, 8, 4] bytes
+            chunks = tensor.view(self.rows // 8, -1, 8, 4)
+            return chunks[ids // 8, :, ids % 8, :].reshape(ids.numel(), tensor.shape[1])
+        return tensor.view(self.rows // 8, -1, 8)[ids // 8, :, ids % 8]  # scales/mins [N/8, G, 8]
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, bits={self.bits}, group={self.group}"

@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -161,8 +162,21 @@ struct Weight {
   const typename F::s_t* scales;
   const typename F::s_t* mins;
   int64_t N, K, group;
+  bool interleaved = false;  // the 8-row layout of the *_x8 kernels (see "8-row interleaved weights")
   int64_t groups() const { return K / group; }
   const typename F::q_t* row(int64_t n) const { return q + n * (K / F::kValuesPerByte); }
+  // Where row n's scale (and min) of group g is, in either layout.
+  int64_t scale_index(int64_t n, int64_t g) const {
+    return interleaved ? ((n / 8) * groups() + g) * 8 + n % 8 : n * groups() + g;
+  }
+  // Block b of row n in ggml order: in place for the plain layout, gathered into tmp for the interleaved.
+  const typename F::q_t* block(int64_t n, int64_t b, typename F::q_t* tmp) const {
+    if (!interleaved) return row(n) + b * F::kBlockBytes;
+    const int64_t chunks = K / F::kValuesPerByte / 4, per_block = F::kBlockBytes / 4;
+    for (int64_t j = 0; j < per_block; ++j)
+      std::memcpy(tmp + 4 * j, q + (((n / 8) * chunks + b * per_block + j) * 8 + n % 8) * 4, 4);
+    return tmp;
+  }
 };
 
 // Output rows per parallel task: a layer is split over threads only where each thread gets about
@@ -337,16 +351,16 @@ void linear_rows(const float* x, int64_t M, const std::vector<Weight<F>>& ws, co
 template <class F>
 void dequantize_rows(const Weight<F>& w, int64_t n0, int64_t rows, float* dst) {
   const int64_t K = w.K, G = w.groups(), per = w.group / 32;
+  typename F::q_t gathered[F::kBlockBytes];
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t n = n0 + i;
-    const typename F::q_t* q = w.row(n);
     float* d = dst + i * K;
     for (int64_t g = 0; g < G; ++g) {
-      const float s = F::scale(w.scales[n * G + g]);
-      const float mn = F::kHasMin ? F::scale(w.mins[n * G + g]) : 0.f;
+      const float s = F::scale(w.scales[w.scale_index(n, g)]);
+      const float mn = F::kHasMin ? F::scale(w.mins[w.scale_index(n, g)]) : 0.f;
       for (int64_t b = 0; b < per; ++b) {
         const int64_t k = (g * per + b) * 32;
-        const typename F::q_t* block = q + (k / 32) * F::kBlockBytes;
+        const typename F::q_t* block = w.block(n, k / 32, gathered);
 #ifdef MFQ_AVX2
         __m256 f[4];
         F::load(block, f);
@@ -463,13 +477,188 @@ void linear_int(const float* x, int64_t M, const std::vector<Weight<F>>& ws, con
   });
 }
 
+// ---- 8-row interleaved weights, int8 activations (the *_x8 ops) --------------------------------
+//
+// Rows in groups of 8; within a group each row's bytes are cut into 4-byte chunks and chunk c of rows
+// 0-7 lies side by side: row 8i + r, chunk c at byte ((i * C + c) * 8 + r) * 4 (C = chunks per row);
+// scales and mins [N/8, G, 8]. One 32-byte load then holds four values of each of 8 rows, so
+// maddubs against four inputs broadcast to every lane leaves row r's partial dot product in lane r:
+// one conversion and one FMA per block serve 8 output rows, where the plain layout spends one per
+// row. The same bytes as the plain layout, permuted (kernels.interleave_rows does it in torch).
+#ifdef MFQ_AVX2
+// 8 rows' scales (or mins) of group g as floats.
+inline __m256 load8(const at::Half* s) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))); }
+inline __m256 load8(const float* s) { return _mm256_loadu_ps(s); }
+inline __m256i broadcast4(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Block b of 8 rows against R quantized input rows: each row's integer dot product in its lane. With two
+// planes (P = 2) the input is q + r / 254 (see quantize_planes) and the lane holds 254 * (w . q) + w . r.
+template <class F, int R, int P>
+inline void block_dots8(const typename F::q_t* chunk, const int8_t* const* xq, int64_t k, int64_t plane,
+                        __m256i dots[R]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i planes[P][R];
+  if constexpr (F::kHasMin) {  // q4: bytes hold values j (low nibble) and j + 16 (high), all 0-15
+    const __m256i m0f = _mm256_set1_epi8(0x0F);
+    __m256i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * j));
+      lo[j] = _mm256_and_si256(v, m0f);
+      hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+    }
+    for (int p = 0; p < P; ++p)
+      for (int r = 0; r < R; ++r) {
+        const int8_t* x = xq[r] + p * plane + k;
+        // eight products of at most 2 * 15 * 127 each: the int16 sums cannot saturate
+        __m256i sum = _mm256_maddubs_epi16(lo[0], broadcast4(x));
+        for (int j = 1; j < 4; ++j) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(lo[j], broadcast4(x + 4 * j)));
+        for (int j = 0; j < 4; ++j) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(hi[j], broadcast4(x + 16 + 4 * j)));
+        planes[p][r] = _mm256_madd_epi16(sum, ones);
+      }
+  } else {  // q8: signed bytes; |w| * sign(x, w) keeps maddubs' unsigned operand, pairs below 2^15
+    for (int p = 0; p < P; ++p)
+      for (int r = 0; r < R; ++r) planes[p][r] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32 * j));
+      const __m256i magnitude = _mm256_abs_epi8(v);
+      for (int p = 0; p < P; ++p)
+        for (int r = 0; r < R; ++r) {
+          const __m256i x = broadcast4(xq[r] + p * plane + k + 4 * j);
+          const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x, v));
+          planes[p][r] = _mm256_add_epi32(planes[p][r], _mm256_madd_epi16(pairs, ones));
+        }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if constexpr (P == 1) {
+      dots[r] = planes[0][r];
+    } else {  // 254 * a + b in int32 (below 2^28 for q8's largest sums)
+      const __m256i a = planes[0][r];
+      dots[r] = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(a, 8), _mm256_slli_epi32(a, 1)), planes[1][r]);
+    }
+  }
+}
+
+// out[r][0..7] = rows 8i..8i+7 of w against input rows r < R (quantized xq/xd, float group sums xsum).
+template <class F, int R, int P>
+inline void rows8_int8(const Weight<F>& w, int64_t i, const int8_t* const* xq, int64_t plane, const float* const* xd,
+                       const float* const* xsum, float* const* out) {
+  const int64_t G = w.groups(), per = w.group / 32, blocks = w.K / 32;
+  const typename F::q_t* q = w.q + i * (w.K / F::kValuesPerByte) * 8;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t g = b / per;
+    const __m256 s = load8(w.scales + (i * G + g) * 8);
+    __m256i dots[R];
+    block_dots8<F, R, P>(q + b * F::kBlockBytes * 8, xq, b * 32, plane, dots);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(s, _mm256_set1_ps(xd[r][b])), acc[r]);
+  }
+  if constexpr (F::kHasMin)
+    for (int64_t g = 0; g < G; ++g) {
+      const __m256 mn = load8(w.mins + (i * G + g) * 8);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xsum[r][g]), acc[r]);
+    }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r], acc[r]);
+}
+#endif
+
+// x quantized per 32 values to P int8 planes: q1 = round(x / d), d = max|x| / 127, and for P = 2 the
+// rest in steps of d / 254, q2 = round((x - d q1) / (d / 254)), |q2| <= 127: x = d (q1 + q2 / 254) within
+// d / 508, the precision of int16 activations (max|x| / 32767 per step) at two int8 dot products' cost.
+// Planes of row m at q + (m * P + p) * K; d (divided by 254 for P = 2) at scale[m * K / 32 + b].
+template <int P>
+void quantize_planes(const float* x, int64_t K, int8_t* q, float* scale) {
+  quantize_row<int8_t>(x, K, q, scale);
+  if constexpr (P == 2) {
+    int8_t* rest = q + K;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const float d = scale[b], step = d / 254.f, inv = d > 0.f ? 254.f / d : 0.f;
+      for (int j = 0; j < 32; ++j) {
+        const int64_t k = b * 32 + j;
+        const float r = (x[k] - d * static_cast<float>(q[k])) * inv;
+        rest[k] = static_cast<int8_t>(std::max(-127.f, std::min(127.f, std::nearbyint(r))));
+      }
+      scale[b] = step;
+    }
+  }
+}
+
+// outs[i] [M, ws[i].N] = x [M, K] @ ws[i].T for interleaved weights, x quantized to P int8 planes per 32 values.
+template <class F, int P>
+void linear_x8(const float* x, int64_t M, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs) {
+  const int64_t K = ws[0].K, G = ws[0].groups(), plane = K;
+  std::vector<int8_t> xq(M * P * K);
+  std::vector<float> xd(M * K / 32);
+  for (int64_t m = 0; m < M; ++m) quantize_planes<P>(x + m * K, K, xq.data() + m * P * K, xd.data() + m * K / 32);
+  const std::vector<float> xsum = group_sums(x, M, ws[0]);
+  std::vector<int64_t> start(ws.size() + 1, 0);  // groups of 8 rows of all weights as one range
+  for (size_t i = 0; i < ws.size(); ++i) start[i + 1] = start[i] + ws[i].N / 8;
+  const int64_t grain = std::max<int64_t>(2, row_grain(K, M) / 8);
+  at::parallel_for(0, start.back(), grain, [&](int64_t begin, int64_t end) {
+    size_t i = std::upper_bound(start.begin(), start.end(), begin) - start.begin() - 1;
+    float tile[16][8];
+    for (int64_t group = begin; group < end; ++group) {
+      while (group >= start[i + 1]) ++i;
+      const Weight<F>& w = ws[i];
+      const int64_t gi = group - start[i];
+#ifdef MFQ_AVX2
+      for (int64_t m0 = 0; m0 < M; m0 += 16) {
+        const int64_t rows = std::min<int64_t>(16, M - m0);
+        const int8_t* xqs[16];
+        const float *xds[16], *xss[16];
+        float* tiles[16];
+        for (int64_t r = 0; r < rows; ++r) {
+          xqs[r] = xq.data() + (m0 + r) * P * K;
+          xds[r] = xd.data() + (m0 + r) * K / 32;
+          xss[r] = F::kHasMin ? xsum.data() + (m0 + r) * G : nullptr;
+          tiles[r] = tile[r];
+        }
+        int64_t r = 0;
+        constexpr int kWide = P == 1 ? 4 : 2;  // input rows per pass: P * kWide accumulators in registers
+        for (; r + kWide <= rows; r += kWide) rows8_int8<F, kWide, P>(w, gi, xqs + r, plane, xds + r, xss + r, tiles + r);
+        for (; r + 2 <= rows; r += 2) rows8_int8<F, 2, P>(w, gi, xqs + r, plane, xds + r, xss + r, tiles + r);
+        if (r < rows) rows8_int8<F, 1, P>(w, gi, xqs + r, plane, xds + r, xss + r, tiles + r);
+        for (int64_t rr = 0; rr < rows; ++rr) std::copy_n(tile[rr], 8, outs[i] + (m0 + rr) * w.N + gi * 8);
+      }
+#else
+      typename F::q_t gathered[F::kBlockBytes];
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t r = 0; r < 8; ++r) {
+          const int64_t n = gi * 8 + r;
+          float total = 0.f;
+          for (int64_t b = 0; b < K / 32; ++b) {
+            const typename F::q_t* block = w.block(n, b, gathered);
+            int32_t dot = 0;
+            for (int j = 0; j < 32; ++j) {
+              const int64_t k = m * P * K + b * 32 + j;
+              dot += F::value(block, j) * (P == 1 ? xq[k] : 254 * xq[k] + xq[k + K]);
+            }
+            total += F::scale(w.scales[w.scale_index(n, b * 32 / w.group)]) * xd[m * K / 32 + b] * static_cast<float>(dot);
+          }
+          if constexpr (F::kHasMin)
+            for (int64_t g = 0; g < G; ++g) total += F::scale(w.mins[w.scale_index(n, g)]) * xsum[m * G + g];
+          outs[i][m * w.N + n] = total;
+        }
+#endif
+    }
+  });
+}
+
 // ---- the ops ---------------------------------------------------------------------------------------
 
 // outs[i] [M, ws[i].N] = x [M, K] @ ws[i].T through the row kernels of the given activation bits.
 template <class F>
 void row_products(const float* x, int64_t M, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs,
                   int64_t act_bits) {
-  if (act_bits == 8) linear_int<F, int8_t>(x, M, ws, outs);
+  if (ws[0].interleaved && act_bits == 16) linear_x8<F, 2>(x, M, ws, outs);
+  else if (ws[0].interleaved) linear_x8<F, 1>(x, M, ws, outs);
+  else if (act_bits == 8) linear_int<F, int8_t>(x, M, ws, outs);
   else if (act_bits == 16) linear_int<F, int16_t>(x, M, ws, outs);
   else linear_rows(x, M, ws, outs);
 }
@@ -477,7 +666,7 @@ void row_products(const float* x, int64_t M, const std::vector<Weight<F>>& ws, c
 
 template <class F>
 Weight<F> checked_weight(const char* name, const at::Tensor& qweight, const at::Tensor& scales, const at::Tensor* mins,
-                         int64_t group) {
+                         int64_t group, bool interleaved = false) {
   TORCH_CHECK(qweight.dim() == 2 && qweight.is_contiguous() && qweight.scalar_type() == F::kQType, name,
               ": qweight must be a contiguous 2-D ", F::kQType, " tensor");
   const int64_t N = qweight.size(0), K = qweight.size(1) * F::kValuesPerByte;
@@ -489,8 +678,9 @@ Weight<F> checked_weight(const char* name, const at::Tensor& qweight, const at::
   if (mins != nullptr)
     TORCH_CHECK(mins->sizes() == scales.sizes() && mins->is_contiguous() && mins->scalar_type() == F::kSType, name,
                 ": mins must be contiguous and of the scales' dtype and shape");
+  TORCH_CHECK(!interleaved || N % 8 == 0, name, ": an interleaved weight needs a multiple of 8 output features");
   return {qweight.data_ptr<typename F::q_t>(), scales.data_ptr<typename F::s_t>(),
-          mins != nullptr ? mins->data_ptr<typename F::s_t>() : nullptr, N, K, group};
+          mins != nullptr ? mins->data_ptr<typename F::s_t>() : nullptr, N, K, group, interleaved};
 }
 
 // x @ w.T for every weight of ws (all of x's input size and one group size), one output each.
@@ -506,6 +696,9 @@ std::vector<at::Tensor> linear(const char* name, const at::Tensor& x, const std:
                 " features, a weight expects ", w.K, " (group ", w.group, "; all weights must share both)");
   const int64_t M = x.numel() / K;
   std::vector<at::Tensor> outs;
+  for (const Weight<F>& w : ws)
+    TORCH_CHECK(w.interleaved == ws[0].interleaved, name, ": weights computed together must share their layout");
+  TORCH_CHECK(!ws[0].interleaved || act_bits != 32, name, ": interleaved weights take integer activations");
   if (act_bits == 32 && M >= gemm_rows && M > 0) {
     for (const Weight<F>& w : ws) {  // each GEMM is split over threads by tiles already
       at::Tensor out_t = at::empty({w.N, M}, x.options());
@@ -580,6 +773,28 @@ std::vector<at::Tensor> q8_linear_many(const at::Tensor& x, at::TensorList qweig
   return linear("q8_linear_many", x, ws, act_bits, gemm_rows);
 }
 
+// The interleaved layout's ops: every input row quantized (act_bits 8: one int8 plane, 16: two).
+std::vector<at::Tensor> q4_linear_x8(const at::Tensor& x, at::TensorList qweights, at::TensorList scales,
+                                     at::TensorList mins, int64_t group, int64_t act_bits) {
+  TORCH_CHECK(qweights.size() == scales.size() && qweights.size() == mins.size(),
+              "q4_linear_x8: qweights, scales and mins must have one entry per weight");
+  TORCH_CHECK(act_bits == 8 || act_bits == 16, "q4_linear_x8: act_bits must be 8 or 16");
+  std::vector<Weight<Q4>> ws;
+  for (size_t i = 0; i < qweights.size(); ++i)
+    ws.push_back(checked_weight<Q4>("q4_linear_x8", qweights[i], scales[i], &mins[i], group, true));
+  return linear("q4_linear_x8", x, ws, act_bits, 0);
+}
+
+std::vector<at::Tensor> q8_linear_x8(const at::Tensor& x, at::TensorList qweights, at::TensorList scales, int64_t group,
+                                     int64_t act_bits) {
+  TORCH_CHECK(qweights.size() == scales.size(), "q8_linear_x8: qweights and scales must have one entry per weight");
+  TORCH_CHECK(act_bits == 8 || act_bits == 16, "q8_linear_x8: act_bits must be 8 or 16");
+  std::vector<Weight<Q8>> ws;
+  for (size_t i = 0; i < qweights.size(); ++i)
+    ws.push_back(checked_weight<Q8>("q8_linear_x8", qweights[i], scales[i], nullptr, group, true));
+  return linear("q8_linear_x8", x, ws, act_bits, 0);
+}
+
 template <class F>
 at::Tensor dequantize(const Weight<F>& w) {
   at::Tensor out = at::empty({w.N, w.K}, at::TensorOptions().dtype(at::kFloat));
@@ -609,6 +824,7 @@ at::Tensor q8_dequantize(const at::Tensor& qweight, const at::Tensor& scales, in
 // One quantized linear layer of the step: q4 when qweight is uint8 (mins used), q8 when int8.
 struct StepLinear {
   bool q4;
+  bool interleaved;
   Weight<Q4> w4;
   Weight<Q8> w8;
   const float* bias;  // null: none
@@ -616,11 +832,16 @@ struct StepLinear {
   int64_t N() const { return q4 ? w4.N : w8.N; }
 };
 
-StepLinear step_linear(const at::Tensor* t, int64_t group, int64_t act_bits) {
+// meta: (group, activation bits, interleaved)
+StepLinear step_linear(const at::Tensor* t, const int64_t* meta) {
+  const int64_t group = meta[0], act_bits = meta[1];
   StepLinear l{};
   l.q4 = t[0].scalar_type() == at::kByte;
-  if (l.q4) l.w4 = checked_weight<Q4>("decoder_step", t[0], t[1], &t[2], group);
-  else l.w8 = checked_weight<Q8>("decoder_step", t[0], t[1], nullptr, group);
+  l.interleaved = meta[2] != 0;
+  TORCH_CHECK(!l.interleaved || act_bits == 8 || act_bits == 16,
+              "decoder_step: interleaved weights take int8 or int16 activations");
+  if (l.q4) l.w4 = checked_weight<Q4>("decoder_step", t[0], t[1], &t[2], group, l.interleaved);
+  else l.w8 = checked_weight<Q8>("decoder_step", t[0], t[1], nullptr, group, l.interleaved);
   if (t[3].numel() > 0) {
     TORCH_CHECK(t[3].numel() == l.N() && t[3].scalar_type() == at::kFloat && t[3].is_contiguous(),
                 "decoder_step: a bias must be contiguous float32 [out_features]");
@@ -637,7 +858,7 @@ template <class F>
 void step_products_of(const at::Tensor& x, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs,
                       int64_t act_bits, int64_t gemm_rows) {
   const int64_t M = x.size(0);
-  if (act_bits != 32 || M < gemm_rows) {
+  if (M < gemm_rows || act_bits != 32) {
     row_products(x.data_ptr<float>(), M, ws, outs, act_bits);
     return;
   }
@@ -648,9 +869,10 @@ void step_products_of(const at::Tensor& x, const std::vector<Weight<F>>& ws, con
 void step_products(const at::Tensor& x, const std::vector<StepLinear>& ls, const std::vector<float*>& outs,
                    int64_t max_int_rows, int64_t gemm_rows) {
   for (const StepLinear& l : ls)
-    TORCH_CHECK(l.q4 == ls[0].q4 && l.act_bits == ls[0].act_bits,
-                "decoder_step: layers computed together must share weight format and activation bits");
-  const int64_t M = x.size(0), act_bits = M <= max_int_rows ? ls[0].act_bits : 32;
+    TORCH_CHECK(l.q4 == ls[0].q4 && l.act_bits == ls[0].act_bits && l.interleaved == ls[0].interleaved,
+                "decoder_step: layers computed together must share weight format, layout and activation bits");
+  // interleaved weights quantize every input; the plain layout only up to max_int_rows rows
+  const int64_t M = x.size(0), act_bits = M <= max_int_rows || ls[0].interleaved ? ls[0].act_bits : 32;
   if (ls[0].q4) {
     std::vector<Weight<Q4>> ws;
     for (const StepLinear& l : ls) ws.push_back(l.w4);
@@ -771,14 +993,14 @@ void rotate_heads(float* x, int64_t heads, int64_t head_dim, const float* cos, c
 }
 
 // The final norm and the language-model head after the last layer, when the step is given them:
-// head = [final norm weight, qweight, scales, mins, bias], head_meta = [group, activation bits].
+// head = [final norm weight, qweight, scales, mins, bias], head_meta = [group, activation bits, interleaved].
 at::Tensor final_logits(const at::Tensor& h, at::TensorList head, at::IntArrayRef head_meta, double eps,
                         int64_t max_int_rows, int64_t gemm_rows) {
-  TORCH_CHECK(head.size() == 5 && head_meta.size() == 2, "decoder_step: head needs 5 tensors and 2 ints");
+  TORCH_CHECK(head.size() == 5 && head_meta.size() == 3, "decoder_step: head needs 5 tensors and 3 ints");
   const int64_t M = h.size(0), H = h.size(1);
   TORCH_CHECK(head[0].numel() == H && head[0].scalar_type() == at::kFloat && head[0].is_contiguous(),
               "decoder_step: the final norm weight must be contiguous float32 [hidden]");
-  const StepLinear lm = step_linear(head.data() + 1, head_meta[0], head_meta[1]);
+  const StepLinear lm = step_linear(head.data() + 1, head_meta.data());
   TORCH_CHECK((lm.q4 ? lm.w4.K : lm.w8.K) == H, "decoder_step: the head's in_features must be the hidden size");
   at::Tensor normed = at::empty({M, H}, h.options());
   rms_norm_rows(h.data_ptr<float>(), M, H, head[0].data_ptr<float>(), eps, normed.data_ptr<float>());
@@ -795,8 +1017,8 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
   constexpr int64_t kPerLayer = 30;  // in norm, (qweight, scales, mins, bias) x 7, post norm
   const int64_t layers = static_cast<int64_t>(params.size()) / kPerLayer;
   TORCH_CHECK(layers > 0 && static_cast<int64_t>(params.size()) == layers * kPerLayer &&
-                  static_cast<int64_t>(meta.size()) == layers * 14 && static_cast<int64_t>(caches.size()) == 2 * layers,
-              "decoder_step: ", layers, " layers need ", kPerLayer, " tensors, 14 ints and 2 cache tensors each");
+                  static_cast<int64_t>(meta.size()) == layers * 21 && static_cast<int64_t>(caches.size()) == 2 * layers,
+              "decoder_step: ", layers, " layers need ", kPerLayer, " tensors, 21 ints and 2 cache tensors each");
   TORCH_CHECK(hidden.dim() == 2 && hidden.scalar_type() == at::kFloat && hidden.is_contiguous(),
               "decoder_step: hidden must be contiguous float32 [rows, hidden]");
   const int64_t M = hidden.size(0), H = hidden.size(1), capacity = caches[0].size(2), group_heads = heads / kv_heads;
@@ -817,7 +1039,7 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
   at::Tensor normed = at::empty({M, H}, hidden.options());
   at::Tensor attended = at::empty({M, q_width}, hidden.options());
   // per-layer outputs, reused by every layer (sized by the first; a layer of other sizes is refused)
-  const int64_t intermediate = step_linear(params.data() + 1 + 4 * 4, meta[8], meta[9]).N();
+  const int64_t intermediate = step_linear(params.data() + 1 + 4 * 4, meta.data() + 3 * 4).N();
   at::Tensor gate_up = at::empty({2, M, intermediate}, hidden.options());
   std::vector<float> qkv(M * (q_width + 2 * kv_width)), projected(M * H);
   float *q_all = qkv.data(), *k_all = q_all + M * q_width, *v_all = k_all + M * kv_width;
@@ -831,9 +1053,9 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
   };
   for (int64_t layer = 0; layer < layers; ++layer) {
     const at::Tensor* p = params.data() + layer * kPerLayer;
-    const int64_t* mt = meta.data() + layer * 14;
+    const int64_t* mt = meta.data() + layer * 21;
     std::vector<StepLinear> ls;
-    for (int i = 0; i < 7; ++i) ls.push_back(step_linear(p + 1 + 4 * i, mt[2 * i], mt[2 * i + 1]));
+    for (int i = 0; i < 7; ++i) ls.push_back(step_linear(p + 1 + 4 * i, mt + 3 * i));
     const at::Tensor& in_norm = p[0];
     const at::Tensor& post_norm = p[29];
     TORCH_CHECK(in_norm.numel() == H && post_norm.numel() == H && in_norm.scalar_type() == at::kFloat &&
@@ -906,6 +1128,9 @@ TORCH_LIBRARY(mfquant, m) {
         "int gemm_rows) -> Tensor[]");
   m.def("q8_linear_many(Tensor x, Tensor[] qweights, Tensor[] scales, int group, int act_bits, int gemm_rows) -> "
         "Tensor[]");
+  m.def("q4_linear_x8(Tensor x, Tensor[] qweights, Tensor[] scales, Tensor[] mins, int group, int act_bits) -> "
+        "Tensor[]");
+  m.def("q8_linear_x8(Tensor x, Tensor[] qweights, Tensor[] scales, int group, int act_bits) -> Tensor[]");
   m.def("q4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group) -> Tensor");
   m.def("q8_dequantize(Tensor qweight, Tensor scales, int group) -> Tensor");
   m.def("decoder_step(Tensor hidden, Tensor cos, Tensor sin, Tensor visible, Tensor(a!)[] caches, int position, "
@@ -922,6 +1147,8 @@ TORCH_LIBRARY_IMPL(mfquant, CPU, m) {
   m.impl("q8_linear_i16", &q8_linear_i16);
   m.impl("q4_linear_many", &q4_linear_many);
   m.impl("q8_linear_many", &q8_linear_many);
+  m.impl("q4_linear_x8", &q4_linear_x8);
+  m.impl("q8_linear_x8", &q8_linear_x8);
   m.impl("q4_dequantize", &q4_dequantize);
   m.impl("q8_dequantize", &q8_dequantize);
   m.impl("decoder_step", &decoder_step);
