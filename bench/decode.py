@@ -9,7 +9,12 @@ tokens/s = batch * N / wall time of the call (prompt included). Variants are int
 repeated; medians are printed. Rows:
 
 * reference: ``transformers`` ``generate`` (its defaults: dynamic cache, SDPA);
-* microformers eager: ``generate`` with its defaults (dynamic cache);
+* microformers default: ``generate`` with its defaults; for a float32 model on the CPU that is the SDK's
+  native float32 decoder step (``FloatDecoderStep``: every layer, the final norm and the head in one C++
+  call per token) into a static cache (when the compiled variant is on, its compiled step is installed
+  and the default decodes as the eager row does);
+* microformers eager: ``generate(..., cache_implementation="dynamic")``, the layer-by-layer path
+  (``--no-eager`` skips it);
 * microformers compiled: ``model.compile_decode_step()`` and ``past_key_values=StaticCache(...)``;
   the first call's compile time is reported on its own line;
 * microformers forward loop: a minimal greedy loop over ``model(...)`` (no ``generate``), which
@@ -60,10 +65,12 @@ def reference_generate(model: Any, ids: Any, mask: Any, new_tokens: int, static:
     )
 
 
-def our_generate(model: Any, ids: Any, mask: Any, new_tokens: int, static: bool = False) -> Any:
+def our_generate(model: Any, ids: Any, mask: Any, new_tokens: int, static: bool = False, dynamic: bool = False) -> Any:
     from microformers_sdk.cache import StaticCache
 
-    extra = {"past_key_values": StaticCache(max_cache_len=ids.shape[1] + new_tokens)} if static else {}
+    extra: dict[str, Any] = {"past_key_values": StaticCache(max_cache_len=ids.shape[1] + new_tokens)} if static else {}
+    if dynamic:
+        extra["cache_implementation"] = "dynamic"
     return model.generate(
         ids,
         attention_mask=mask,
@@ -190,8 +197,9 @@ def main() -> None:
     parser.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
     parser.add_argument("--device", default="cpu", help="where both models run: cpu, cuda, cuda:1 (default cpu)")
     parser.add_argument(
-        "--no-loop", action="store_true", help="skip the forward-loop variant (eager generate and reference only)"
+        "--no-loop", action="store_true", help="skip the forward-loop variant (generate and reference only)"
     )
+    parser.add_argument("--no-eager", action="store_true", help="skip the eager (dynamic cache) generate variant")
     parser.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth rows of batch 1")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     parser.add_argument(
@@ -223,8 +231,10 @@ def main() -> None:
     n = args.new_tokens
     variants: dict[str, Any] = {
         "reference": lambda ids, mask: reference_generate(reference, ids, mask, n),
-        "eager": lambda ids, mask: our_generate(ours, ids, mask, n),
+        "default": lambda ids, mask: our_generate(ours, ids, mask, n),
     }
+    if not args.no_eager:
+        variants["eager"] = lambda ids, mask: our_generate(ours, ids, mask, n, dynamic=True)
     if not args.no_loop:
         variants["forward loop"] = lambda ids, mask: forward_loop(ours, ids, mask, n)
     if not args.no_compile:
