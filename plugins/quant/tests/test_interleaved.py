@@ -97,6 +97,7 @@ def test_the_layout_stays_inside_the_model(tiny_llama: Path, tmp_path: Path, con
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     # exact: the same rows de-quantised with the same operations
     assert torch.equal(model.model.embed_tokens(IDS), plain.model.embed_tokens(IDS))
+    assert torch.equal(model.model.embed_tokens(IDS[:, 3:4]), plain.model.embed_tokens(IDS[:, 3:4]))
     with torch.no_grad():
         logits = model(IDS).logits
         assert_close(logits, plain(IDS).logits, atol=0.05 if config.activations == "int8" else 2e-3, rtol=0)  # type: ignore[attr-defined]

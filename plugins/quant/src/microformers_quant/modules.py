@@ -263,10 +263,13 @@ class QuantEmbedding(_QuantWeight):
         """Rows ``ids`` of one buffer in the plain layout (gathered from the interleaved one without unpacking it)."""
         if not self.interleaved:
             return tensor.index_select(0, ids)
-        if tensor is self._buffers["qweight"]:  # [N/8, chunks, 8, 4] bytes
-            chunks = tensor.view(self.rows // 8, -1, 8, 4)
-            return chunks[ids // 8, :, ids % 8, :].reshape(ids.numel(), tensor.shape[1])
-        return tensor.view(self.rows // 8, -1, 8)[ids // 8, :, ids % 8]  # scales/mins [N/8, G, 8]
+        # qweight [N/8, chunks, 8, 4] bytes, scales/mins [N/8, G, 8]
+        is_qweight = tensor.dtype in (torch.uint8, torch.int8)
+        grouped = tensor.view(self.rows // 8, -1, 8, 4) if is_qweight else tensor.view(self.rows // 8, -1, 8)
+        if ids.numel() == 1:  # decoding: plain indexing costs a fraction of advanced indexing
+            row = int(ids)
+            return grouped[row // 8, :, row % 8].reshape(1, tensor.shape[1])
+        return grouped[ids // 8, :, ids % 8].reshape(ids.numel(), tensor.shape[1])
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, bits={self.bits}, group={self.group}"

@@ -513,10 +513,14 @@ inline void block_dots8(const typename F::q_t* chunk, const int8_t* const* xq, i
     for (int p = 0; p < P; ++p)
       for (int r = 0; r < R; ++r) {
         const int8_t* x = xq[r] + p * plane + k;
-        // eight products of at most 2 * 15 * 127 each: the int16 sums cannot saturate
-        __m256i sum = _mm256_maddubs_epi16(lo[0], broadcast4(x));
-        for (int j = 1; j < 4; ++j) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(lo[j], broadcast4(x + 4 * j)));
-        for (int j = 0; j < 4; ++j) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(hi[j], broadcast4(x + 16 + 4 * j)));
+        // eight products of at most 2 * 15 * 127 each: the int16 sums cannot saturate; summed as a tree
+        __m256i t[8];
+        for (int j = 0; j < 4; ++j) {
+          t[j] = _mm256_maddubs_epi16(lo[j], broadcast4(x + 4 * j));
+          t[4 + j] = _mm256_maddubs_epi16(hi[j], broadcast4(x + 16 + 4 * j));
+        }
+        for (int j = 0; j < 4; ++j) t[j] = _mm256_add_epi16(t[j], t[4 + j]);
+        const __m256i sum = _mm256_add_epi16(_mm256_add_epi16(t[0], t[1]), _mm256_add_epi16(t[2], t[3]));
         planes[p][r] = _mm256_madd_epi16(sum, ones);
       }
   } else {  // q8: signed bytes; |w| * sign(x, w) keeps maddubs' unsigned operand, pairs below 2^15
@@ -547,23 +551,23 @@ inline void block_dots8(const typename F::q_t* chunk, const int8_t* const* xq, i
 template <class F, int R, int P>
 inline void rows8_int8(const Weight<F>& w, int64_t i, const int8_t* const* xq, int64_t plane, const float* const* xd,
                        const float* const* xsum, float* const* out) {
-  const int64_t G = w.groups(), per = w.group / 32, blocks = w.K / 32;
+  const int64_t G = w.groups(), per = w.group / 32;
   const typename F::q_t* q = w.q + i * (w.K / F::kValuesPerByte) * 8;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t g = b / per;
+  for (int64_t g = 0, b = 0; g < G; ++g) {
     const __m256 s = load8(w.scales + (i * G + g) * 8);
-    __m256i dots[R];
-    block_dots8<F, R, P>(q + b * F::kBlockBytes * 8, xq, b * 32, plane, dots);
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(s, _mm256_set1_ps(xd[r][b])), acc[r]);
-  }
-  if constexpr (F::kHasMin)
-    for (int64_t g = 0; g < G; ++g) {
+    for (int64_t end = b + per; b < end; ++b) {
+      __m256i dots[R];
+      block_dots8<F, R, P>(q + b * F::kBlockBytes * 8, xq, b * 32, plane, dots);
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), _mm256_mul_ps(s, _mm256_set1_ps(xd[r][b])), acc[r]);
+    }
+    if constexpr (F::kHasMin) {
       const __m256 mn = load8(w.mins + (i * G + g) * 8);
       for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(mn, _mm256_set1_ps(xsum[r][g]), acc[r]);
     }
+  }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r], acc[r]);
 }
 #endif
