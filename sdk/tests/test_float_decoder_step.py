@@ -119,6 +119,8 @@ def test_more_rows_than_the_few_row_products_take_run_eagerly(monkeypatch: pytes
     hidden = torch.zeros(3, 1, TINY["hidden_size"])
     cos = torch.ones(1, 1, TINY["hidden_size"] // TINY["num_attention_heads"])
     assert step.layers_step(hidden, cos, cos, torch.ones(1, 1, 1, 8, dtype=torch.bool), [], 0) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the eager step's products would be bfloat16 ones
+        assert step.layers_step(hidden[:1], cos, cos, torch.ones(1, 1, 1, 8, dtype=torch.bool), [], 0) is None
     ours = model.generate(ids, **greedy, **SCORED)
     eager = model.generate(ids, cache_implementation="dynamic", **greedy, **SCORED)
     assert_similar_generation(ours.sequences, eager.sequences, eager.scores, prompt_length=4)

@@ -285,8 +285,8 @@ class FloatDecoderStep:
         position: int,
     ) -> torch.Tensor | None:
         rows, width = hidden.shape[0], hidden.shape[-1]
-        if not 1 <= rows <= native.FEW_ROWS_MAX or visible.dtype != torch.bool:
-            return None
+        if not 1 <= rows <= native.FEW_ROWS_MAX or visible.dtype != torch.bool or torch.is_autocast_enabled("cpu"):
+            return None  # (under autocast the eager step's products run in its lower dtype)
         shape = self.shape
         caches = [tensor for pair in storages for tensor in pair]
         # one (cos, sin) row per input row: positions shared by the batch come as a single row
