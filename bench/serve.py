@@ -131,7 +131,8 @@ class Server:
         elif kind == "llama.cpp":
             gguf = common.gguf_folder() / common.GGUF_NAME
             command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--port", str(port),
-                       "--n_ctx", "8192", "--n_threads", str(threads or os.cpu_count() or 1)]  # fmt: skip
+                       "--n_ctx", "8192", "--n_threads", str(threads or os.cpu_count() or 1),
+                       "--interrupt_requests", "False"]  # fmt: skip
             self.model = gguf.name
             self.ready_path = "/v1/models"
         else:
