@@ -50,6 +50,21 @@ def tiny(cls: type = LlamaForCausalLM, config_cls: type = LlamaConfig, **overrid
     return model
 
 
+def _count_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each native step that ran (returned logits, not None)."""
+    calls: list[int] = []
+    original = FloatDecoderStep.__call__
+
+    def counting(self: FloatDecoderStep, *args: Any) -> Any:
+        out = original(self, *args)
+        if out is not None:
+            calls.append(args[0].shape[0])
+        return out
+
+    monkeypatch.setattr(FloatDecoderStep, "__call__", counting)
+    return calls
+
+
 def _step(model: Any) -> NativeDecodeStep:
     step = default_decode_step(model, float_layers=True)
     assert step is not None and isinstance(step.layers_step, FloatDecoderStep)
@@ -58,9 +73,12 @@ def _step(model: Any) -> NativeDecodeStep:
 
 @pytest.mark.parametrize(("cls", "config_cls"), [(LlamaForCausalLM, LlamaConfig), (Qwen2ForCausalLM, Qwen2Config)])
 @pytest.mark.parametrize("rows", [1, 3])
-def test_one_step_gives_the_eager_static_steps_logits_and_cache(cls: type, config_cls: type, rows: int) -> None:
+def test_one_step_gives_the_eager_static_steps_logits_and_cache(
+    cls: type, config_cls: type, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Qwen2 has q/k/v biases; three rows are left-padded (a padded row attends only to its own tokens)."""
     model = tiny(cls, config_cls)
+    ran = _count_steps(monkeypatch)
     torch.manual_seed(1)
     ids = torch.randint(2, 64, (rows, 6))
     mask = torch.ones(rows, 6, dtype=torch.long)
@@ -80,6 +98,8 @@ def test_one_step_gives_the_eager_static_steps_logits_and_cache(cls: type, confi
             runner = _step(model)
             with decoding_with(model, runner):
                 ours = model(step_ids, attention_mask=step_mask, past_key_values=native_cache, use_cache=True).logits
+            assert ran == [rows]  # the native step ran (it did not hand the step back to the eager path)
+            ran.clear()
             assert_close(ours, eager)
             assert native_cache.get_seq_length() == eager_cache.get_seq_length()
             for layer in range(len(model.model.layers)):
@@ -90,14 +110,7 @@ def test_one_step_gives_the_eager_static_steps_logits_and_cache(cls: type, confi
 
 def test_generate_takes_it_by_default_with_the_eager_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny()
-    calls: list[int] = []
-    original = FloatDecoderStep.__call__
-
-    def counting(self: FloatDecoderStep, *args: Any) -> Any:
-        calls.append(args[0].shape[0])
-        return original(self, *args)
-
-    monkeypatch.setattr(FloatDecoderStep, "__call__", counting)
+    calls = _count_steps(monkeypatch)
     ids = torch.tensor([[5, 9, 33, 40, 7], [2, 2, 8, 12, 40]])
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
     greedy = {"max_new_tokens": 10, "min_new_tokens": 10, "do_sample": False}
