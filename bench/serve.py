@@ -8,7 +8,9 @@
 
 A second anchor, llama.cpp's own server (``python -m llama_cpp.server`` from ``llama-cpp-python[server]``, a
 bench-only extra, on the same model's Q4_1 GGUF file), joins when it is importable; otherwise the script says
-that it is not installed. Its answers come from other (quantized) weights, so they are not compared.
+that it is not installed. Its answers come from other (quantized) weights, so they are not compared. That server
+has no parallel slots (one ``Llama`` context, requests served one after another behind a lock); it runs with
+``--interrupt_requests False``, since by default each new request cuts the one being served short.
 
 Each server runs in its own process on a local port (``microformers serve FOLDER`` and
 ``transformers serve FOLDER --device cpu --continuous-batching``); both stay up and the client

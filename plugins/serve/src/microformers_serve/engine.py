@@ -2,11 +2,13 @@
 
 Between two decoding steps the loop admits waiting requests and retires finished or abandoned ones,
 so a long request never holds up a short one. New prompts are prefilled together: one forward takes
-up to ``prefill_chunk`` prompt tokens of several requests packed end to end (each with its own
-positions from 0, attending causally over its own tokens only), so sixteen clients arriving at once
-cost one or two forwards instead of sixteen. A prompt longer than what is left of that budget is
-prefilled in chunks, one per loop turn, with a decoding step of the running rows in between, so
-running streams keep flowing while a long prompt is read. A model that does not route its attention
+several requests' prompt tokens packed end to end (each with its own positions from 0, attending
+causally over its own tokens only), up to ``prefill_chunk`` tokens, and takes no further prompt once it
+holds ``prefill_group`` tokens, so sixteen clients arriving at once cost a few forwards instead of
+sixteen, and the first of them get their first tokens after the first forward instead of after all.
+The loop goes on prefilling (up to ``prefill_chunk`` tokens) before the next decoding step. A prompt
+longer than what is left of the chunk is prefilled in chunks, one per loop turn, with a decoding step
+of the running rows in between, so running streams keep flowing while a long prompt is read. A model that does not route its attention
 through the serving attention function, or does not honour ``position_ids`` (checked once with a
 small probe when the engine starts), is prefilled one prompt at a time as ``model.generate`` does.
 
