@@ -1,7 +1,8 @@
 """How the engine decodes, and the startup arguments that memory or the device cannot honour.
 
-A quantized model decodes through the native step ``generate`` uses by default while few rows run (one row at
-a time over its own buffers), batched and eager with more; the engine says which in ``decode_path``. A big
+A float32 or quantized model on the CPU decodes through the native step ``generate`` uses by default (all
+running rows in one call over a slab of their caches) while up to ``native_rows`` rows run, batched and eager
+with more; the engine says which in ``decode_path``. A big
 ``--max-batch-size`` costs nothing up front (rows get their cache as they run, under the KV budget), a KV
 budget the free memory cannot hold is refused, and so are ``--threads 0``, ``--device meta`` and ``--quantize``
 off the CPU (no kernels there: a slow fallback).
@@ -54,7 +55,7 @@ def _run(engine: Engine, jobs: list[tuple[list[int], int]]) -> list[GenerationRe
 def test_one_quantized_request_decodes_through_the_native_step_like_generate(quantized: Any) -> None:
     tokenizer, model = quantized
     engine = Engine(model, tokenizer, max_batch_size=4)
-    assert "native quantized step" in engine.decode_path
+    assert "native decode step" in engine.decode_path
     (request,) = _run(engine, [([5, 6, 7, 8], 20)])
     assert engine.native_steps == engine.stats()["steps"] > 0
     # generate() decodes the quantized model through the same native step; the prefill differs in shape
@@ -217,10 +218,29 @@ def test_a_native_step_that_cannot_run_is_dropped_for_the_batched_step(
     engine.drain()
 
 
-def test_a_float_model_says_it_decodes_batched(reference: Any) -> None:
+def test_float_requests_decode_together_through_the_float_step_like_generate_alone(reference: Any) -> None:
     tokenizer, model = reference
-    engine = Engine(model, tokenizer, max_batch_size=2)
-    assert engine._native is None and engine.decode_path.startswith("decoding: one batched eager forward")
+    engine = Engine(model, tokenizer, max_batch_size=4)
+    assert engine._native is not None and engine.decode_path.startswith("decoding: the native decode step")
+    rng = random.Random(7)
+    jobs = [([rng.randrange(3, 500) for _ in range(n)], new) for n, new in ((5, 16), (11, 9), (3, 20))]
+    requests = _run(engine, jobs)
+    assert engine.native_steps == engine.stats()["steps"] > 0  # every step: the SDK's float step over the slab
+    for request, (prompt, new) in zip(requests, jobs, strict=True):
+        assert_similar_tokens(request.output_ids, *scored_greedy(model, prompt, new))
+    engine.drain()
+
+
+def test_a_model_without_a_native_step_says_it_decodes_batched(reference: Any, tiny_llama: Path) -> None:
+    tokenizer, model = reference
+    engine = Engine(model, tokenizer, max_batch_size=2, native_rows=0)
+    assert engine.decode_path.endswith("(the native decode step is off: native_rows=0)")
+    engine.drain()
+    bf16 = microformers.AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.bfloat16)  # (no float step)
+    engine = Engine(bf16, tokenizer, max_batch_size=2)
+    assert engine._native is None and engine.decode_path == (
+        "decoding: one batched eager forward over every running row, each attending over its own cache"
+    )
     engine.drain()
 
 
@@ -307,7 +327,7 @@ def _load(folder: Path, **flags: object) -> Any:
 def test_native_rows_flag_reaches_the_engine_and_zero_turns_the_native_step_off(tiny_llama: Path) -> None:
     _kernels_or_skip()
     server = _load(tiny_llama, quantize="int8", native_rows=0)
-    assert server.engine.native_rows == 0 and "native quantized step is off" in server.engine.decode_path
+    assert server.engine.native_rows == 0 and "native decode step is off" in server.engine.decode_path
     server.engine.drain()
     server = _load(tiny_llama, quantize="int8")
     assert server.engine.native_rows == 4  # every running row: --max-batch-size
@@ -324,7 +344,7 @@ def test_negative_native_rows_are_refused(reference: Any, capsys: pytest.Capture
 
 def test_native_rows_for_a_model_without_a_native_step_is_refused(tiny_llama: Path) -> None:
     with pytest.raises(InputError, match="--native-rows 3 .*this model has none.*drop --native-rows"):
-        _load(tiny_llama, native_rows=3)
+        _load(tiny_llama, native_rows=3, dtype="bfloat16")  # (the float step is float32's)
 
 
 def test_serve_says_once_at_startup_which_step_decodes(tiny_llama: Path) -> None:
@@ -335,4 +355,4 @@ def test_serve_says_once_at_startup_which_step_decodes(tiny_llama: Path) -> None
     server.stop()
     assert server.process.stdout is not None
     lines = [line for line in server.process.stdout.read().splitlines() if "decoding:" in line]
-    assert len(lines) == 1 and "the native quantized step (what generate() uses) for every step" in lines[0], lines
+    assert len(lines) == 1 and "the native decode step (what generate() uses) for every step" in lines[0], lines

@@ -259,7 +259,9 @@ def test_error_responses(server: ServerProcess, client: Any, reference: Any) -> 
 
 
 def test_queue_full_is_429_and_sigterm_drains(tiny_llama: Any) -> None:
-    small = ServerProcess(tiny_llama, "--max-batch-size", "1", "--max-queue", "1")
+    # the batched eager step (--native-rows 0): the tiny model's native step would answer the running request
+    # before the other two arrive, and the test needs its slot taken while they do
+    small = ServerProcess(tiny_llama, "--max-batch-size", "1", "--max-queue", "1", "--native-rows", "0")
     try:
         url = f"{small.base_url}/v1/chat/completions"
         model = httpx.get(f"{small.base_url}/v1/models").json()["data"][0]["id"]

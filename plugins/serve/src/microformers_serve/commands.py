@@ -71,9 +71,9 @@ def serve_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespa
     )  # fmt: skip
     parser.add_argument(
         "--native-rows", type=_non_negative, default=None,
-        help="for a quantized model: running requests up to which a decoding step goes through the native quantized "
-        "step (what generate() uses); more are decoded in one batched eager forward; 0: never native (default: "
-        "--max-batch-size, always native)",
+        help="running requests up to which a decoding step goes through the native decode step (what generate() "
+        "uses: float32 or quantized layers on the CPU); more are decoded in one batched eager forward; 0: never "
+        "native (default: --max-batch-size, always native)",
     )  # fmt: skip
     parser.add_argument(
         "--pack-weights", action="store_true",
@@ -182,9 +182,9 @@ def load_server(args: argparse.Namespace) -> Any:
             pack_linear_weights(model)
         if native_rows is not None and native_step_for(model) is None:
             raise InputError(
-                f"--native-rows {native_rows} chooses when the native quantized step decodes, and this model has "
-                "none (it needs quantized weights, --quantize int8/int4/gguf or a quantized checkpoint, on the CPU "
-                "with the microformers-quant kernels built): drop --native-rows"
+                f"--native-rows {native_rows} chooses when the native decode step decodes, and this model has "
+                "none (it needs float32 or quantized weights on the CPU, not --pack-weights, and for quantized ones "
+                "the microformers-quant kernels built): drop --native-rows"
             )
         engine = Engine(
             model, tokenizer, max_batch_size=args.max_batch_size, max_queue=args.max_queue,
@@ -363,7 +363,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )  # fmt: skip
     http = DrainingServer(config)
     print(f"microformers serve: {server.model_id} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    if server.engine is not None:  # once: how tokens are decoded (it differs from generate() for a quantized model)
+    if server.engine is not None:  # once: how tokens are decoded
         print(f"microformers serve: {server.engine.decode_path}", file=sys.stderr, flush=True)
     http.run()
     if server.engine is not None:

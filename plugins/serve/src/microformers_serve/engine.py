@@ -21,8 +21,9 @@ itself (BLAS blocks a 16-row product differently from a 1-row one, ~1e-6 in the 
 why greedy outputs equal single-request ``generate`` outputs token for token except at exact
 near-ties of the two best logits; the tests check the identity on concurrent, staggered requests.
 
-A quantized model with a native decode step (``microformers-quant`` on the CPU: what ``generate`` uses by
-default) is decoded through that step instead, all running rows in one call. The step writes one cache
+A decoder with a native decode step (on the CPU: float32 layers through the SDK's float step, quantized ones
+through ``microformers-quant``'s; what ``generate`` uses by default) is decoded through that step instead, all
+running rows in one call. The step writes one cache
 position shared by all its rows, so the rows' caches are laid side by side in a slab (:class:`_Slab`), each
 right-aligned to end at the shared column and masked to its own positions, as in a left-padded batch; the
 slab is rebuilt from the previous one (and a new row's own buffers) when rows join or leave, or when it is
@@ -455,14 +456,15 @@ class _NativeOnly(StaticStepRunner):
 
 
 def native_step_for(model: Any) -> _NativeOnly | None:
-    """The native decode step ``generate`` would use by default for ``model`` (a quantized decoder on the CPU with
-    the kernels built), wrapped so that it never falls back; None where the model has none."""
+    """The native decode step ``generate`` would use by default for ``model`` (a float32 decoder on the CPU: the
+    SDK's float step; a quantized one with microformers-quant's kernels built), wrapped so that it never falls
+    back; None where the model has none (other dtypes or devices, packed weights, hooks)."""
     if getattr(model, "decode_step_layout", None) is None or getattr(model, "dtype", None) != torch.float32:
         return None
     from microformers_sdk.decode_steps import default_decode_step
 
     try:
-        step = default_decode_step(model)
+        step = default_decode_step(model, float_layers=True)
     except Exception:  # a layout that cannot be described: the eager batched step serves it
         return None
     return None if step is None else _NativeOnly(step)
@@ -710,13 +712,13 @@ class Engine:
         """One line saying how decoding steps run (``microformers serve`` prints it at startup)."""
         batched = "one batched eager forward over every running row, each attending over its own cache"
         if self._native is not None and self.native_rows == 0:
-            return f"decoding: {batched} (the native quantized step is off: native_rows=0)"
+            return f"decoding: {batched} (the native decode step is off: native_rows=0)"
         if self._native is not None:
             rows = (
                 "every step" if self.native_rows >= self.max_batch_size else f"steps of up to {self.native_rows} rows"
             )
             return (
-                f"decoding: the native quantized step (what generate() uses) for {rows}, all running rows in one "
+                f"decoding: the native decode step (what generate() uses) for {rows}, all running rows in one "
                 "call over a preallocated slab of their caches (each row right-aligned, masked to its own "
                 f"positions; rebuilt when rows join or leave){'' if rows == 'every step' else f'; more: {batched}'}"
             )
