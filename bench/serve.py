@@ -5,6 +5,7 @@
     .venv/bin/python bench/serve.py --quick          # 1 and 4 clients, 32 new tokens, microformers only
     .venv/bin/python bench/serve.py --servers microformers --quantize int8 --clients 1 2 4 --threads 1
     .venv/bin/python bench/serve.py --servers microformers --quantize int8 --native-rows 0 ...  # batched only
+    .venv/bin/python bench/serve.py --servers microformers --native-rows 0 --clients 16 --threads 1  # float, batched
 
 A second anchor, llama.cpp's own server (``python -m llama_cpp.server`` from ``llama-cpp-python[server]``, a
 bench-only extra, on the same model's Q4_1 GGUF file), joins when it is importable; otherwise the script says
@@ -43,8 +44,8 @@ the single-client one) and between the two servers. Both servers get the same th
 printed with the numbers: other work on the machine changes them.
 
 ``--quantize int8|int4`` serves our side quantized (``microformers serve --quantize``; the reference stays
-float32, so answers are not compared with it) and ``--native-rows N`` passes on when the native quantized
-step decodes (0: always the batched eager step), for a before/after of that step.
+float32, so answers are not compared with it) and ``--native-rows N`` passes on when the native decode step
+(float32 or quantized) decodes (0: always the batched eager step), for a before/after of that step.
 """
 
 from __future__ import annotations
@@ -312,10 +313,10 @@ def main() -> None:
     parser.add_argument("--model", choices=["smollm2", "random"], default="smollm2", help="weights (default smollm2)")
     parser.add_argument("--quick", action="store_true", help="1 and 4 clients, 32 new tokens, microformers only")
     parser.add_argument("--quantize", choices=["int8", "int4"], default=None, help="serve our side quantized")
-    parser.add_argument("--native-rows", type=int, default=None, help="microformers --native-rows (with --quantize)")
+    parser.add_argument(
+        "--native-rows", type=int, default=None, help="microformers --native-rows (0: the batched eager step)"
+    )
     args = parser.parse_args()
-    if args.native_rows is not None and not args.quantize:
-        parser.error("--native-rows chooses when the native quantized step decodes: add --quantize int8 or int4")
     our_flags = [*(["--quantize", args.quantize] if args.quantize else []),
             *(["--native-rows", str(args.native_rows)] if args.native_rows is not None else [])]  # fmt: skip
     clients = args.clients or ([1, 4] if args.quick else [1, 4, 16])
@@ -406,13 +407,13 @@ def main() -> None:
         print(
             f"\n== microformers / {kind}"
             + (" (its answers come from the Q4_1 file: not compared)" if kind == "llama.cpp" else "")
-            + (" (ours are quantized: answers not compared)" if our_flags and kind != "llama.cpp" else "")
+            + (" (ours are quantized: answers not compared)" if args.quantize and kind != "llama.cpp" else "")
         )
         for a, b in zip(ours, levels[kind], strict=True):
             agree = sum(x is not None and x == y for x, y in zip(a["texts"], b["texts"], strict=True))
             print(f"{a['clients']:>3} clients: tok/s {a['tok_s'] / b['tok_s']:.2f}x, tok/CPU-s {a['tok_cpu_s'] / b['tok_cpu_s']:.2f}x, "
                   f"median TTFT {a['ttft_s'] / max(b['ttft_s'], 1e-9):.2f}x theirs (CPU-s {a['ttft_cpu_s'] / max(b['ttft_cpu_s'], 1e-9):.2f}x)"
-                  + ("" if kind == "llama.cpp" or our_flags else f", identical answers {agree}/{a['clients']}")
+                  + ("" if kind == "llama.cpp" or args.quantize else f", identical answers {agree}/{a['clients']}")
                   + (f"; failed requests: ours {len(a['failed'])}, theirs {len(b['failed'])}" if a["failed"] or b["failed"] else ""))  # fmt: skip
     print(f"load after: {common.load_average()}")
     for entry in report.values():
