@@ -222,7 +222,9 @@ def test_quantized_layers_on_cuda_match_the_cpu(tiny_llama_folder: Path, method:
 
 def test_gguf_blocks_kept_on_cuda_match_the_cpu() -> None:
     folder = _gguf_folder()
-    config = {"quant_method": "gguf"}
+    # float activations: the CPU's kernels and CUDA's torch path compute the same products (the default int16
+    # activations run the CPU's interleaved kernels on every row but CUDA's torch path on one-row inputs only)
+    config = {"quant_method": "gguf", "activations": "float32"}
     load = {"gguf_file": GGUF_NAME, "quantization_config": config}
     cpu_model = microformers.AutoModelForCausalLM.from_pretrained(folder, **load)
     model = microformers.AutoModelForCausalLM.from_pretrained(folder, device_map="cuda", **load)
