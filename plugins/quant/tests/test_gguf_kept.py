@@ -84,7 +84,9 @@ def test_default_int16_activations_track_the_dequantised_model(writer: ModuleTyp
     expected = logits(dequantised)
     drift = float((logits(kept) - expected).abs().max())
     # measured 3e-3 / 7e-4 / 2e-4 of the largest logit (Q4_0 / Q4_1 / Q8_0); plain int16 rows: 2e-3 / 3e-3 / 3e-4
-    assert 0 < drift < INT16_DRIFT * float(expected.abs().max())
+    assert drift < INT16_DRIFT * float(expected.abs().max())
+    # interleaved layers quantize all 8 rows; without the kernels only one-row inputs are (none here)
+    assert drift > 0 or not kernels.native_available()
     settings = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False}
     want = dequantised.generate(IDS, **settings, return_dict_in_generate=True, output_scores=True)
     got = kept.generate(IDS, **settings)
