@@ -157,10 +157,13 @@ def test_a_step_the_user_installed_is_kept(tiny_llama: Path, monkeypatch: pytest
     assert model.__dict__["_compiled_decode_step"] is installed
 
 
-def test_a_float_model_decodes_as_before(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_float_model_takes_no_quantized_step(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float model decodes through the SDK's float step (or eagerly), never this plugin's."""
     model = AutoModelForCausalLM.from_pretrained(tiny_llama)
     calls = count_native_calls(monkeypatch)
-    out = model.generate(IDS, **GREEDY, **SCORED)
+    model.generate(IDS, **GREEDY, **SCORED)
+    assert calls == []
+    out = model.generate(IDS, **GREEDY, **SCORED, cache_implementation="dynamic")
     assert calls == [] and isinstance(out.past_key_values, DynamicCache)
 
 
