@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 __all__ = [
-    "FEW_ROWS_MAX", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
+    "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
     "few_rows_linear", "native_isa", "native_ops_available", "native_report", "unavailable_reason",
 ]  # fmt: skip
 
@@ -108,11 +108,13 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def build_ops(name: str, source: Path | Sequence[Path]) -> Exception | None:
+def build_ops(name: str, source: Path | Sequence[Path], include_dirs: Sequence[Path] = ()) -> Exception | None:
     """Compile and load ``source`` (one C++ file or several) as the extension ``name`` for this CPU's
     instruction set (once per process); the error (a :class:`NativeUnavailable` where the CPU or platform
-    has no target), or None. Headers (``*.h``) beside the sources are part of what makes a cached build
-    current: torch's cache compares only the sources, so their digest goes into the compiler flags."""
+    has no target), or None. ``include_dirs`` are searched for ``#include "..."`` (:data:`INCLUDE_DIR`: the
+    SDK's ``decoder_layers.h``). Headers (``*.h``) beside the sources and in ``include_dirs`` are part of what
+    makes a cached build current: torch's cache compares only the sources, so their digest goes into the
+    compiler flags."""
     sources = [source] if isinstance(source, Path) else list(source)
     isa, why = native_isa()
     if isa is None:
@@ -129,7 +131,8 @@ def build_ops(name: str, source: Path | Sequence[Path]) -> Exception | None:
         load(
             name=f"{name}_{isa}",
             sources=[str(path) for path in sources],
-            extra_cflags=["-O3", *ISA_TARGETS[isa][1], "-ffp-contract=off", "-fopenmp", *_headers_flag(sources)],
+            extra_cflags=[*_CFLAGS, *ISA_TARGETS[isa][1], *_headers_flag(sources, include_dirs)],
+            extra_include_paths=[str(path) for path in include_dirs],
             extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=logger.isEnabledFor(logging.DEBUG),
@@ -142,9 +145,13 @@ def build_ops(name: str, source: Path | Sequence[Path]) -> Exception | None:
     return None
 
 
-def _headers_flag(sources: list[Path]) -> list[str]:
-    """``-DMF_HEADERS_DIGEST=...`` of the headers beside ``sources`` (none: no flag, the build unchanged)."""
-    headers = sorted({header for path in sources for header in path.parent.glob("*.h")})
+_CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
+
+
+def _headers_flag(sources: list[Path], include_dirs: Sequence[Path] = ()) -> list[str]:
+    """``-DMF_HEADERS_DIGEST=...`` of the headers beside ``sources`` and in ``include_dirs`` (none: no flag)."""
+    folders = {path.parent for path in sources} | set(include_dirs)
+    headers = sorted({header for folder in folders for header in folder.glob("*.h")})
     if not headers:
         return []
     digest = hashlib.sha256(b"".join(header.read_bytes() for header in headers)).hexdigest()[:16]
@@ -210,6 +217,8 @@ def _few_rows_available() -> bool:
 
 
 _CSRC = Path(__file__).with_name("csrc")
+# Headers other extensions build with (decoder_layers.h: the decoder step's layer loop, norms, rotary, attention)
+INCLUDE_DIR = _CSRC
 _EMPTY = torch.empty(0)
 
 

@@ -89,9 +89,10 @@ def _build() -> bool:
 
 
 def _compile() -> bool:
-    from microformers_sdk.native import NativeUnavailable, build_ops
+    from microformers_sdk.native import INCLUDE_DIR, NativeUnavailable, build_ops
 
-    exc = build_ops("microformers_quant_kernels", Path(__file__).with_name("csrc") / "qlinear.cpp")
+    source = Path(__file__).with_name("csrc") / "qlinear.cpp"
+    exc = build_ops("microformers_quant_kernels", source, include_dirs=[INCLUDE_DIR])
     if isinstance(exc, NativeUnavailable):  # a CPU or platform without the instruction set
         logger.warning(
             "microformers-quant: no native kernels here (%s): quantized layers de-quantise their weights in "

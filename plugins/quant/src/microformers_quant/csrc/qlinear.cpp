@@ -36,6 +36,8 @@
 #include <cstring>
 #include <vector>
 
+#include "decoder_layers.h"  // microformers-sdk's (microformers_sdk.native.INCLUDE_DIR): the decoder step's layer loop
+
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define MFQ_AVX2 1
@@ -44,14 +46,7 @@
 namespace {
 
 #ifdef MFQ_AVX2
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
+using mfsdk::step::hsum;
 #endif
 
 // ---- the two weight formats -------------------------------------------------------------------
@@ -824,7 +819,8 @@ at::Tensor q8_dequantize(const at::Tensor& qweight, const at::Tensor& scales, in
 // Per layer: h += o(attention(rope(q, k, v of rmsnorm(h)))), then h += down(silu(gate) * up of
 // rmsnorm(h)); the new key/value go into the static cache storage at the row's position and the query
 // attends over the visible stored positions. One call per token instead of ~15 ATen/Python calls per
-// layer; the products are the same kernels as q4_linear/q8_linear.
+// layer; the products are the same kernels as q4_linear/q8_linear, the rest (layer loop, norms, rotary,
+// attention) the SDK's decoder_layers.h, which its float step runs too.
 
 // One quantized linear layer of the step: q4 when qweight is uint8 (mins used), q8 when int8.
 struct StepLinear {
@@ -860,32 +856,32 @@ StepLinear step_linear(const at::Tensor* t, const int64_t* meta) {
 // and activation bits), written into the step's own buffers. Many rows (M >= gemm_rows, float
 // activations) go through linear()'s de-quantised tiles, as the layers' own calls do.
 template <class F>
-void step_products_of(const at::Tensor& x, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs,
+void step_products_of(const float* x, int64_t M, const std::vector<Weight<F>>& ws, const std::vector<float*>& outs,
                       int64_t act_bits, int64_t gemm_rows) {
-  const int64_t M = x.size(0);
   if (M < gemm_rows || act_bits != 32) {
-    row_products(x.data_ptr<float>(), M, ws, outs, act_bits);
+    row_products(x, M, ws, outs, act_bits);
     return;
   }
-  const std::vector<at::Tensor> results = linear("decoder_step", x, ws, act_bits, gemm_rows);
+  const at::Tensor rows = at::from_blob(const_cast<float*>(x), {M, ws[0].K}, at::TensorOptions().dtype(at::kFloat));
+  const std::vector<at::Tensor> results = linear("decoder_step", rows, ws, act_bits, gemm_rows);
   for (size_t i = 0; i < ws.size(); ++i) std::copy_n(results[i].data_ptr<float>(), M * ws[i].N, outs[i]);
 }
 
-void step_products(const at::Tensor& x, const std::vector<StepLinear>& ls, const std::vector<float*>& outs,
+void step_products(const float* x, int64_t M, const std::vector<StepLinear>& ls, const std::vector<float*>& outs,
                    int64_t max_int_rows, int64_t gemm_rows) {
   for (const StepLinear& l : ls)
     TORCH_CHECK(l.q4 == ls[0].q4 && l.act_bits == ls[0].act_bits && l.interleaved == ls[0].interleaved,
                 "decoder_step: layers computed together must share weight format, layout and activation bits");
   // interleaved weights quantize every input; the plain layout only up to max_int_rows rows
-  const int64_t M = x.size(0), act_bits = M <= max_int_rows || ls[0].interleaved ? ls[0].act_bits : 32;
+  const int64_t act_bits = M <= max_int_rows || ls[0].interleaved ? ls[0].act_bits : 32;
   if (ls[0].q4) {
     std::vector<Weight<Q4>> ws;
     for (const StepLinear& l : ls) ws.push_back(l.w4);
-    step_products_of(x, ws, outs, act_bits, gemm_rows);
+    step_products_of(x, M, ws, outs, act_bits, gemm_rows);
   } else {
     std::vector<Weight<Q8>> ws;
     for (const StepLinear& l : ls) ws.push_back(l.w8);
-    step_products_of(x, ws, outs, act_bits, gemm_rows);
+    step_products_of(x, M, ws, outs, act_bits, gemm_rows);
   }
   for (size_t i = 0; i < ls.size(); ++i)
     if (ls[i].bias != nullptr)
@@ -893,109 +889,21 @@ void step_products(const at::Tensor& x, const std::vector<StepLinear>& ls, const
         for (int64_t n = 0; n < ls[i].N(); ++n) outs[i][m * ls[i].N() + n] += ls[i].bias[n];
 }
 
-// out[m] = x[m] / sqrt(mean(x[m]^2) + eps) * weight, rows of H values.
-void rms_norm_rows(const float* x, int64_t M, int64_t H, const float* weight, double eps, float* out) {
-  for (int64_t m = 0; m < M; ++m) {
-    const float* row = x + m * H;
-    float squares = 0.f;
-    for (int64_t i = 0; i < H; ++i) squares += row[i] * row[i];
-    const float scale = 1.f / std::sqrt(squares / static_cast<float>(H) + static_cast<float>(eps));
-    for (int64_t i = 0; i < H; ++i) out[m * H + i] = row[i] * scale * weight[i];
+// One layer as mfsdk::step::run_layers calls it: its norms and its quantized products.
+struct QuantLayer {
+  const float *in_norm, *post_norm;
+  std::vector<StepLinear> ls;  // q, k, v, o, gate, up, down
+  int64_t M, max_int_rows, gemm_rows;
+  void products(const float* x, std::initializer_list<size_t> which, std::initializer_list<float*> outs) const {
+    std::vector<StepLinear> group;
+    for (size_t i : which) group.push_back(ls[i]);
+    step_products(x, M, group, outs, max_int_rows, gemm_rows);
   }
-}
-
-// sum of a[i] * b[i] over n values
-inline float dot(const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  float total = 0.f;
-#ifdef MFQ_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  total = hsum(_mm256_add_ps(acc0, acc1));
-#endif
-  for (; i < n; ++i) total += a[i] * b[i];
-  return total;
-}
-
-// out[i] += w * x[i] over n values
-inline void add_scaled(float* out, const float* x, float w, int64_t n) {
-  int64_t i = 0;
-#ifdef MFQ_AVX2
-  const __m256 wv = _mm256_set1_ps(w);
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(out + i)));
-#endif
-  for (; i < n; ++i) out[i] += w * x[i];
-}
-
-#ifdef MFQ_AVX2
-// exp of eight floats with the classic range reduction (x = n ln2 + r) and a degree-6 polynomial for
-// exp(r), within a few ulp of std::exp for x in [-87, 88]; 0 below -87 (also for -inf).
-inline __m256 exp8(__m256 x) {
-  const __m256 lowest = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
-  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
-  const __m256 underflow = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lowest), _mm256_set1_ps(88.0f));
-  const __m256 nf = _mm256_round_ps(_mm256_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(nf, ln2_hi));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(nf, ln2_lo));
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nf), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
-}
-#endif
-
-// v[i] = exp(v[i] - shift) in place (0 for -inf), returning their sum: a scalar std::exp per score
-// cost ~4 ms per token at a thousand cached positions.
-inline float exp_shifted(float* v, int64_t n, float shift) {
-  int64_t i = 0;
-  float total = 0.f;
-#ifdef MFQ_AVX2
-  __m256 sum = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(v + i), _mm256_set1_ps(shift)));
-    _mm256_storeu_ps(v + i, e);
-    sum = _mm256_add_ps(sum, e);
-  }
-  total = hsum(sum);
-#endif
-  for (; i < n; ++i) total += (v[i] = v[i] == -INFINITY ? 0.f : std::exp(v[i] - shift));
-  return total;
-}
-
-// gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i] over n values.
-inline void silu_mul(float* gate, const float* up, int64_t n) {
-  int64_t i = 0;
-#ifdef MFQ_AVX2
-  const __m256 one = _mm256_set1_ps(1.f);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
-  }
-#endif
-  for (; i < n; ++i) gate[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
-}
-
-// The half-split rotation of each head_dim-wide head of one row: x * cos + [-x2, x1] * sin.
-void rotate_heads(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < heads; ++h) {
-    float* v = x + h * head_dim;
-    for (int64_t i = 0; i < half; ++i) {
-      const float a = v[i], b = v[i + half];
-      v[i] = a * cos[i] + (-b) * sin[i];
-      v[i + half] = b * cos[i + half] + a * sin[i + half];
-    }
-  }
-}
+  void qkv(const float* x, float* q, float* k, float* v) const { products(x, {0, 1, 2}, {q, k, v}); }
+  void o(const float* x, float* out) const { products(x, {3}, {out}); }
+  void gate_up(const float* x, float* gate, float* up) const { products(x, {4, 5}, {gate, up}); }
+  void down(const float* x, float* out) const { products(x, {6}, {out}); }
+};
 
 // The final norm and the language-model head after the last layer, when the step is given them:
 // head = [final norm weight, qweight, scales, mins, bias], head_meta = [group, activation bits, interleaved].
@@ -1007,10 +915,11 @@ at::Tensor final_logits(const at::Tensor& h, at::TensorList head, at::IntArrayRe
               "decoder_step: the final norm weight must be contiguous float32 [hidden]");
   const StepLinear lm = step_linear(head.data() + 1, head_meta.data());
   TORCH_CHECK((lm.q4 ? lm.w4.K : lm.w8.K) == H, "decoder_step: the head's in_features must be the hidden size");
-  at::Tensor normed = at::empty({M, H}, h.options());
-  rms_norm_rows(h.data_ptr<float>(), M, H, head[0].data_ptr<float>(), eps, normed.data_ptr<float>());
+  std::vector<float> normed(M * H);
+  mfsdk::step::rms_norm_rows(h.data_ptr<float>(), M, H, head[0].data_ptr<float>(), static_cast<float>(eps),
+                             normed.data());
   at::Tensor logits = at::empty({M, lm.N()}, h.options());
-  step_products(normed, {lm}, {logits.data_ptr<float>()}, max_int_rows, gemm_rows);
+  step_products(normed.data(), M, {lm}, {logits.data_ptr<float>()}, max_int_rows, gemm_rows);
   return logits;
 }
 
@@ -1024,99 +933,26 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
   TORCH_CHECK(layers > 0 && static_cast<int64_t>(params.size()) == layers * kPerLayer &&
                   static_cast<int64_t>(meta.size()) == layers * 21 && static_cast<int64_t>(caches.size()) == 2 * layers,
               "decoder_step: ", layers, " layers need ", kPerLayer, " tensors, 21 ints and 2 cache tensors each");
-  TORCH_CHECK(hidden.dim() == 2 && hidden.scalar_type() == at::kFloat && hidden.is_contiguous(),
-              "decoder_step: hidden must be contiguous float32 [rows, hidden]");
-  const int64_t M = hidden.size(0), H = hidden.size(1), capacity = caches[0].size(2), group_heads = heads / kv_heads;
-  TORCH_CHECK(heads % kv_heads == 0 && head_dim % 2 == 0, "decoder_step: bad head counts");
-  TORCH_CHECK(cos.sizes() == sin.sizes() && cos.dim() == 2 && cos.size(0) == M && cos.size(1) == head_dim &&
-                  cos.is_contiguous() && sin.is_contiguous() && cos.scalar_type() == at::kFloat,
-              "decoder_step: cos/sin must be contiguous float32 [rows, head_dim]");
-  TORCH_CHECK(visible.dim() == 2 && (visible.size(0) == M || visible.size(0) == 1) && visible.size(1) == capacity &&
-                  visible.scalar_type() == at::kBool && visible.is_contiguous(),
-              "decoder_step: visible must be contiguous bool [rows or 1, capacity]");
-  TORCH_CHECK(position >= 0 && position < capacity, "decoder_step: position ", position, " outside the cache");
-  for (const at::Tensor& c : caches)
-    TORCH_CHECK(c.dim() == 4 && c.size(0) == M && c.size(1) == kv_heads && c.size(2) == capacity &&
-                    c.size(3) == head_dim && c.is_contiguous() && c.scalar_type() == at::kFloat,
-                "decoder_step: every cache storage must be contiguous float32 [rows, kv_heads, capacity, head_dim]");
-  const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim;
-  at::Tensor h = hidden.clone();
-  at::Tensor normed = at::empty({M, H}, hidden.options());
-  at::Tensor attended = at::empty({M, q_width}, hidden.options());
-  // per-layer outputs, reused by every layer (sized by the first; a layer of other sizes is refused)
+  const mfsdk::step::StepShape shape = mfsdk::step::check_step_inputs(
+      "decoder_step", hidden, cos, sin, visible, caches, position, scaling, heads, kv_heads, head_dim);
+  const int64_t M = shape.rows, H = shape.hidden, q_width = heads * head_dim, kv_width = kv_heads * head_dim;
+  // the per-layer buffers are sized by the first layer; a layer of other sizes is refused
   const int64_t intermediate = step_linear(params.data() + 1 + 4 * 4, meta.data() + 3 * 4).N();
-  at::Tensor gate_up = at::empty({2, M, intermediate}, hidden.options());
-  std::vector<float> qkv(M * (q_width + 2 * kv_width)), projected(M * H);
-  float *q_all = qkv.data(), *k_all = q_all + M * q_width, *v_all = k_all + M * kv_width;
-  float *gate = gate_up.data_ptr<float>(), *up = gate + M * intermediate;
-  const bool* seen = visible.data_ptr<bool>();
-  const int64_t seen_stride = visible.size(0) == 1 ? 0 : capacity;
-  float* hp = h.data_ptr<float>();
-  const float *cos_p = cos.data_ptr<float>(), *sin_p = sin.data_ptr<float>();
-  auto add_projected = [&]() {
-    for (int64_t i = 0; i < M * H; ++i) hp[i] += projected[i];
-  };
-  for (int64_t layer = 0; layer < layers; ++layer) {
+  at::Tensor h = hidden.clone();
+  mfsdk::step::run_layers(shape, h.data_ptr<float>(), caches, intermediate, static_cast<float>(eps), [&](int64_t layer) {
     const at::Tensor* p = params.data() + layer * kPerLayer;
     const int64_t* mt = meta.data() + layer * 21;
-    std::vector<StepLinear> ls;
-    for (int i = 0; i < 7; ++i) ls.push_back(step_linear(p + 1 + 4 * i, mt + 3 * i));
-    const at::Tensor& in_norm = p[0];
-    const at::Tensor& post_norm = p[29];
-    TORCH_CHECK(in_norm.numel() == H && post_norm.numel() == H && in_norm.scalar_type() == at::kFloat &&
-                    post_norm.scalar_type() == at::kFloat,
-                "decoder_step: layer ", layer, ": norm weights must be float32 [hidden]");
+    QuantLayer l{p[0].data_ptr<float>(), p[29].data_ptr<float>(), {}, M, max_int_rows, gemm_rows};
+    for (int i = 0; i < 7; ++i) l.ls.push_back(step_linear(p + 1 + 4 * i, mt + 3 * i));
+    TORCH_CHECK(p[0].numel() == H && p[29].numel() == H && p[0].scalar_type() == at::kFloat &&
+                    p[29].scalar_type() == at::kFloat && p[0].is_contiguous() && p[29].is_contiguous(),
+                "decoder_step: layer ", layer, ": norm weights must be contiguous float32 [hidden]");
+    const std::vector<StepLinear>& ls = l.ls;
     TORCH_CHECK(ls[0].N() == q_width && ls[1].N() == kv_width && ls[2].N() == kv_width && ls[3].N() == H &&
                     ls[4].N() == intermediate && ls[5].N() == intermediate && ls[6].N() == H,
                 "decoder_step: layer ", layer, ": projection sizes do not match the head counts and the first layer");
-    // attention
-    rms_norm_rows(hp, M, H, in_norm.data_ptr<float>(), eps, normed.data_ptr<float>());
-    step_products(normed, {ls[0], ls[1], ls[2]}, {q_all, k_all, v_all}, max_int_rows, gemm_rows);
-    float* keys = caches[2 * layer].data_ptr<float>();
-    float* values = caches[2 * layer + 1].data_ptr<float>();
-    for (int64_t m = 0; m < M; ++m) {
-      float* q = q_all + m * q_width;
-      float* k = k_all + m * kv_width;
-      const float* v = v_all + m * kv_width;
-      rotate_heads(q, heads, head_dim, cos_p + m * head_dim, sin_p + m * head_dim);
-      rotate_heads(k, kv_heads, head_dim, cos_p + m * head_dim, sin_p + m * head_dim);
-      for (int64_t g = 0; g < kv_heads; ++g) {
-        const int64_t at_pos = ((m * kv_heads + g) * capacity + position) * head_dim;
-        std::copy(k + g * head_dim, k + (g + 1) * head_dim, keys + at_pos);
-        std::copy(v + g * head_dim, v + (g + 1) * head_dim, values + at_pos);
-      }
-    }
-    const int64_t work = M * heads * (position + 1) * head_dim;
-    at::parallel_for(0, M * heads, work >= (int64_t{1} << 16) ? 1 : M * heads, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(position + 1);
-      for (int64_t mh = begin; mh < end; ++mh) {
-        const int64_t m = mh / heads, head = mh % heads, g = head / group_heads;
-        const float* q = q_all + (m * heads + head) * head_dim;
-        const float* kbase = keys + (m * kv_heads + g) * capacity * head_dim;
-        const float* vbase = values + (m * kv_heads + g) * capacity * head_dim;
-        const bool* row_seen = seen + m * seen_stride;
-        float top = -INFINITY;
-        for (int64_t j = 0; j <= position; ++j) {
-          scores[j] = row_seen[j] ? dot(q, kbase + j * head_dim, head_dim) * static_cast<float>(scaling) : -INFINITY;
-          top = std::max(top, scores[j]);
-        }
-        if (top == -INFINITY) std::fill(scores.begin(), scores.end(), 0.f);  // nothing visible: zeros, not NaN
-        const float total = top == -INFINITY ? 1.f : exp_shifted(scores.data(), position + 1, top);
-        float* out = attended.data_ptr<float>() + (m * heads + head) * head_dim;
-        std::fill(out, out + head_dim, 0.f);
-        for (int64_t j = 0; j <= position; ++j)
-          if (scores[j] != 0.f) add_scaled(out, vbase + j * head_dim, scores[j] / total, head_dim);
-      }
-    });
-    step_products(attended, {ls[3]}, {projected.data()}, max_int_rows, gemm_rows);
-    add_projected();
-    // MLP
-    rms_norm_rows(hp, M, H, post_norm.data_ptr<float>(), eps, normed.data_ptr<float>());
-    step_products(normed, {ls[4], ls[5]}, {gate, up}, max_int_rows, gemm_rows);
-    silu_mul(gate, up, M * intermediate);
-    step_products(gate_up[0], {ls[6]}, {projected.data()}, max_int_rows, gemm_rows);
-    add_projected();
-  }
+    return l;
+  });
   return head.empty() ? h : final_logits(h, head, head_meta, head_eps, max_int_rows, gemm_rows);
 }
 
