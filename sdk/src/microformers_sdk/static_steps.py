@@ -36,7 +36,9 @@ __all__ = [
     "DecoderStepShape",
     "FloatDecoderStep",
     "NativeDecoderStep",
+    "NativeStepInputs",
     "native_decoder_step",
+    "native_step_inputs",
     "one_query_attention",
     "static_step_position",
     "visible_storage",
@@ -199,6 +201,37 @@ def _float_norm(norm: nn.Module | None, hidden: int) -> tuple[torch.Tensor, floa
     return (weight.detach(), float(norm.variance_epsilon)) if ok else None
 
 
+@attrs.frozen
+class NativeStepInputs:
+    """A step's inputs as the native decoder-step ops take them (:func:`native_step_inputs`)."""
+
+    hidden: torch.Tensor  # [rows, width], contiguous
+    cos: torch.Tensor  # [rows, head_dim]: one row per input row
+    sin: torch.Tensor
+    visible: torch.Tensor  # [rows or 1, capacity] bool
+    caches: list[torch.Tensor]  # key, value storage of each layer in turn
+
+
+def native_step_inputs(
+    hidden: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    visible: torch.Tensor,
+    storages: Sequence[tuple[torch.Tensor, torch.Tensor]],
+) -> NativeStepInputs:
+    """The arguments of a :data:`NativeDecoderStep` flattened for a native op: positions shared by the batch
+    come as one (cos, sin) row, expanded here to one per input row."""
+    rows = hidden.shape[0]
+    cos, sin = (t.reshape(t.shape[0], -1).expand(rows, -1).contiguous() for t in (cos, sin))
+    return NativeStepInputs(
+        hidden.reshape(rows, hidden.shape[-1]).contiguous(),
+        cos,
+        sin,
+        visible.reshape(-1, visible.shape[-1]).contiguous(),
+        [tensor for pair in storages for tensor in pair],
+    )
+
+
 def _float_cpu(tensor: torch.Tensor) -> bool:
     return tensor.dtype == torch.float32 and tensor.device.type == "cpu"
 
@@ -284,19 +317,16 @@ class FloatDecoderStep:
         storages: Sequence[tuple[torch.Tensor, torch.Tensor]],
         position: int,
     ) -> torch.Tensor | None:
-        rows, width = hidden.shape[0], hidden.shape[-1]
+        rows = hidden.shape[0]
         if not 1 <= rows <= native.FEW_ROWS_MAX or visible.dtype != torch.bool or torch.is_autocast_enabled("cpu"):
             return None  # (under autocast the eager step's products run in its lower dtype)
-        shape = self.shape
-        caches = [tensor for pair in storages for tensor in pair]
-        # one (cos, sin) row per input row: positions shared by the batch come as a single row
-        cos, sin = (t.reshape(t.shape[0], -1).expand(rows, -1).contiguous() for t in (cos, sin))
+        shape, inputs = self.shape, native_step_inputs(hidden, cos, sin, visible, storages)
         out = torch.ops.mfsdk.float_decoder_step(
-            hidden.reshape(rows, width).contiguous(),
-            cos.float(),
-            sin.float(),
-            visible.reshape(-1, visible.shape[-1]).contiguous(),
-            caches,
+            inputs.hidden,
+            inputs.cos.float(),
+            inputs.sin.float(),
+            inputs.visible,
+            inputs.caches,
             position,
             self.params,
             self.eps,

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from microformers_sdk.layers import RMSNorm
-from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape
+from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape, native_step_inputs
 
 from . import kernels, modules
 from .modules import QuantLinear
@@ -154,17 +154,13 @@ class QuantDecoderStep:
         storages: Sequence[tuple[torch.Tensor, torch.Tensor]],
         position: int,
     ) -> torch.Tensor:
-        rows, width = hidden.shape[0], hidden.shape[-1]
-        shape = self.shape
-        caches = [tensor for pair in storages for tensor in pair]
-        # one (cos, sin) row per input row: positions shared by the batch come as a single row
-        cos, sin = (t.reshape(t.shape[0], -1).expand(rows, -1).contiguous() for t in (cos, sin))
+        shape, inputs = self.shape, native_step_inputs(hidden, cos, sin, visible, storages)
         out = torch.ops.mfquant.decoder_step(
-            hidden.reshape(rows, width).contiguous(),
-            cos,
-            sin,
-            visible.reshape(-1, visible.shape[-1]).contiguous(),
-            caches,
+            inputs.hidden,
+            inputs.cos,
+            inputs.sin,
+            inputs.visible,
+            inputs.caches,
             position,
             self.params,
             self.meta,
@@ -179,4 +175,4 @@ class QuantDecoderStep:
             modules.KERNEL_MAX_ROWS,
             kernels.GEMM_MIN_ROWS,
         )
-        return out.view(rows, 1, out.shape[-1])
+        return out.view(hidden.shape[0], 1, out.shape[-1])

@@ -244,6 +244,22 @@ def q8_linear(
     return torch.nn.functional.linear(quantized, dequantize_q8(qweight, scales, group))
 
 
+def _grouped_op(
+    kind: str,
+    x: torch.Tensor,
+    bits: int,
+    qweights: list[torch.Tensor],
+    scales: list[torch.Tensor],
+    mins: list[torch.Tensor] | None,
+    *settings: int,
+) -> list[torch.Tensor] | None:
+    """The native op of ``kind`` ("many", "x8") on several weights of ``bits`` bits, or None without one."""
+    op = _native(bits, kind, x)
+    if op is None:
+        return None
+    return op(x, qweights, scales, mins, *settings) if bits == 4 else op(x, qweights, scales, *settings)
+
+
 def linear_many(
     x: torch.Tensor,
     bits: int,
@@ -254,11 +270,9 @@ def linear_many(
     act_bits: int = 32,
 ) -> list[torch.Tensor]:
     """``[x @ W.T for W in weights]`` in one kernel call, every weight ``bits``-bit with ``x``'s input size and ``group``."""
-    op = _native(bits, "many", x)
-    if op is not None:
-        if bits == 4:
-            return op(x, qweights, scales, mins, group, act_bits, GEMM_MIN_ROWS)
-        return op(x, qweights, scales, group, act_bits, GEMM_MIN_ROWS)
+    outs = _grouped_op("many", x, bits, qweights, scales, mins, group, act_bits, GEMM_MIN_ROWS)
+    if outs is not None:
+        return outs
     if bits == 4:
         assert mins is not None
         return [q4_linear(x, q, s, m, group, act_bits) for q, s, m in zip(qweights, scales, mins, strict=True)]
@@ -276,11 +290,9 @@ def linear_x8(
 ) -> list[torch.Tensor]:
     """``[x @ W.T for W in weights]`` for weights in the interleaved layout, every input row quantized per 32
     values: ``act_bits`` 8 to int8, 16 to two int8 planes (int16's precision; see csrc/qlinear.cpp)."""
-    op = _native(bits, "x8", x)
-    if op is not None:
-        if bits == 4:
-            return op(x, qweights, scales, mins, group, act_bits)
-        return op(x, qweights, scales, group, act_bits)
+    outs = _grouped_op("x8", x, bits, qweights, scales, mins, group, act_bits)
+    if outs is not None:
+        return outs
     # no kernels here (another device): the same maths in torch on the plain layout
     quantized = quantize_activations_planes(x, 1 if act_bits == 8 else 2)
     outs = []

@@ -11,26 +11,20 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include "few_rows.h"
-
 #include <algorithm>
 #include <cstdint>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "decoder_layers.h"  // hsum
+#include "few_rows.h"
+
+#ifdef MF_STEP_AVX2
 #define MF_AVX2 1
 #endif
 
 namespace {
 
 #ifdef MF_AVX2
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  lo = _mm_add_ps(lo, _mm256_extractf128_ps(v, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
+using mfsdk::step::hsum;
 #endif
 
 // out[r * N] = sum_k x[r * K + k] * w[k] for R (1 to 3) input rows. Four 8-lane accumulators per row
