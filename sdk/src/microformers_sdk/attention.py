@@ -38,6 +38,12 @@ def _sdpa_supports_gqa() -> bool:
 _SDPA_HAS_GQA = _sdpa_supports_gqa()
 
 
+def sdpa_shares_kv_heads() -> bool:
+    """Whether this torch's SDPA takes fewer key/value heads than query heads itself (``enable_gqa``, torch >= 2.5);
+    else :func:`sdpa_attention` repeats them first."""
+    return _SDPA_HAS_GQA
+
+
 def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
     """``(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim)``, each head repeated in place."""
     if n_rep == 1:

@@ -535,7 +535,7 @@ def _plain_sdpa(base: Any, query: torch.Tensor, key: torch.Tensor, kwargs: dict[
         and not kwargs.get("dropout")
         and kwargs.get("softcap") is None
         and key.shape[1] > 0
-        and (query.shape[1] == key.shape[1] or getattr(attention, "_SDPA_HAS_GQA", False))
+        and (query.shape[1] == key.shape[1] or attention.sdpa_shares_kv_heads())
     )
 
 
