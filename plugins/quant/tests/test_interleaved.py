@@ -106,7 +106,12 @@ def test_the_layout_stays_inside_the_model(tiny_llama: Path, tmp_path: Path, con
     assert reloaded.model.layers[0].mlp.up_proj.interleaved
     with torch.no_grad():
         assert torch.equal(reloaded(IDS).logits, logits)  # exact: the same bytes through the same kernels
-    # loading a state dict brings the plain layout back, and the layer reads it as such
+    # loading a state dict brings the plain layout back, and the layer reads it as such; a partial load too
+    partial = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=config)
+    partial.load_state_dict({k: v for k, v in theirs.items() if k.endswith(".scales")}, strict=False)
+    assert not partial.model.layers[0].mlp.up_proj.interleaved
+    with torch.no_grad():
+        assert_close(partial(IDS).logits, plain(IDS).logits)
     model.load_state_dict(theirs)
     assert not model.model.layers[0].mlp.up_proj.interleaved
     with torch.no_grad():

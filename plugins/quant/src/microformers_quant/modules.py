@@ -123,8 +123,10 @@ class _QuantWeight(nn.Module):
                 destination[prefix + name] = tensor
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
-        # what loads is in the plain layout: it replaces the interleaved buffers whole
-        self.interleaved = False
+        # what loads is in the plain layout: back to it first, so that a partial load keeps the rest readable
+        if self.interleaved:
+            self._buffers.update(self.plain_buffers())
+            self.interleaved = False
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def dequantize(self) -> torch.Tensor:
