@@ -4,10 +4,6 @@ weights are split by the family's declared plan, and logits and greedy tokens eq
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +11,7 @@ import torch
 
 import microformers
 from microformers.errors import ConfigError
+from microformers_sdk.testing.distributed import run_torchrun
 from microformers_sdk.testing.numeric import assert_close, assert_similar_generation
 
 WORKER = Path(__file__).parent / "tp_scripts" / "tp_worker.py"
@@ -65,23 +62,10 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return made
 
 
-def _torchrun(output: Path, *args: str) -> None:
-    """``torchrun --standalone --nproc_per_node 2 tp_worker.py output args``, one thread a process."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    assert torchrun, f"torchrun is not installed beside {sys.executable}"
-    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", str(WORKER), str(output), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    worker_lines = [line for line in proc.stderr.splitlines() if line.startswith("[rank0]:")]
-    assert proc.returncode == 0, "\n".join(worker_lines[-40:]) or proc.stderr[-4000:]
-
-
 @pytest.fixture(scope="module")
 def run(folders: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Path]:
     output = tmp_path_factory.mktemp("tp_run")
-    _torchrun(output, *folders.values())
+    run_torchrun(WORKER, output, *folders.values())
     results = torch.load(output / "results.pt", weights_only=False)
     return results, json.loads((output / "errors.json").read_text()), output
 

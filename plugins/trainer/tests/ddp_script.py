@@ -14,9 +14,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from trainer_helpers import finish_distributed_script, lm_rows, start_rank_diagnostics, tiny_gpt2
+from trainer_helpers import lm_rows, tiny_gpt2
 
 from microformers import Trainer, TrainerCallback, TrainingArguments
+from microformers_sdk.testing.distributed import finish_distributed_script, start_rank_diagnostics
 
 
 def make_trainer(output_dir: str, batch_size: int) -> Trainer:

@@ -17,9 +17,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from trainer_helpers import finish_distributed_script, lm_rows, start_rank_diagnostics, tiny_llama
+from trainer_helpers import lm_rows, tiny_llama
 
 from microformers import Trainer, TrainerCallback, TrainingArguments
+from microformers_sdk.testing.distributed import finish_distributed_script, start_rank_diagnostics
 
 
 class StopAfterSave(TrainerCallback):

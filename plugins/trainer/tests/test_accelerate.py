@@ -14,9 +14,10 @@ import pytest
 import torch
 from accelerate_script import ROWS, main, trainer_run
 from safetensors.torch import load_file
-from trainer_helpers import run_accelerate_launch, tiny_llama
+from trainer_helpers import tiny_llama
 
 import microformers
+from microformers_sdk.testing.distributed import run_accelerate_launch
 
 pytest.importorskip("accelerate")
 SCRIPT = Path(__file__).parent / "accelerate_script.py"

@@ -10,7 +10,9 @@ import pytest
 import torch
 from ddp_script import main
 from safetensors.torch import load_file
-from trainer_helpers import run_torchrun, tiny_gpt2
+from trainer_helpers import tiny_gpt2
+
+from microformers_sdk.testing.distributed import run_torchrun
 
 SCRIPT = Path(__file__).parent / "ddp_script.py"
 

@@ -14,10 +14,11 @@ import pytest
 import torch
 from fsdp_script import file_digests, main
 from safetensors.torch import load_file
-from trainer_helpers import lm_rows, run_torchrun, tiny_llama
+from trainer_helpers import lm_rows, tiny_llama
 
 import microformers
 from microformers import CheckpointError, ConfigError, Trainer, TrainingArguments
+from microformers_sdk.testing.distributed import run_torchrun
 from microformers_trainer.checkpointing import get_last_checkpoint
 
 SCRIPT = Path(__file__).parent / "fsdp_script.py"

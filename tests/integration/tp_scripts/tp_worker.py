@@ -17,9 +17,10 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import microformers
 from microformers.errors import ConfigError
+from microformers_sdk.testing.distributed import finish_distributed_script, start_rank_diagnostics
 
 output, folders = Path(sys.argv[1]), sys.argv[2:]
-output.mkdir(parents=True, exist_ok=True)
+start_rank_diagnostics(output)
 torch.manual_seed(0)
 results: dict[str, dict] = {}
 ids = torch.tensor([[3, 17, 5, 42, 8, 1], [9, 2, 30, 11, 6, 7]])
@@ -92,4 +93,4 @@ refused("not_strict", folders[0], tp_plan="auto", strict=False)
 if dist.get_rank() == 0:
     (output / "errors.json").write_text(json.dumps(errors))
 dist.barrier()
-dist.destroy_process_group()
+finish_distributed_script()

@@ -3,7 +3,8 @@
 ``ModelConformanceTests`` is the pytest suite to subclass (see :mod:`.suite`); the ``check_*``
 functions in :mod:`.checks` are the same checks as plain functions. :func:`assert_close` and
 :func:`assert_similar_generation` (:mod:`.numeric`) are the numeric policy every test suite uses. ``PluginConformanceTests``
-(:mod:`.plugin_checks`) is what every distribution runs against its entry point. Importing this package imports
+(:mod:`.plugin_checks`) is what every distribution runs against its entry point. :mod:`.distributed` runs a
+test's script on several processes (torchrun, accelerate) and says where a crashed rank was. Importing this package imports
 pytest and torch, so only tests should import it.
 """
 
