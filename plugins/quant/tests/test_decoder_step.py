@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,23 @@ def test_uncompile_returns_to_the_eager_step(tiny_llama: Path, monkeypatch: pyte
     calls = count_native_calls(monkeypatch)
     generate(model, IDS, **EAGER)
     assert calls == []
+
+
+@needs_quant_kernels
+def test_a_deep_copy_of_a_model_decodes_through_its_own_tensors(tiny_llama: Path) -> None:
+    """The installed step goes with a deep copy, holding (and handing its op) the copy's buffers: changing the
+    original afterwards changes the original's logits only."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config(activations="int8"))
+    model.compile_decode_step()
+    before = generate(model, IDS).logits
+    copied = copy.deepcopy(model)
+    step = copied.__dict__["_compiled_decode_step"].layers_step
+    assert step.params[1] is copied.model.layers[0].self_attn.q_proj.qweight
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.scales.mul_(-3.0)
+    # the same tensors, kernels and inputs: the copy's logits are exactly the original's before the change
+    assert all(torch.equal(a, b) for a, b in zip(generate(copied, IDS).logits, before, strict=True))
+    assert not torch.equal(generate(model, IDS).logits[-1], before[-1])
 
 
 def test_layers_without_a_native_step(tiny_llama: Path) -> None:

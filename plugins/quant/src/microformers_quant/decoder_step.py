@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from microformers_sdk.layers import RMSNorm
-from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape, native_step_inputs
+from microformers_sdk.static_steps import DecoderLayerParts, DecoderStepShape, PackedWeightsStep, native_step_inputs
 
 from . import kernels, modules
 from .modules import QuantLinear
@@ -79,7 +79,7 @@ def _norm_weight(norm: object, hidden: int) -> torch.Tensor | None:
     return weight.detach() if ok else None
 
 
-class QuantDecoderStep:
+class QuantDecoderStep(PackedWeightsStep):
     """``(hidden, cos, sin, visible, storages, position) -> hidden`` through every layer, or the logits
     when built with the final norm and head (see the module docstring)."""
 
@@ -93,6 +93,10 @@ class QuantDecoderStep:
     ) -> None:
         self.params, self.meta, self.eps, self.shape = params, meta, eps, shape
         self.head, self.head_meta, self.head_eps = head
+        self.weights = self.pack_weights()
+
+    def pack_weights(self) -> torch.ScriptObject:
+        return torch.classes.mfquant.StepWeights(self.params, self.meta, self.head, self.head_meta)
 
     @classmethod
     def build(
@@ -162,15 +166,12 @@ class QuantDecoderStep:
             inputs.visible,
             inputs.caches,
             position,
-            self.params,
-            self.meta,
+            self.weights,
             self.eps,
             shape.scaling,
             shape.heads,
             shape.kv_heads,
             shape.head_dim,
-            self.head,
-            self.head_meta,
             self.head_eps,
             modules.KERNEL_MAX_ROWS,
             kernels.GEMM_MIN_ROWS,

@@ -66,14 +66,19 @@ struct FloatLayer {
   void down(const float* x, float* out) const { products(x, M, intermediate, {{down_proj, out}}); }
 };
 
+struct FloatStep;
+using FloatStepWeights = mfsdk::step::StepWeights<FloatStep>;  // params, head; no integers
+
 at::Tensor float_decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
-                              const at::Tensor& visible, at::TensorList caches, int64_t position, at::TensorList params,
-                              double eps, double scaling, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                              at::TensorList head, double head_eps) {
+                              const at::Tensor& visible, at::TensorList caches, int64_t position,
+                              const c10::intrusive_ptr<FloatStepWeights>& weights, double eps, double scaling,
+                              int64_t heads, int64_t kv_heads, int64_t head_dim, double head_eps) {
+  const std::vector<at::Tensor>&params = weights->params, &head = weights->head;
   constexpr int64_t kPerLayer = 16;  // in norm, (weight, bias) x (q, k, v, o), post norm, (weight, bias) x (gate, up, down)
   const int64_t layers = static_cast<int64_t>(params.size()) / kPerLayer;
   TORCH_CHECK(layers > 0 && static_cast<int64_t>(params.size()) == layers * kPerLayer &&
-                  static_cast<int64_t>(caches.size()) == 2 * layers,
+                  static_cast<int64_t>(caches.size()) == 2 * layers && weights->meta.empty() &&
+                  weights->head_meta.empty(),
               "float_decoder_step: ", layers, " layers need ", kPerLayer, " tensors and 2 cache tensors each");
   const mfsdk::step::StepShape shape = mfsdk::step::check_step_inputs(
       "float_decoder_step", hidden, cos, sin, visible, caches, position, scaling, heads, kv_heads, head_dim);
@@ -113,9 +118,12 @@ at::Tensor float_decoder_step(const at::Tensor& hidden, const at::Tensor& cos, c
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(mfsdk, m) {
+  // StepWeights(params, meta, head, head_meta): the float step's meta and head_meta are empty
+  m.class_<FloatStepWeights>("StepWeights")
+      .def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, std::vector<int64_t>>());
   m.def("float_decoder_step(Tensor hidden, Tensor cos, Tensor sin, Tensor visible, Tensor(a!)[] caches, int position, "
-        "Tensor[] params, float eps, float scaling, int heads, int kv_heads, int head_dim, Tensor[] head, "
-        "float head_eps) -> Tensor");
+        "__torch__.torch.classes.mfsdk.StepWeights weights, float eps, float scaling, int heads, int kv_heads, "
+        "int head_dim, float head_eps) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mfsdk, CPU, m) { m.impl("float_decoder_step", &float_decoder_step); }

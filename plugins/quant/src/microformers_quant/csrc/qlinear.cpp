@@ -907,7 +907,7 @@ struct QuantLayer {
 
 // The final norm and the language-model head after the last layer, when the step is given them:
 // head = [final norm weight, qweight, scales, mins, bias], head_meta = [group, activation bits, interleaved].
-at::Tensor final_logits(const at::Tensor& h, at::TensorList head, at::IntArrayRef head_meta, double eps,
+at::Tensor final_logits(const at::Tensor& h, const std::vector<at::Tensor>& head, const std::vector<int64_t>& head_meta, double eps,
                         int64_t max_int_rows, int64_t gemm_rows) {
   TORCH_CHECK(head.size() == 5 && head_meta.size() == 3, "decoder_step: head needs 5 tensors and 3 ints");
   const int64_t M = h.size(0), H = h.size(1);
@@ -923,11 +923,17 @@ at::Tensor final_logits(const at::Tensor& h, at::TensorList head, at::IntArrayRe
   return logits;
 }
 
+struct QuantStep;
+// params: per layer [in norm, (qweight, scales, mins, bias) x 7, post norm]; meta: per layer (group, activation
+// bits, interleaved) x 7; head: [final norm, qweight, scales, mins, bias] or empty; head_meta: its 3 ints
+using QuantStepWeights = mfsdk::step::StepWeights<QuantStep>;
+
 at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const at::Tensor& sin,
-                        const at::Tensor& visible, at::TensorList caches, int64_t position, at::TensorList params,
-                        at::IntArrayRef meta, double eps, double scaling, int64_t heads, int64_t kv_heads,
-                        int64_t head_dim, at::TensorList head, at::IntArrayRef head_meta, double head_eps,
-                        int64_t max_int_rows, int64_t gemm_rows) {
+                        const at::Tensor& visible, at::TensorList caches, int64_t position,
+                        const c10::intrusive_ptr<QuantStepWeights>& weights, double eps, double scaling, int64_t heads,
+                        int64_t kv_heads, int64_t head_dim, double head_eps, int64_t max_int_rows, int64_t gemm_rows) {
+  const std::vector<at::Tensor>&params = weights->params, &head = weights->head;
+  const std::vector<int64_t>&meta = weights->meta, &head_meta = weights->head_meta;
   constexpr int64_t kPerLayer = 30;  // in norm, (qweight, scales, mins, bias) x 7, post norm
   const int64_t layers = static_cast<int64_t>(params.size()) / kPerLayer;
   TORCH_CHECK(layers > 0 && static_cast<int64_t>(params.size()) == layers * kPerLayer &&
@@ -974,9 +980,11 @@ TORCH_LIBRARY(mfquant, m) {
   m.def("q8_linear_x8(Tensor x, Tensor[] qweights, Tensor[] scales, int group, int act_bits) -> Tensor[]");
   m.def("q4_dequantize(Tensor qweight, Tensor scales, Tensor mins, int group) -> Tensor");
   m.def("q8_dequantize(Tensor qweight, Tensor scales, int group) -> Tensor");
+  m.class_<QuantStepWeights>("StepWeights")
+      .def(torch::init<std::vector<at::Tensor>, std::vector<int64_t>, std::vector<at::Tensor>, std::vector<int64_t>>());
   m.def("decoder_step(Tensor hidden, Tensor cos, Tensor sin, Tensor visible, Tensor(a!)[] caches, int position, "
-        "Tensor[] params, int[] meta, float eps, float scaling, int heads, int kv_heads, int head_dim, "
-        "Tensor[] head, int[] head_meta, float head_eps, int max_int_rows, int gemm_rows) -> Tensor");
+        "__torch__.torch.classes.mfquant.StepWeights weights, float eps, float scaling, int heads, int kv_heads, "
+        "int head_dim, float head_eps, int max_int_rows, int gemm_rows) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mfquant, CPU, m) {
