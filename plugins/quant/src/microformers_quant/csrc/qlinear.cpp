@@ -495,7 +495,8 @@ inline __m256i broadcast4(const int8_t* x) {
 template <class F, int R, int P>
 inline void block_dots8(const typename F::q_t* chunk, const int8_t* const* xq, int64_t k, int64_t plane,
                         __m256i dots[R]) {
-  const __m256i ones = _mm256_set1_epi16(1);
+  // int16 pairs summed into int32 lanes; with two planes the first plane's pairs weighted by 254 in the same madd
+  const __m256i ones = _mm256_set1_epi16(1), weight254 = _mm256_set1_epi16(254);
   __m256i planes[P][R];
   if constexpr (F::kHasMin) {  // q4: bytes hold values j (low nibble) and j + 16 (high), all 0-15
     const __m256i m0f = _mm256_set1_epi8(0x0F);
@@ -516,7 +517,7 @@ inline void block_dots8(const typename F::q_t* chunk, const int8_t* const* xq, i
         }
         for (int j = 0; j < 4; ++j) t[j] = _mm256_add_epi16(t[j], t[4 + j]);
         const __m256i sum = _mm256_add_epi16(_mm256_add_epi16(t[0], t[1]), _mm256_add_epi16(t[2], t[3]));
-        planes[p][r] = _mm256_madd_epi16(sum, ones);
+        planes[p][r] = _mm256_madd_epi16(sum, p + 1 < P ? weight254 : ones);
       }
   } else {  // q8: signed bytes; |w| * sign(x, w) keeps maddubs' unsigned operand, pairs below 2^15
     for (int p = 0; p < P; ++p)
@@ -528,16 +529,15 @@ inline void block_dots8(const typename F::q_t* chunk, const int8_t* const* xq, i
         for (int r = 0; r < R; ++r) {
           const __m256i x = broadcast4(xq[r] + p * plane + k + 4 * j);
           const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x, v));
-          planes[p][r] = _mm256_add_epi32(planes[p][r], _mm256_madd_epi16(pairs, ones));
+          planes[p][r] = _mm256_add_epi32(planes[p][r], _mm256_madd_epi16(pairs, p + 1 < P ? weight254 : ones));
         }
     }
   }
   for (int r = 0; r < R; ++r) {
     if constexpr (P == 1) {
       dots[r] = planes[0][r];
-    } else {  // 254 * a + b in int32 (below 2^28 for q8's largest sums)
-      const __m256i a = planes[0][r];
-      dots[r] = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(a, 8), _mm256_slli_epi32(a, 1)), planes[1][r]);
+    } else {  // the first plane was weighted by 254 in its madd: 254 * a + b in int32 (below 2^28 for q8's largest)
+      dots[r] = _mm256_add_epi32(planes[0][r], planes[1][r]);
     }
   }
 }
