@@ -4,6 +4,7 @@ and never built where it could compute something else (hooks, adapters, other dt
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -120,6 +121,54 @@ def test_generate_takes_it_by_default_with_the_eager_tokens(monkeypatch: pytest.
     assert len(calls) == 9
     assert_similar_generation(ours.sequences, eager.sequences, eager.scores, prompt_length=5)
     assert_close(ours.scores[0], eager.scores[0])
+
+
+def _prefill_twice(model: Any, ids: torch.Tensor, native: bool) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """Two prompt chunks into one static cache with only their last logits asked for (generate's prefill), under
+    the native step or eagerly: the second chunk continues the cache the first filled."""
+    cache = model.make_static_cache(16)
+    runner = _step(model) if native else None
+    with torch.no_grad(), decoding_with(model, runner) if native else contextlib.nullcontext():
+        first = model(ids[:, :5], past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        second = model(ids[:, 5:], past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+    return first, second, cache
+
+
+def test_a_prompt_runs_through_the_step_like_the_eager_prefill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row of several tokens into a static cache, last logits only: one native call per chunk, each token
+    attending causally (the same last logits and cached keys and values as the eager forward)."""
+    model = tiny()
+    ids = torch.randint(2, 64, (1, 9), generator=torch.Generator().manual_seed(4))
+    ran = _count_steps(monkeypatch)
+    ours = _prefill_twice(model, ids, native=True)
+    assert ran == [5, 4]
+    eager = _prefill_twice(model, ids, native=False)
+    assert ran == [5, 4]  # nothing more: the eager forward ran the second time
+    assert_close(ours[0], eager[0])
+    assert_close(ours[1], eager[1])
+    assert ours[2].get_seq_length() == eager[2].get_seq_length() == 9
+    for layer in range(len(model.model.layers)):
+        assert_close(ours[2][layer], eager[2][layer])
+
+
+def test_prompts_the_step_does_not_take_run_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch, padding, more tokens than the few-row products take, every position's logits: the eager forward."""
+    model = tiny()
+    ran = _count_steps(monkeypatch)
+    ids = torch.randint(2, 64, (2, 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad(), decoding_with(model, _step(model)):
+        for kwargs in (
+            {"input_ids": ids},
+            {"input_ids": ids[:1], "attention_mask": torch.tensor([[0, 1, 1, 1, 1, 1]])},
+            {"input_ids": ids[:1], "logits_to_keep": 0},
+        ):
+            cache = model.make_static_cache(16)
+            model(past_key_values=cache, use_cache=True, **{"logits_to_keep": 1, **kwargs})
+            assert cache.get_seq_length() == 6
+        monkeypatch.setattr(native, "FEW_ROWS_MAX", 4)
+        logits = model(ids[:1], past_key_values=model.make_static_cache(16), use_cache=True, logits_to_keep=1).logits
+    assert ran == []
+    assert logits.shape == (1, 1, TINY["vocab_size"])
 
 
 def test_more_rows_than_the_few_row_products_take_run_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -84,7 +84,8 @@ def test_native_step_gives_the_eager_steps_logits(
     model.compile_decode_step()
     calls = count_native_calls(monkeypatch)
     native = generate(model, IDS)
-    assert calls == list(range(IDS.shape[1], IDS.shape[1] + 7))  # every step after the prompt, at its position
+    # the prompt (its last logits only: generate's) at position 0, then every step after it at its position
+    assert calls == [0, *range(IDS.shape[1], IDS.shape[1] + 7)]
     assert_same_decoding(native, eager, IDS.shape[1], tolerance)
 
 
@@ -195,7 +196,7 @@ def test_a_long_cache_matches_eager(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     model.compile_decode_step()
     calls = count_native_calls(monkeypatch)
     native = generate(model, ids)
-    assert calls == list(range(150, 157))
+    assert calls == [0, *range(150, 157)]
     assert_same_decoding(native, eager, ids.shape[1])
 
 

@@ -100,7 +100,7 @@ def test_kept_gptq_model_decodes_natively_like_its_dequantised_model(
     monkeypatch.setattr(decoder_step.QuantDecoderStep, "__call__", counted)
     greedy = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, "return_dict_in_generate": True}
     got = model.generate(IDS, **greedy)
-    assert len(calls) == 7  # every token after the first new one: the int4 kernels' native step
+    assert len(calls) == 8  # the prompt and every token after the first new one: the int4 kernels' native step
     reference = expected.generate(IDS, **greedy, output_scores=True)
     assert_similar_generation(got.sequences, reference.sequences, reference.scores, prompt_length=IDS.shape[1])
 

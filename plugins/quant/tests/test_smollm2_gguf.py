@@ -97,7 +97,7 @@ def test_64_greedy_tokens_identical_decoding_eagerly(models: tuple[Any, ...]) ->
 def test_64_greedy_tokens_identical_through_the_native_step_by_default(
     models: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Plain generate() on the kept blocks: every token after the prompt through mfquant::decoder_step."""
+    """Plain generate() on the kept blocks: the prompt and every token after it through mfquant::decoder_step."""
     tokenizer, dequantised, kept, _ = models
     ids, expected = float_greedy(tokenizer, dequantised)
     steps: list[int] = []
@@ -106,7 +106,7 @@ def test_64_greedy_tokens_identical_through_the_native_step_by_default(
         decoder_step.QuantDecoderStep, "__call__", lambda self, *a: steps.append(a[-1]) or original(self, *a)
     )
     got = kept.generate(ids, **SETTINGS)
-    assert len(steps) == SETTINGS["max_new_tokens"] - 1
+    assert steps == [0, *range(ids.shape[1], ids.shape[1] + SETTINGS["max_new_tokens"] - 1)]
     assert_similar_generation(
         got, expected.sequences, expected.scores, prompt_length=ids.shape[1], tie_tolerance=KEPT_TIE
     )

@@ -43,7 +43,7 @@ from torch import nn
 
 from microformers.errors import InputError
 
-from .cache import Cache
+from .cache import Cache, StaticCache
 from .layers import apply_linear
 from .packed import PackedLinear, refuse_packed
 from .static_steps import DecoderLayerParts, DecoderStepShape, NativeDecoderStep, native_decoder_step
@@ -241,6 +241,57 @@ class NativeDecodeStep(StaticStepRunner):
             return None
         visible = next(iter(layer_inputs.masks.values()))[0]
         return self.layers_step(inputs_embeds, cos, sin, visible, storages, int(layer_inputs.cache_position[0]))
+
+    def prompt(
+        self,
+        inputs_embeds: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        cache: Cache | None,
+        past_length: int,
+        attention_mask: torch.Tensor | None,
+        windows: Sequence[int | None],
+    ) -> torch.Tensor | None:
+        """The next-token logits ``(1, 1, vocab)`` after a one-row prompt of several tokens run through the native
+        step into ``cache`` (keys and values written from ``past_length`` on, the cache advanced past them), or
+        None where the ordinary forward runs it instead: a batch or a single token, gradients on, a cache other than
+        a :class:`StaticCache` with room for the prompt, padding, a sliding window shorter than the cache, partial
+        rotary or non-float32 inputs, a step that takes no prompt of this length (the float step: at most
+        :data:`~microformers_sdk.native.FEW_ROWS_MAX` tokens).
+
+        Each token attends causally to the ones before it, as the ordinary forward's; the layers compute every
+        token (their keys and values are cached) and the head only the last.
+        """
+        batch, rows, width = inputs_embeds.shape
+        if batch != 1 or rows < 2 or torch.is_grad_enabled() or not isinstance(cache, StaticCache):
+            return None
+        capacity, layers = cache.max_cache_len, len(self.layout.layers)
+        if past_length + rows > capacity or any(window is not None and window < capacity for window in windows):
+            return None
+        cos, sin = rotary
+        if cos.shape[-1] != self.layout.shape.head_dim or inputs_embeds.dtype != torch.float32:
+            return None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            return None
+        if len(cache) == 0:  # a new cache: its storage, as the first write would make it
+            empty = inputs_embeds.new_empty(1, self.layout.shape.kv_heads, 0, self.layout.shape.head_dim)
+            for index in range(layers):
+                cache.update(empty, empty, index)
+        if len(cache) != layers:
+            return None
+        storages = [cache.layer_storage(index) for index in range(layers)]
+        if storages[0][0].shape[0] != 1 or storages[0][0].dtype != torch.float32:
+            return None
+        visible = torch.ones(1, capacity, dtype=torch.bool, device=inputs_embeds.device)  # the op bounds each token
+        out = self.layers_step(
+            inputs_embeds.reshape(rows, 1, width), cos.reshape(rows, 1, -1), sin.reshape(rows, 1, -1), visible,
+            storages, past_length,
+        )  # fmt: skip
+        if out is None:
+            return None
+        cache.advance(rows)
+        if self.includes_head:
+            return out.view(1, 1, -1)
+        return apply_linear(self.layout.lm_head, self.layout.final_norm(out.view(1, 1, -1)))
 
 
 def _no_hooks(layers: Sequence[nn.Module]) -> bool:

@@ -141,7 +141,9 @@ class DecoderStepShape:
 # (hidden (rows, 1, hidden), cos, sin (rows, 1, head_dim), visible (rows or 1, 1, 1, capacity) bool,
 #  [(key storage, value storage) per layer], position) -> hidden after the last layer (before the final
 #  norm), or the logits (rows, 1, vocab) of a step built with the final norm and head; None where this
-#  call's inputs are not the step's to run (the eager step runs them instead)
+#  call's inputs are not the step's to run (the eager step runs them instead). Storage of batch 1 with
+#  several rows is a prompt: its rows are consecutive tokens at position, position + 1, ..., each attending
+#  causally, and only the last row's result comes back (1, 1, hidden or vocab).
 NativeDecoderStep = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Sequence[tuple[torch.Tensor, torch.Tensor]], int],
     "torch.Tensor | None",
@@ -362,4 +364,4 @@ class FloatDecoderStep(PackedWeightsStep):
             shape.head_dim,
             self.head_eps,
         )
-        return out.view(rows, 1, out.shape[-1])
+        return out.view(-1, 1, out.shape[-1])  # a prompt's step returns its last row only

@@ -405,11 +405,22 @@ class LlamaForCausalLM(DecoderForCausalLM, LlamaPreTrainedModel):
         flags = (inputs.output_attentions, inputs.output_hidden_states)
         run = self.logits
         compiled = self.__dict__.get("_compiled_decode_step")
-        if compiled is not None and layer_inputs.cache_position is not None and labels is None and not any(flags):
-            run = compiled  # the same function, compiled: one graph per batch size and cache length
         embeds = inputs.inputs_embeds
-        logits, hidden_states, attentions = run(embeds, layer_inputs, inputs.cache, *flags, logits_to_keep)
-        layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])
+        prompt = None
+        if compiled is not None and labels is None and not any(flags):
+            if layer_inputs.cache_position is not None:
+                run = compiled  # the same function, compiled: one graph per batch size and cache length
+            elif isinstance(logits_to_keep, int) and logits_to_keep == 1 and hasattr(compiled, "prompt"):
+                # a native step also takes a prompt whose last logits are all that is wanted (generate's)
+                windows = tuple(layer_inputs.masks)
+                prompt = compiled.prompt(
+                    embeds, layer_inputs.rotary, inputs.cache, inputs.past_length, attention_mask, windows
+                )
+        if prompt is not None:
+            logits, hidden_states, attentions = prompt, None, None
+        else:
+            logits, hidden_states, attentions = run(embeds, layer_inputs, inputs.cache, *flags, logits_to_keep)
+            layer_inputs.advance(inputs.cache, inputs.inputs_embeds.shape[1])
         loss = causal_lm_loss(logits, labels, kwargs.get("num_items_in_batch")) if labels is not None else None
         output = CausalLMOutputWithPast(
             loss=loss,

@@ -139,13 +139,22 @@ struct StepWeights : torch::CustomClassHolder {
       : params(std::move(params_)), head(std::move(head_)), meta(std::move(meta_)), head_meta(std::move(head_meta_)) {}
 };
 
+// A step's rows are either one new token of each cache row (``position`` the same for all), or, where the
+// cache holds one sequence and more rows come (a *prompt*), consecutive tokens of that sequence at
+// ``position``, ``position + 1``, ...: each row then attends causally (up to its own position) and the
+// step's result is its last row's (what a prompt's next-token logits need).
 struct StepShape {
   int64_t rows, hidden, heads, kv_heads, head_dim, capacity, position;
   float scaling;
   const float* cos;   // [rows, head_dim]
   const float* sin;   // [rows, head_dim]
-  const bool* seen;   // [rows or 1, capacity]: the stored positions each row attends to
+  const bool* seen;   // [rows or 1, capacity]: the stored positions each row may attend to
   int64_t seen_stride;  // 0 when one row of ``seen`` serves every row
+  bool prompt;          // rows are consecutive tokens of cache row 0
+
+  int64_t cache_row(int64_t m) const { return prompt ? 0 : m; }
+  int64_t position_of(int64_t m) const { return prompt ? position + m : position; }
+  int64_t result_rows() const { return prompt ? 1 : rows; }  // the rows of h the step returns (the last ones)
 };
 
 inline StepShape check_step_inputs(const char* name, const at::Tensor& hidden, const at::Tensor& cos,
@@ -156,6 +165,7 @@ inline StepShape check_step_inputs(const char* name, const at::Tensor& hidden, c
               ": hidden must be contiguous float32 [rows, hidden]");
   TORCH_CHECK(!caches.empty() && caches.size() % 2 == 0, name, ": caches come in (key, value) pairs");
   const int64_t M = hidden.size(0), capacity = caches[0].size(2);
+  const bool prompt = M > 1 && caches[0].size(0) == 1;
   TORCH_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim % 2 == 0, name, ": bad head counts");
   TORCH_CHECK(cos.sizes() == sin.sizes() && cos.dim() == 2 && cos.size(0) == M && cos.size(1) == head_dim &&
                   cos.is_contiguous() && sin.is_contiguous() && cos.scalar_type() == at::kFloat &&
@@ -164,11 +174,13 @@ inline StepShape check_step_inputs(const char* name, const at::Tensor& hidden, c
   TORCH_CHECK(visible.dim() == 2 && (visible.size(0) == M || visible.size(0) == 1) && visible.size(1) == capacity &&
                   visible.scalar_type() == at::kBool && visible.is_contiguous(),
               name, ": visible must be contiguous bool [rows or 1, capacity]");
-  TORCH_CHECK(position >= 0 && position < capacity, name, ": position ", position, " outside the cache");
+  const int64_t last = prompt ? position + M - 1 : position;
+  TORCH_CHECK(position >= 0 && last < capacity, name, ": position ", last, " outside the cache");
   for (const at::Tensor& c : caches)
-    TORCH_CHECK(c.dim() == 4 && c.size(0) == M && c.size(1) == kv_heads && c.size(2) == capacity &&
+    TORCH_CHECK(c.dim() == 4 && c.size(0) == (prompt ? 1 : M) && c.size(1) == kv_heads && c.size(2) == capacity &&
                     c.size(3) == head_dim && c.is_contiguous() && c.scalar_type() == at::kFloat,
-                name, ": every cache storage must be contiguous float32 [rows, kv_heads, capacity, head_dim]");
+                name, ": every cache storage must be contiguous float32 [rows (or 1 for a prompt), kv_heads, capacity, "
+                "head_dim]");
   return {M,
           hidden.size(1),
           heads,
@@ -180,32 +192,33 @@ inline StepShape check_step_inputs(const char* name, const at::Tensor& hidden, c
           cos.data_ptr<float>(),
           sin.data_ptr<float>(),
           visible.data_ptr<bool>(),
-          visible.size(0) == 1 ? 0 : capacity};
+          visible.size(0) == 1 ? 0 : capacity,
+          prompt};
 }
 
-// Rotate q/k of every row, write each row's new key/value at the step's position, and attend:
-// attended [rows, heads * head_dim] = softmax(q k^T * scaling over the visible positions) v.
+// Rotate q/k of every row, write each row's new key/value at its position, and attend:
+// attended [rows, heads * head_dim] = softmax(q k^T * scaling over the visible positions up to the row's own) v.
 inline void attend(const StepShape& s, float* q_all, float* k_all, const float* v_all, float* keys, float* values,
                    float* attended) {
   const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim, group = s.heads / s.kv_heads;
-  const int64_t D = s.head_dim, position = s.position;
+  const int64_t D = s.head_dim;
   for (int64_t m = 0; m < s.rows; ++m) {
     rotate_heads(q_all + m * q_width, s.heads, D, s.cos + m * D, s.sin + m * D);
     rotate_heads(k_all + m * kv_width, s.kv_heads, D, s.cos + m * D, s.sin + m * D);
     for (int64_t kv = 0; kv < s.kv_heads; ++kv) {
-      const int64_t at_pos = ((m * s.kv_heads + kv) * s.capacity + position) * D;
+      const int64_t at_pos = ((s.cache_row(m) * s.kv_heads + kv) * s.capacity + s.position_of(m)) * D;
       std::copy_n(k_all + m * kv_width + kv * D, D, keys + at_pos);
       std::copy_n(v_all + m * kv_width + kv * D, D, values + at_pos);
     }
   }
-  const int64_t work = s.rows * s.heads * (position + 1) * D;
+  const int64_t work = s.rows * s.heads * (s.position_of(s.rows - 1) + 1) * D;
   at::parallel_for(0, s.rows * s.heads, work >= (int64_t{1} << 16) ? 1 : s.rows * s.heads, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(position + 1);
+    std::vector<float> scores(s.position_of(s.rows - 1) + 1);
     for (int64_t mh = begin; mh < end; ++mh) {
-      const int64_t m = mh / s.heads, kv = (mh % s.heads) / group;
+      const int64_t m = mh / s.heads, kv = (mh % s.heads) / group, position = s.position_of(m);
       const float* query = q_all + mh * D;
-      const float* kbase = keys + (m * s.kv_heads + kv) * s.capacity * D;
-      const float* vbase = values + (m * s.kv_heads + kv) * s.capacity * D;
+      const float* kbase = keys + (s.cache_row(m) * s.kv_heads + kv) * s.capacity * D;
+      const float* vbase = values + (s.cache_row(m) * s.kv_heads + kv) * s.capacity * D;
       const bool* row_seen = s.seen + m * s.seen_stride;
       float top = -INFINITY;
       for (int64_t j = 0; j <= position; ++j) {
@@ -232,7 +245,8 @@ inline void attend(const StepShape& s, float* q_all, float* k_all, const float* 
   });
 }
 
-// Every layer of the step on h [rows, hidden] in place. ``layer_at(i)`` gives layer i as an object with
+// Every layer of the step on h [rows, hidden] in place (a prompt's last layer computes every row: each row's
+// key and value go into the cache). ``layer_at(i)`` gives layer i as an object with
 // ``in_norm`` and ``post_norm`` (float32 [hidden]) and the products qkv(x, q, k, v), o(x, out),
 // gate_up(x, gate, up) and down(x, out), each ``out [rows, N] = x [rows, K] @ W.T (+ bias)``.
 template <class LayerAt>

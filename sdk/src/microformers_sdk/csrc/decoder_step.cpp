@@ -105,13 +105,16 @@ at::Tensor float_decoder_step(const at::Tensor& hidden, const at::Tensor& cos, c
                 "float_decoder_step: layer ", layer, ": projection sizes do not match the head counts and the first layer");
     return l;
   });
-  if (head.empty()) return h;
+  const int64_t rows = shape.result_rows();  // a prompt: its last row
+  const at::Tensor result = h.narrow(0, M - rows, rows);
+  if (head.empty()) return result;
   TORCH_CHECK(head.size() == 3, "float_decoder_step: the head needs the final norm weight, the head weight and bias");
   const Linear lm = linear_of(head[1], head[2], H, "the head");
-  std::vector<float> normed(M * H);
-  mfsdk::step::rms_norm_rows(h.data_ptr<float>(), M, H, norm_of(head[0], H), static_cast<float>(head_eps), normed.data());
-  at::Tensor logits = at::empty({M, lm.N}, hidden.options());
-  products(normed.data(), M, H, {{lm, logits.data_ptr<float>()}});
+  std::vector<float> normed(rows * H);
+  mfsdk::step::rms_norm_rows(result.data_ptr<float>(), rows, H, norm_of(head[0], H), static_cast<float>(head_eps),
+                             normed.data());
+  at::Tensor logits = at::empty({rows, lm.N}, hidden.options());
+  products(normed.data(), rows, H, {{lm, logits.data_ptr<float>()}});
   return logits;
 }
 

@@ -959,7 +959,8 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
                 "decoder_step: layer ", layer, ": projection sizes do not match the head counts and the first layer");
     return l;
   });
-  return head.empty() ? h : final_logits(h, head, head_meta, head_eps, max_int_rows, gemm_rows);
+  const at::Tensor result = h.narrow(0, M - shape.result_rows(), shape.result_rows());  // a prompt: its last row
+  return head.empty() ? result : final_logits(result, head, head_meta, head_eps, max_int_rows, gemm_rows);
 }
 
 }  // namespace
