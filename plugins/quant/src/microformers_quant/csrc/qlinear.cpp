@@ -542,6 +542,9 @@ inline void block_dots8(const typename F::q_t* chunk, const int8_t* const* xq, i
   }
 }
 
+// Blocks ahead whose weight bytes are prefetched: one input row leaves the loads' latency exposed (the hardware
+// prefetcher alone kept one core at ~10 GB/s); with 4 to 32 blocks a SmolLM2 step took 8-10% less time, measured.
+constexpr int64_t kPrefetchBlocks = 16;
 // out[r][0..7] = rows 8i..8i+7 of w against input rows r < R (quantized xq/xd, float group sums xsum).
 template <class F, int R, int P>
 inline void rows8_int8(const Weight<F>& w, int64_t i, const int8_t* const* xq, int64_t plane, const float* const* xd,
@@ -553,6 +556,9 @@ inline void rows8_int8(const Weight<F>& w, int64_t i, const int8_t* const* xq, i
   for (int64_t g = 0, b = 0; g < G; ++g) {
     const __m256 s = load8(w.scales + (i * G + g) * 8);
     for (int64_t end = b + per; b < end; ++b) {
+      const char* ahead = reinterpret_cast<const char*>(q + (b + kPrefetchBlocks) * F::kBlockBytes * 8);
+      for (int line = 0; line < F::kBlockBytes * 8 * static_cast<int>(sizeof(typename F::q_t)); line += 64)
+        _mm_prefetch(ahead + line, _MM_HINT_T0);
       __m256i dots[R];
       block_dots8<F, R, P>(q + b * F::kBlockBytes * 8, xq, b * 32, plane, dots);
       for (int r = 0; r < R; ++r)
