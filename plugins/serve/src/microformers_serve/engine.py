@@ -703,6 +703,7 @@ class Engine:
         self._stopped = False
         self._closed = False
         self.steps = 0
+        _bound_heap_retention()
         self._thread = threading.Thread(target=self._loop, name="microformers-serve-engine", daemon=True)
         self._thread.start()
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -1309,20 +1310,44 @@ def _unusable_rows(logits: torch.Tensor) -> torch.Tensor:
     return torch.isnan(logits).any(dim=-1) | torch.isposinf(logits).any(dim=-1) | torch.isneginf(logits).all(dim=-1)
 
 
+def _glibc() -> Any:
+    """The C library when it is glibc (``malloc_trim`` and ``mallopt``), else None."""
+    global _GLIBC
+    if _GLIBC is None:
+        try:
+            library = ctypes.CDLL("libc.so.6")
+            _GLIBC = library if hasattr(library, "malloc_trim") and hasattr(library, "mallopt") else False
+        except OSError:
+            _GLIBC = False
+    return _GLIBC or None
+
+
 def _return_freed_memory() -> None:
     """Hand the heap pages freed by finished rows back to the system: glibc's allocator keeps them otherwise,
     so an idle server would go on holding its busiest moment's cache. A no-op without glibc."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
+    glibc = _glibc()
+    if glibc is not None:
+        glibc.malloc_trim(0)
 
 
-_MALLOC_TRIM: Any = None
+# glibc's mallopt parameters, and the values the server pins them to
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_TRIM_THRESHOLD_BYTES, _MMAP_THRESHOLD_BYTES = 8 * 2**20, 32 * 2**20
+
+
+def _bound_heap_retention() -> None:
+    """Pin glibc's trim and mmap thresholds: by default freeing a large block raises both (the trim threshold to
+    twice the block), and ``malloc_trim`` never shrinks the top of a thread's own heap, so the engine thread's
+    heap kept tens of MiB of a finished long request's buffers. Pinned, a thread's heap gives back any free top
+    over 8 MiB as blocks are freed, and blocks under 32 MiB (the most the default ever raises it to) stay on the
+    heap instead of costing an mmap each. A no-op without glibc."""
+    glibc = _glibc()
+    if glibc is not None:
+        glibc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+        glibc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
+
+
+_GLIBC: Any = None
 
 
 def _close_at_exit(engine_ref: weakref.ref[Engine]) -> None:
