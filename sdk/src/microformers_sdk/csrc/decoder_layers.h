@@ -196,6 +196,74 @@ inline StepShape check_step_inputs(const char* name, const at::Tensor& hidden, c
           prompt};
 }
 
+// out [D] = softmax(query . keys[j] * scaling over the seen j < count) weighted sum of values[j]; zeros where
+// no position is seen. ``scores`` has room for count floats.
+inline void attend_one(const float* query, const float* keys, const float* values, const bool* seen, int64_t count,
+                       int64_t D, float scaling, float* scores, float* out) {
+  int64_t j = 0;
+#ifdef MF_STEP_AVX2
+  if (D % 8 == 0) {
+    // eight keys at a time: eight independent FMA chains, their sums gathered into one vector
+    const __m256 scale = _mm256_set1_ps(scaling);
+    for (; j + 8 <= count; j += 8) {
+      const float* k = keys + j * D;
+      __m256 acc[8];
+      const __m256 q0 = _mm256_loadu_ps(query);
+      for (int t = 0; t < 8; ++t) acc[t] = _mm256_mul_ps(q0, _mm256_loadu_ps(k + t * D));
+      for (int64_t c = 8; c < D; c += 8) {
+        const __m256 q = _mm256_loadu_ps(query + c);
+        for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(q, _mm256_loadu_ps(k + t * D + c), acc[t]);
+      }
+      const __m256 s01 = _mm256_hadd_ps(acc[0], acc[1]), s23 = _mm256_hadd_ps(acc[2], acc[3]);
+      const __m256 s45 = _mm256_hadd_ps(acc[4], acc[5]), s67 = _mm256_hadd_ps(acc[6], acc[7]);
+      const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+      // lanes: s0123 = [0 1 2 3 | 0 1 2 3] halves, s4567 likewise: add the 128-bit halves
+      const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
+                                        _mm256_permute2f128_ps(s0123, s4567, 0x31));
+      _mm256_storeu_ps(scores + j, _mm256_mul_ps(sums, scale));
+    }
+  }
+#endif
+  for (; j < count; ++j) scores[j] = dot(query, keys + j * D, D) * scaling;
+  float top = -INFINITY;
+  for (j = 0; j < count; ++j) {
+    if (!seen[j]) scores[j] = -INFINITY;
+    top = std::max(top, scores[j]);
+  }
+  std::fill(out, out + D, 0.f);
+  if (top == -INFINITY) return;  // nothing visible: zeros, not NaN
+  // softmax: exp of each score against the maximum, then the values weighted by exp / total
+  j = 0;
+#ifdef MF_STEP_AVX2
+  const __m256 shift = _mm256_set1_ps(top);
+  for (; j + 8 <= count; j += 8)
+    _mm256_storeu_ps(scores + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + j), shift)));
+#endif
+  for (; j < count; ++j) scores[j] = scores[j] == -INFINITY ? 0.f : std::exp(scores[j] - top);
+  float total = 0.f;
+  for (j = 0; j < count; ++j) total += scores[j];
+  const float inverse = 1.f / total;
+  int64_t c = 0;
+#ifdef MF_STEP_AVX2
+  // 64 output values at a time held in registers over every position (unseen ones, weight 0, skipped: their
+  // storage may hold anything)
+  for (; c + 64 <= D; c += 64) {
+    __m256 acc[8];
+    for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
+    for (j = 0; j < count; ++j) {
+      if (scores[j] == 0.f) continue;
+      const __m256 w = _mm256_set1_ps(scores[j] * inverse);
+      const float* v = values + j * D + c;
+      for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * t), acc[t]);
+    }
+    for (int t = 0; t < 8; ++t) _mm256_storeu_ps(out + c + 8 * t, acc[t]);
+  }
+#endif
+  if (c < D)
+    for (j = 0; j < count; ++j)
+      if (scores[j] != 0.f) add_scaled(out + c, values + j * D + c, scores[j] * inverse, D - c);
+}
+
 // Rotate q/k of every row, write each row's new key/value at its position, and attend:
 // attended [rows, heads * head_dim] = softmax(q k^T * scaling over the visible positions up to the row's own) v.
 inline void attend(const StepShape& s, float* q_all, float* k_all, const float* v_all, float* keys, float* values,
@@ -215,32 +283,10 @@ inline void attend(const StepShape& s, float* q_all, float* k_all, const float* 
   at::parallel_for(0, s.rows * s.heads, work >= (int64_t{1} << 16) ? 1 : s.rows * s.heads, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(s.position_of(s.rows - 1) + 1);
     for (int64_t mh = begin; mh < end; ++mh) {
-      const int64_t m = mh / s.heads, kv = (mh % s.heads) / group, position = s.position_of(m);
-      const float* query = q_all + mh * D;
-      const float* kbase = keys + (s.cache_row(m) * s.kv_heads + kv) * s.capacity * D;
-      const float* vbase = values + (s.cache_row(m) * s.kv_heads + kv) * s.capacity * D;
-      const bool* row_seen = s.seen + m * s.seen_stride;
-      float top = -INFINITY;
-      for (int64_t j = 0; j <= position; ++j) {
-        scores[j] = row_seen[j] ? dot(query, kbase + j * D, D) * s.scaling : -INFINITY;
-        top = std::max(top, scores[j]);
-      }
-      float* out = attended + mh * D;
-      std::fill(out, out + D, 0.f);
-      if (top == -INFINITY) continue;  // nothing visible: zeros, not NaN
-      // softmax: exp of each score against the maximum, then the values weighted by exp / total
-      int64_t j = 0;
-#ifdef MF_STEP_AVX2
-      const __m256 shift = _mm256_set1_ps(top);
-      for (; j + 8 <= position + 1; j += 8)
-        _mm256_storeu_ps(scores.data() + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + j), shift)));
-#endif
-      for (; j <= position; ++j) scores[j] = scores[j] == -INFINITY ? 0.f : std::exp(scores[j] - top);
-      float total = 0.f;
-      for (j = 0; j <= position; ++j) total += scores[j];
-      const float inverse = 1.f / total;
-      for (j = 0; j <= position; ++j)
-        if (scores[j] != 0.f) add_scaled(out, vbase + j * D, scores[j] * inverse, D);
+      const int64_t m = mh / s.heads, kv = (mh % s.heads) / group;
+      const int64_t at_kv = (s.cache_row(m) * s.kv_heads + kv) * s.capacity * D;
+      attend_one(q_all + mh * D, keys + at_kv, values + at_kv, s.seen + m * s.seen_stride, s.position_of(m) + 1, D,
+                 s.scaling, scores.data(), attended + mh * D);
     }
   });
 }
