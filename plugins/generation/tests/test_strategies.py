@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import textwrap
 from types import SimpleNamespace
 from typing import Any
@@ -187,3 +188,36 @@ def test_a_strategy_builds_its_own_processors() -> None:
         model, torch.tensor([[5, 6]]), generation_config=GenerationConfig(max_new_tokens=3), model_kwargs={}
     )
     assert out.tolist() == [[5, 6, 7, 7, 7]]
+
+
+class _RecordsCollector:
+    """A logits processor that notes whether Python's cycle collector is on at each step."""
+
+    def __init__(self) -> None:
+        self.enabled: list[bool] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.enabled.append(gc.isenabled())
+        return scores
+
+
+def test_the_cycle_collector_is_off_while_decoding_and_back_after(model, prompts):
+    record = _RecordsCollector()
+    model.generate(**prompts["single"], max_new_tokens=3, logits_processor=LogitsProcessorList([record]))
+    assert record.enabled == [False, False, False]
+    assert gc.isenabled()
+
+
+def test_the_cycle_collector_comes_back_after_a_failed_call_and_stays_off_if_the_caller_had_it_off(model, prompts):
+    def fails(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a processor failed")
+
+    with pytest.raises(RuntimeError, match="a processor failed"):
+        model.generate(**prompts["single"], max_new_tokens=2, logits_processor=LogitsProcessorList([fails]))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        model.generate(**prompts["single"], max_new_tokens=2)
+        assert not gc.isenabled()  # the caller's choice stands
+    finally:
+        gc.enable()

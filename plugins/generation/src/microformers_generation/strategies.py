@@ -14,6 +14,8 @@ newest token (:class:`~microformers_generation.decoding.IncrementalDecoder`).
 from __future__ import annotations
 
 import contextlib
+import gc
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -155,6 +157,7 @@ def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
     with (
         torch.inference_mode() if inference_only else contextlib.nullcontext(),
         decoding_with(model, step) if step is not None else contextlib.nullcontext(),
+        cycle_collection_paused(),
     ):
         output = loop(
             model,
@@ -171,6 +174,24 @@ def run_loop(loop: Any, model: Any, prepared: Any, **extra: Any) -> Any:
     if isinstance(view, DecoderView):
         return as_encoder_decoder_output(output, view) if config.return_dict_in_generate else output.clone()
     return output.clone() if inference_only and isinstance(output, torch.Tensor) else output
+
+
+@contextlib.contextmanager
+def cycle_collection_paused() -> Iterator[None]:
+    """Python's cycle collector off for a decoding loop, back on after it (if it was on before).
+
+    Reference counting still frees what each step drops; only objects in reference cycles wait for the end of
+    the call. A step allocates a few hundred container objects, so a collection ran every few tokens, and the
+    older generations' passes walk every object the process holds (the model's modules, a tokenizer's vocabulary:
+    200,000 objects here): 5% of a quantized SmolLM2-135M token's CPU time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def decoding_with(model: Any, step: Any) -> Any:
