@@ -133,6 +133,23 @@ def test_a_deep_copy_of_a_model_decodes_through_its_own_tensors(tiny_llama: Path
     assert not torch.equal(generate(model, IDS).logits[-1], before[-1])
 
 
+@needs_quant_kernels
+def test_an_installed_step_reads_weights_given_new_data_after_its_first_call(tiny_llama: Path) -> None:
+    """The op keeps its checked views of the layers between calls; a weight given new storage (``.data = ...``)
+    after that is read from its new storage, as a fresh step would read it."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config(activations="int8"))
+    model.compile_decode_step()
+    generate(model, IDS)
+    scales = model.model.layers[0].self_attn.q_proj.scales
+    scales.data = scales.data * -3.0  # new storage, the old one freed
+    after_change = generate(model, IDS).logits
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_llama, quantization_config=Int8Config(activations="int8"))
+    fresh.model.layers[0].self_attn.q_proj.scales.data = fresh.model.layers[0].self_attn.q_proj.scales.data * -3.0
+    fresh.compile_decode_step()
+    # the same tensors' values, kernels and inputs: the same logits exactly
+    assert all(torch.equal(a, b) for a, b in zip(after_change, generate(fresh, IDS).logits, strict=True))
+
+
 def test_layers_without_a_native_step(tiny_llama: Path) -> None:
     float_model = AutoModelForCausalLM.from_pretrained(tiny_llama)
     with pytest.raises(InputError, match="no native decode step"):

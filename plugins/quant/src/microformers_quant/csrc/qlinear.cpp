@@ -895,20 +895,26 @@ void step_products(const float* x, int64_t M, const std::vector<StepLinear>& ls,
         for (int64_t n = 0; n < ls[i].N(); ++n) outs[i][m * ls[i].N() + n] += ls[i].bias[n];
 }
 
-// One layer as mfsdk::step::run_layers calls it: its norms and its quantized products.
-struct QuantLayer {
+// One layer's norms and quantized products, checked once (QuantStepWeights::prepared).
+struct PreparedLayer {
   const float *in_norm, *post_norm;
-  std::vector<StepLinear> ls;  // q, k, v, o, gate, up, down
+  std::vector<StepLinear> qkv, o, gate_up, down;
+};
+
+// One layer as mfsdk::step::run_layers calls it: its prepared parts and this call's row counts.
+struct QuantLayer {
+  const PreparedLayer& p;
   int64_t M, max_int_rows, gemm_rows;
-  void products(const float* x, std::initializer_list<size_t> which, std::initializer_list<float*> outs) const {
-    std::vector<StepLinear> group;
-    for (size_t i : which) group.push_back(ls[i]);
-    step_products(x, M, group, outs, max_int_rows, gemm_rows);
+  const float* in_norm = p.in_norm;
+  const float* post_norm = p.post_norm;
+  void qkv(const float* x, float* q, float* k, float* v) const {
+    step_products(x, M, p.qkv, {q, k, v}, max_int_rows, gemm_rows);
   }
-  void qkv(const float* x, float* q, float* k, float* v) const { products(x, {0, 1, 2}, {q, k, v}); }
-  void o(const float* x, float* out) const { products(x, {3}, {out}); }
-  void gate_up(const float* x, float* gate, float* up) const { products(x, {4, 5}, {gate, up}); }
-  void down(const float* x, float* out) const { products(x, {6}, {out}); }
+  void o(const float* x, float* out) const { step_products(x, M, p.o, {out}, max_int_rows, gemm_rows); }
+  void gate_up(const float* x, float* gate, float* up) const {
+    step_products(x, M, p.gate_up, {gate, up}, max_int_rows, gemm_rows);
+  }
+  void down(const float* x, float* out) const { step_products(x, M, p.down, {out}, max_int_rows, gemm_rows); }
 };
 
 // The final norm and the language-model head after the last layer, when the step is given them:
@@ -950,20 +956,27 @@ at::Tensor decoder_step(const at::Tensor& hidden, const at::Tensor& cos, const a
   const int64_t M = shape.rows, H = shape.hidden, q_width = heads * head_dim, kv_width = kv_heads * head_dim;
   // the per-layer buffers are sized by the first layer; a layer of other sizes is refused
   const int64_t intermediate = step_linear(params.data() + 1 + 4 * 4, meta.data() + 3 * 4).N();
+  const auto prepared = weights->prepared<std::vector<PreparedLayer>>([&] {
+    std::vector<PreparedLayer> built;
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      const at::Tensor* p = params.data() + layer * kPerLayer;
+      const int64_t* mt = meta.data() + layer * 21;
+      TORCH_CHECK(p[0].numel() == H && p[29].numel() == H && p[0].scalar_type() == at::kFloat &&
+                      p[29].scalar_type() == at::kFloat && p[0].is_contiguous() && p[29].is_contiguous(),
+                  "decoder_step: layer ", layer, ": norm weights must be contiguous float32 [hidden]");
+      std::vector<StepLinear> ls;
+      for (int i = 0; i < 7; ++i) ls.push_back(step_linear(p + 1 + 4 * i, mt + 3 * i));
+      TORCH_CHECK(ls[0].N() == q_width && ls[1].N() == kv_width && ls[2].N() == kv_width && ls[3].N() == H &&
+                      ls[4].N() == intermediate && ls[5].N() == intermediate && ls[6].N() == H,
+                  "decoder_step: layer ", layer, ": projection sizes do not match the head counts and the first layer");
+      built.push_back({p[0].data_ptr<float>(), p[29].data_ptr<float>(), {ls[0], ls[1], ls[2]}, {ls[3]}, {ls[4], ls[5]},
+                       {ls[6]}});
+    }
+    return built;
+  });
   at::Tensor h = hidden.clone();
   mfsdk::step::run_layers(shape, h.data_ptr<float>(), caches, intermediate, static_cast<float>(eps), [&](int64_t layer) {
-    const at::Tensor* p = params.data() + layer * kPerLayer;
-    const int64_t* mt = meta.data() + layer * 21;
-    QuantLayer l{p[0].data_ptr<float>(), p[29].data_ptr<float>(), {}, M, max_int_rows, gemm_rows};
-    for (int i = 0; i < 7; ++i) l.ls.push_back(step_linear(p + 1 + 4 * i, mt + 3 * i));
-    TORCH_CHECK(p[0].numel() == H && p[29].numel() == H && p[0].scalar_type() == at::kFloat &&
-                    p[29].scalar_type() == at::kFloat && p[0].is_contiguous() && p[29].is_contiguous(),
-                "decoder_step: layer ", layer, ": norm weights must be contiguous float32 [hidden]");
-    const std::vector<StepLinear>& ls = l.ls;
-    TORCH_CHECK(ls[0].N() == q_width && ls[1].N() == kv_width && ls[2].N() == kv_width && ls[3].N() == H &&
-                    ls[4].N() == intermediate && ls[5].N() == intermediate && ls[6].N() == H,
-                "decoder_step: layer ", layer, ": projection sizes do not match the head counts and the first layer");
-    return l;
+    return QuantLayer{(*prepared)[layer], M, max_int_rows, gemm_rows};
   });
   const at::Tensor result = h.narrow(0, M - shape.result_rows(), shape.result_rows());  // a prompt: its last row
   return head.empty() ? result : final_logits(result, head, head_meta, head_eps, max_int_rows, gemm_rows);
