@@ -235,8 +235,9 @@ def _native_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``; for one to ``FEW_ROWS_MAX`` float32 input rows without gradients, the
     SDK's native few-row product (:mod:`microformers_sdk.native`), which streams the weight from memory
-    once for all rows, 1.4-2.8x faster than MKL at decoding shapes, and sums each output in the same
-    order whatever the batch. Without it, a single row is a batched product over weight slices.
+    once for all rows, 1.4-3x faster than MKL at decoding shapes, and sums each output in the same
+    order in any batch of two or more rows (a row alone in an order of its own). Without it, a single row is a
+    batched product over weight slices.
 
     The result equals ``F.linear``'s up to float rounding (the sums run in a different order).
     Inside ``torch.compile`` a single row becomes a multiply-and-sum over the weight, which compiles to

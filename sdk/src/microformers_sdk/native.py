@@ -231,8 +231,8 @@ def native_ops_available() -> bool:
 
 def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """``F.linear(x, weight, bias)`` for contiguous float32 CPU ``x`` of 1 to ``FEW_ROWS_MAX`` rows and a
-    contiguous float32 ``weight``, summed in one fixed order per output (the same alone or in a batch);
-    None where the native op is unavailable."""
+    contiguous float32 ``weight``, summed in one fixed order per output (the same in any batch of two or more
+    rows; a row alone in an order of its own, equal up to rounding); None where the native op is unavailable."""
     if not native_ops_available():  # decided once: no lock on the decode path after the first call
         return None
     rows = x.numel() // weight.shape[1]

@@ -1,11 +1,15 @@
 // Float32 products of a few input rows with a weight: out [M, N] = x [M, K] @ weight [N, K].T (+ bias).
 //
 // Decoding multiplies one to a few rows per step by every weight, so the product is bound by how
-// fast the weight streams from memory. MKL's sgemm reaches a third to a half of this machine's
-// bandwidth at these shapes; this kernel reads each weight row once for up to 8 input rows.
-// Every (row, output) sum runs in the same order whatever M is and however the rows are grouped
-// (one 8-lane accumulator over K, then its lanes, then the tail), and never depends on memory
-// alignment, so a row's result is the same alone or in a batch.
+// fast the weight streams from memory, and from a few rows on by the multiply-adds. MKL's sgemm reaches
+// a third to a half of this machine's bandwidth at these shapes.
+//
+// Order of the sums, which never depends on memory alignment or the thread count: from two rows on, each
+// (row, output) sum is one 8-lane accumulator over K (8 values at a time), then its lanes, then the tail in
+// order, whatever M is and however the rows are grouped, so a row's result is the same in every batch of
+// two or more rows. A single row keeps four accumulators over 32 values at a time (then the 8-value tail
+// into the first, the four added pairwise, the lanes, the tail): one accumulator makes its chain of
+// dependent adds the limit instead of memory (28 against 23 ms for SmolLM2's products, one thread).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -27,34 +31,108 @@ namespace {
 using mfsdk::step::hsum;
 #endif
 
-// out[r * N] = sum_k x[r * K + k] * w[k] for R (1 to 3) input rows. Four 8-lane accumulators per row
-// keep four FMA chains in flight (one chain made a single row latency-bound: 16 against 21 GB/s);
-// three rows take 12 of AVX2's 16 registers, and each weight vector loaded serves all three.
-template <int R>
-inline void rows_dot(const float* w, const float* x, int64_t K, float* out, int64_t N) {
+// out[r * N + c] = sum_k x[r * K + k] * w[c * K + k] for R input rows and C weight rows, each sum in the
+// order above. R x C accumulators, each weight vector loaded once for the R rows and each input vector
+// once for the C weights: at 4 x 3 that is 7 loads for 12 multiply-adds (the kernel this replaced loaded
+// 16 for 12, and reached half the multiply-add rate). ``next``: C weight rows that come later, pulled
+// into L2 while these compute, this call taking the cache lines whose index modulo ``parts`` is
+// ``part`` (the calls of one tile over several row groups share them out): the hardware prefetcher alone
+// follows C interleaved rows poorly (SmolLM2's products at 16 rows: 95 against 62 ms, one thread).
+template <int R, int C>
+inline void tile(const float* w, const float* x, int64_t K, float* out, int64_t N, const float* next, int part,
+                 int parts) {
+  float total[R][C];
   int64_t k = 0;
-  float total[R];
 #ifdef MF_AVX2
-  __m256 acc[R][4];
+  __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
-  for (; k + 32 <= K; k += 32)
-    for (int a = 0; a < 4; ++a) {
-      const __m256 wv = _mm256_loadu_ps(w + k + 8 * a);
-      for (int r = 0; r < R; ++r) acc[r][a] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * K + k + 8 * a), acc[r][a]);
-    }
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (; k + 8 <= K; k += 8) {
-    const __m256 wv = _mm256_loadu_ps(w + k);
-    for (int r = 0; r < R; ++r) acc[r][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * K + k), acc[r][0]);
+    if (next != nullptr && k % 16 == 0 && (k / 16) % parts == part)
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(next + c * K + k), _MM_HINT_T1);
+    __m256 wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(w + c * K + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * K + k);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv[c], xv, acc[r][c]);
+    }
   }
   for (int r = 0; r < R; ++r)
-    total[r] = hsum(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3])));
+    for (int c = 0; c < C; ++c) total[r][c] = hsum(acc[r][c]);
 #else
-  for (int r = 0; r < R; ++r) total[r] = 0.f;
+  (void)next, (void)part, (void)parts;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) total[r][c] = 0.f;
 #endif
-  for (; k < K; ++k)
-    for (int r = 0; r < R; ++r) total[r] += x[r * K + k] * w[k];
-  for (int r = 0; r < R; ++r) out[r * N] = total[r];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float t = total[r][c];
+      for (int64_t kk = k; kk < K; ++kk) t += x[r * K + kk] * w[c * K + kk];
+      out[r * N + c] = t;
+    }
+}
+
+// out[0] = x . w for one row (the single-row order above): four 8-lane accumulators keep four FMA chains in flight.
+inline void one_row_dot(const float* w, const float* x, int64_t K, float* out) {
+  int64_t k = 0;
+  float total = 0.f;
+#ifdef MF_AVX2
+  __m256 acc[4];
+  for (int a = 0; a < 4; ++a) acc[a] = _mm256_setzero_ps();
+  for (; k + 32 <= K; k += 32)
+    for (int a = 0; a < 4; ++a)
+      acc[a] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8 * a), _mm256_loadu_ps(x + k + 8 * a), acc[a]);
+  for (; k + 8 <= K; k += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), acc[0]);
+  total = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+#endif
+  for (; k < K; ++k) total += x[k] * w[k];
+  *out = total;
+}
+
+// tile<rows, C> for 1 to 4 rows
+template <int C>
+inline void rows_tile(int64_t rows, const float* w, const float* x, int64_t K, float* out, int64_t N,
+                      const float* next, int part, int parts) {
+  switch (rows) {
+    case 4: tile<4, C>(w, x, K, out, N, next, part, parts); break;
+    case 3: tile<3, C>(w, x, K, out, N, next, part, parts); break;
+    case 2: tile<2, C>(w, x, K, out, N, next, part, parts); break;
+    default: tile<1, C>(w, x, K, out, N, next, part, parts); break;
+  }
+}
+
+constexpr int64_t kTileRows = 4, kTileWeights = 3;
+constexpr int64_t kAhead = 6;  // tiles between the one computing and the one being pulled into L2
+
+// out[:, n0:n1] of one weight (rows n0 to n1) for all M rows. One row: each weight row in turn, read
+// sequentially. More: tiles of three weight rows, each through every group of four input rows while it
+// sits in L1; past 16 rows (the rows no longer fit in L1 beside the tile) a block of weight rows sits in
+// L2 and each group goes over it.
+void weight_rows(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* out, int64_t n0,
+                 int64_t n1) {
+  if (M == 1) {
+    for (int64_t n = n0; n < n1; ++n) one_row_dot(w + n * K, x, K, out + n);
+    return;
+  }
+  const int64_t groups = (M + kTileRows - 1) / kTileRows;
+  const int64_t block = M <= 16 ? kTileWeights
+                                : std::max<int64_t>(kTileWeights, (int64_t{1} << 17) / (4 * K) / kTileWeights * kTileWeights);
+  const int parts = M <= 16 ? static_cast<int>(groups) : 1;
+  for (int64_t b = n0; b < n1; b += block) {
+    const int64_t b_end = std::min(n1, b + block);
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t m = g * kTileRows, rows = std::min(kTileRows, M - m);
+      const int part = M <= 16 ? static_cast<int>(g) : 0;
+      const bool prefetching = M <= 16 || g == 0;
+      int64_t n = b;
+      for (; n + kTileWeights <= b_end; n += kTileWeights) {
+        const int64_t ahead = n + kAhead * kTileWeights;
+        const float* next = prefetching && ahead + kTileWeights <= n1 ? w + ahead * K : nullptr;
+        rows_tile<kTileWeights>(rows, w + n * K, x + m * K, K, out + m * N + n, N, next, part, parts);
+      }
+      for (; n < b_end; ++n) rows_tile<1>(rows, w + n * K, x + m * K, K, out + m * N + n, N, nullptr, 0, 1);
+    }
+  }
 }
 
 at::Tensor few_rows_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -79,32 +157,17 @@ void mfsdk::few_rows_products(const float* xp, int64_t M, int64_t K, const FewRo
   for (int64_t i = 0; i < count; ++i) total += ws[i].N;
   // each task gets about 2^18 multiply-adds: small layers run on the calling thread
   const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(1, K * M));
-  // More than two rows: each pair of input rows goes over a block of weight rows (64 KB, in L2) while the
-  // pair stays in L1, instead of every pair for each weight row, which re-read all the rows (36 KB for 16
-  // rows of 576, 96 KB of 1536: more than L1) once per weight row. At 9-16 rows this made SmolLM2's
-  // products 10-25% faster, on par with MKL's sgemm for its layers and 25% faster for its head. The sums
-  // themselves are the same.
-  const int64_t block = M <= 2 ? 1 : std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, K));
-  // rows three at a time, the rest in pairs (four left: two pairs), never a single row after others
-  const int64_t triples_end = M % 3 == 1 && M >= 4 ? M - 4 : M - M % 3;
   at::parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
     int64_t first = 0, i = 0;  // weight i holds the group's rows [first, first + N_i)
     for (; first + ws[i].N <= begin; ++i) first += ws[i].N;
-    for (int64_t row = begin; row < end;) {
-      while (row >= first + ws[i].N) first += ws[i++].N;
-      const int64_t n0 = row - first, N = ws[i].N, count = std::min({block, N - n0, end - row});
+    for (int64_t row = begin; row < end; first += ws[i++].N) {
+      const int64_t n0 = row - first, N = ws[i].N, n1 = std::min(N, end - first);
       float* op = ws[i].out;
-      int64_t m = 0;
-      for (; m < triples_end; m += 3)
-        for (int64_t n = n0; n < n0 + count; ++n) rows_dot<3>(ws[i].w + n * K, xp + m * K, K, op + m * N + n, N);
-      for (; m + 2 <= M; m += 2)
-        for (int64_t n = n0; n < n0 + count; ++n) rows_dot<2>(ws[i].w + n * K, xp + m * K, K, op + m * N + n, N);
-      if (m < M)
-        for (int64_t n = n0; n < n0 + count; ++n) rows_dot<1>(ws[i].w + n * K, xp + m * K, K, op + m * N + n, N);
+      weight_rows(xp, M, K, ws[i].w, N, op, n0, n1);
       if (ws[i].bias != nullptr)
-        for (int64_t n = n0; n < n0 + count; ++n)
+        for (int64_t n = n0; n < n1; ++n)
           for (int64_t r = 0; r < M; ++r) op[r * N + n] += ws[i].bias[n];
-      row += count;
+      row = first + n1;
     }
   });
 }
