@@ -47,16 +47,25 @@ inline void tile(const float* w, const float* x, int64_t K, float* out, int64_t 
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  for (; k + 8 <= K; k += 8) {
-    if (next != nullptr && k % 16 == 0 && (k / 16) % parts == part)
-      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(next + c * K + k), _MM_HINT_T1);
+  auto eight = [&](int64_t at) {
     __m256 wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(w + c * K + k);
+    for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(w + c * K + at);
     for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * K + k);
+      const __m256 xv = _mm256_loadu_ps(x + r * K + at);
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv[c], xv, acc[r][c]);
     }
+  };
+  int turn = 0;  // (k / 16) % parts, counted: a division every 16 values made 16-row products ~15% slower
+  for (; k + 16 <= K; k += 16) {
+    if (next != nullptr) {
+      if (turn == part)
+        for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(next + c * K + k), _MM_HINT_T1);
+      if (++turn == parts) turn = 0;
+    }
+    eight(k);
+    eight(k + 8);
   }
+  for (; k + 8 <= K; k += 8) eight(k);
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) total[r][c] = hsum(acc[r][c]);
 #else
