@@ -61,6 +61,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -182,19 +183,38 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_request(server: Server, index: int, new_tokens: int, start: float, cpu_start: float = 0.0) -> dict[str, Any]:
+def one_request(
+    server: Server,
+    index: int,
+    new_tokens: int,
+    start: float,
+    cpu_start: float = 0.0,
+    client: Any = None,
+    ready: threading.Barrier | None = None,
+) -> dict[str, Any]:
+    """One streamed chat request; ``client``: an ``httpx.Client`` made beforehand (making one loads an SSL context,
+    30-70 ms of the bench process's CPU: sixteen made at the level's start sent the requests over half a second
+    instead of at once); ``ready``: a barrier the level's clients pass together just before sending."""
     import httpx
 
     body = {
         "model": server.model, "messages": [{"role": "user", "content": prompt(index)}], "max_tokens": new_tokens,
         "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
     }  # fmt: skip
+    if ready is not None:
+        ready.wait()
     sent = time.perf_counter()
     first = None
     first_cpu = None
     pieces: list[str] = []
     usage = None
-    with httpx.stream("POST", f"http://127.0.0.1:{server.port}/v1/chat/completions", json=body, timeout=3600) as r:
+    url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+    stream = (
+        client.stream("POST", url, json=body)
+        if client is not None
+        else httpx.stream("POST", url, json=body, timeout=3600)
+    )
+    with stream as r:
         if r.status_code != 200:
             raise RuntimeError(f"{server.kind}: HTTP {r.status_code}: {r.read()[:300]!r}")
         for line in r.iter_lines():
@@ -267,22 +287,44 @@ def send_hostile(server: Server, kind: str, body: dict[str, Any] | bytes, delay:
         return kind, f"{type(exc).__name__}"
 
 
-def guarded_request(server: Server, index: int, new_tokens: int, start: float, cpu: float) -> dict[str, Any]:
+def guarded_request(
+    server: Server,
+    index: int,
+    new_tokens: int,
+    start: float,
+    cpu: float,
+    client: Any = None,
+    ready: threading.Barrier | None = None,
+) -> dict[str, Any]:
     """``one_request``; a request that fails (a server that cuts a stream, say) is counted instead of ending the run."""
     try:
-        return one_request(server, index, new_tokens, start, cpu)
+        return one_request(server, index, new_tokens, start, cpu, client, ready)
     except Exception as exc:
         return {"error": f"client {index}: {type(exc).__name__}: {exc}"[:300]}
 
 
 def run_level(server: Server, clients: int, new_tokens: int, hostile: bool = False) -> dict[str, Any]:
+    import httpx
+
+    connections = [httpx.Client(timeout=3600) for _ in range(clients)]  # made before the clock starts
+    ready = threading.Barrier(clients)
     cpu = cpu_seconds(server.process.pid)
     start = time.perf_counter()
     attacks = hostile_requests(server, new_tokens) if hostile else []
-    with concurrent.futures.ThreadPoolExecutor(clients + len(attacks)) as pool:
-        outcomes = [pool.submit(send_hostile, server, kind, body, 0.2 * i) for i, (kind, body) in enumerate(attacks)]
-        results = list(pool.map(lambda i: guarded_request(server, i, new_tokens, start, cpu), range(clients)))
-        hostile_seen = [f.result() for f in outcomes]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(clients + len(attacks)) as pool:
+            outcomes = [
+                pool.submit(send_hostile, server, kind, body, 0.2 * i) for i, (kind, body) in enumerate(attacks)
+            ]
+            results = list(
+                pool.map(
+                    lambda i: guarded_request(server, i, new_tokens, start, cpu, connections[i], ready), range(clients)
+                )
+            )
+            hostile_seen = [f.result() for f in outcomes]
+    finally:
+        for connection in connections:
+            connection.close()
     wall = time.perf_counter() - start
     cpu = cpu_seconds(server.process.pid) - cpu
     failed = [r["error"] for r in results if "error" in r]
