@@ -231,3 +231,50 @@ def test_an_unknown_implementation_is_named_in_the_error() -> None:
     with pytest.raises(MicroformersError) as info:
         attention.get_attention_function("no_such_attention")
     assert str(info.value).startswith("No installed plugin provides attention implementation 'no_such_attention'.")
+
+
+@pytest.mark.parametrize("q_len", [191, 192, 300, 767])
+def test_long_causal_prompts_attend_in_query_chunks_with_the_same_result(
+    q_len: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From 192 to 767 queries, causal SDPA on the CPU runs in chunks of ``CAUSAL_CHUNK`` queries (to skip the
+    key blocks above the diagonal that torch's kernel computes and masks); the result is causal attention."""
+    query, key, value = _qkv(q_len, q_len, dim=16, seed=q_len)
+    chunked: list[int] = []
+    real = F.scaled_dot_product_attention
+
+    def counted(q: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        chunked.append(q.shape[2])
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
+    out = sdpa_attention(query, key, value, None, is_causal=True)
+    causal = torch.ones(q_len, q_len, dtype=torch.bool).tril()
+    # tolerances: float32 softmax sums of up to 767 terms against a float64 reference
+    torch.testing.assert_close(out, _reference(query, key, value, causal), rtol=1e-4, atol=1e-5)
+    if q_len < 192:
+        assert chunked == [q_len]
+    else:
+        assert chunked == [
+            min(attention.CAUSAL_CHUNK, q_len - start) for start in range(0, q_len, attention.CAUSAL_CHUNK)
+        ]
+        monkeypatch.setattr(F, "scaled_dot_product_attention", real)
+        torch.testing.assert_close(out, real(query, key, value, is_causal=True, enable_gqa=True), rtol=1e-4, atol=1e-5)
+
+
+def test_causal_prompts_with_dropout_or_a_cache_attend_in_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, int]] = []
+    real = F.scaled_dot_product_attention
+
+    def counted(q: torch.Tensor, k: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append((q.shape[2], k.shape[2]))
+        return real(q, k, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
+    query, key, value = _qkv(256, 260)
+    sdpa_attention(query, key, value, None, is_causal=True)  # more keys than queries: a cache
+    query, key, value = _qkv(256, 256)
+    torch.manual_seed(0)
+    sdpa_attention(query, key, value, None, is_causal=True, dropout=0.1)
+    sdpa_attention(query, key, value, None, is_causal=False)
+    assert calls == [(256, 260), (256, 256), (256, 256)]

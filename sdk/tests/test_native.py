@@ -51,6 +51,70 @@ def test_matches_f_linear_and_each_row_the_same_in_any_batch(out_features: int, 
         torch.set_num_threads(previous)
 
 
+needs_wide_products = pytest.mark.skipif(
+    not native.wide_products_available(),
+    reason="the 16-lane product needs the native ops and a CPU with AVX-512 that torch uses (not this one)",
+)
+
+
+@needs_wide_products
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("out_features,in_features", [(1536, 576), (13, 35), (100, 16), (7, 9)])
+def test_many_rows_match_f_linear_and_each_row_the_same_in_any_batch(
+    out_features: int, in_features: int, threads: int
+) -> None:
+    """Prompts of more than FEW_ROWS_MAX rows on an AVX-512 CPU: F.linear's result up to rounding, inner sizes
+    with and without a tail past 16; every output summed in one order, so a row's output is bit for bit the
+    same in any number of rows, in any position, with any number of threads."""
+    torch.manual_seed(out_features)
+    weight, bias = torch.randn(out_features, in_features), torch.randn(out_features)
+    x = torch.randn(native.FEW_ROWS_MAX + 75, in_features)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        full = native.many_rows_linear(x, weight, bias)
+        assert full is not None
+        # atol 1e-4: sums of up to 576 products of N(0, 1) values (|out| ~ 24) in another order than MKL's
+        assert_close(full, F.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
+        for rows in (1, 2, 3, 5, native.FEW_ROWS_MAX + 1):
+            part = native.many_rows_linear(x[-rows:], weight, bias)
+            assert part is not None and torch.equal(part, full[-rows:])  # exact: one summation order per output
+        assert torch.equal(native.many_rows_linear(x.flip(0), weight, bias), full.flip(0))
+        unbiased = native.many_rows_linear(x, weight, None)
+        assert unbiased is not None
+        assert_close(full - unbiased, bias.expand(x.shape[0], -1))
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_wide_products
+def test_row_linear_takes_the_16_lane_product_for_more_than_few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, ...]] = []
+    real = native.many_rows_linear
+
+    def counted(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+        calls.append(tuple(x.shape))
+        return real(x, weight, bias)
+
+    monkeypatch.setattr(layers, "many_rows_linear", counted)
+    weight = torch.randn(40, 24)
+    with torch.no_grad():
+        prompt = torch.randn(2, native.FEW_ROWS_MAX, 24)
+        assert_close(layers.row_linear(prompt, weight), F.linear(prompt, weight), rtol=1e-5, atol=1e-5)
+        layers.row_linear(torch.randn(native.FEW_ROWS_MAX, 24), weight)  # few rows: the 8-lane product
+    assert calls == [(2, native.FEW_ROWS_MAX, 24)]
+
+
+def test_the_16_lane_product_is_off_by_the_environment_or_without_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MICROFORMERS_WIDE_PRODUCTS", "0")
+    assert native._wide_isa() is False
+    monkeypatch.delenv("MICROFORMERS_WIDE_PRODUCTS")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # ATEN_CPU_CAPABILITY=avx2
+    assert native._wide_isa() is False
+    monkeypatch.setattr(native, "_WIDE_ISA", False)
+    assert native.many_rows_linear(torch.randn(200, 8), torch.randn(4, 8), None) is None
+
+
 def test_row_linear_uses_it_for_few_float_rows_only(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[int, ...]] = []
     real = native.few_rows_linear

@@ -81,7 +81,16 @@ def test_logits_match_reference(ours, reference):
     with torch.no_grad():
         got = model(ids).logits
         want = ref_model(ids).logits
-    assert (got - want).abs().max().item() < 1e-4
+    if (got - want).abs().max().item() < 1e-4:
+        return
+    # Past FEW_ROWS_MAX rows on an AVX-512 CPU the products are the SDK's 16-lane ones, not MKL's: they round
+    # differently, here by up to 1.5e-4 (logits of about 15). Then the float64 forward decides: ours must be
+    # within 1e-4 of it, and no further from it than the reference's float32 logits are.
+    exact_model = microformers.AutoModelForCausalLM.from_pretrained("smollm2-135m-instruct", dtype=torch.float64)
+    with torch.no_grad():
+        exact = exact_model(ids).logits
+    ours_off, reference_off = (got.double() - exact).abs().max().item(), (want.double() - exact).abs().max().item()
+    assert ours_off < 1e-4 and ours_off <= reference_off, (ours_off, reference_off)
 
 
 def test_padded_batch_logits_match_reference(ours, reference):

@@ -107,11 +107,13 @@ def test_one_long_request_peaks_at_its_own_cache_and_gives_it_back(path: str, re
     peak = _status(pid, "VmHWM")
     # the measure: within 1.5x of what the server held before (weights and runtime) plus its own cache
     assert peak <= 1.5 * (idle + own_cache), f"peak RSS {peak / MIB:.0f} MiB, idle {idle / MIB:.0f} MiB"
-    # and by itself: its cache plus the prefill's activations (measured: 1.6x here, where the activations of a
-    # 500-token forward are as large as the cache), and for the native step its slab, a second copy of the cache
-    # (measured: 2.3x on SmolLM2); a cache for each of the 16 batch rows would be 16x
+    # and by itself: its cache plus the prefill's activations (the activations of a 500-token forward are as large
+    # as the cache), and for the native step its slab, a second copy of the cache; a cache for each of the 16
+    # batch rows would be 16x. Measured on a Zen 4: batched 2.3x with MKL's products, 2.4-2.6x with the SDK's
+    # 16-lane ones (the same allocations by torch's profiler; the first long request after start-up peaks
+    # highest), native 2.7x
     grew = peak - idle
-    assert grew <= (2.5 if path == "batched" else 3.5) * own_cache, f"the peak RSS grew by {grew / MIB:.0f} MiB"
+    assert grew <= (3.0 if path == "batched" else 3.5) * own_cache, f"the peak RSS grew by {grew / MIB:.0f} MiB"
     assert grew >= 0.5 * own_cache  # the measure sees the cache at all
     time.sleep(0.5)
     kept = _status(pid, "VmRSS") - idle

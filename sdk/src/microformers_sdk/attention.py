@@ -69,6 +69,44 @@ def _group_size(query: torch.Tensor, key: torch.Tensor) -> int:
     return heads // kv_heads
 
 
+# torch's CPU flash-attention kernel takes keys in blocks of 512 and, below 768 queries, queries in blocks of
+# 64 or 128; a causal block computes its queries against every key of the block and masks the later ones, so a
+# 512-token prompt computes all 512 x 512 scores where 136 x 512 are needed. Chunks of 64 queries, each
+# with the keys up to its own last one and an explicit causal mask, skip the blocks above the diagonal:
+# 5.6 against 7.9 ms a layer for SmolLM2 at 512 tokens on one Zen 4 core. At 768 queries and more the
+# kernel's query blocks are 256 and the waste is small.
+CAUSAL_CHUNK = 64
+_CAUSAL_CHUNKED_RANGE = (192, 768)
+
+
+def _chunks_causal(query: torch.Tensor, key: torch.Tensor, dropout: float, is_causal: bool) -> bool:
+    q_len = query.shape[2]
+    return (
+        is_causal
+        and dropout == 0.0
+        and query.device.type == "cpu"
+        and _CAUSAL_CHUNKED_RANGE[0] <= q_len < _CAUSAL_CHUNKED_RANGE[1]
+        and key.shape[2] == q_len
+        and not torch.compiler.is_compiling()
+    )
+
+
+def _causal_sdpa_in_chunks(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None, extra: dict[str, Any]
+) -> torch.Tensor:
+    """Causal ``scaled_dot_product_attention`` over square ``query``/``key`` as chunks of ``CAUSAL_CHUNK`` queries."""
+    q_len = query.shape[2]
+    visible = torch.ones(q_len, q_len, dtype=torch.bool, device=query.device).tril_()
+    out = query.new_empty(*query.shape[:3], value.shape[3])
+    for start in range(0, q_len, CAUSAL_CHUNK):
+        end = min(start + CAUSAL_CHUNK, q_len)
+        out[:, :, start:end] = F.scaled_dot_product_attention(
+            query[:, :, start:end], key[:, :, :end], value[:, :, :end], attn_mask=visible[start:end, :end],
+            scale=scaling, **extra,
+        )  # fmt: skip
+    return out
+
+
 def sdpa_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -97,6 +135,8 @@ def sdpa_attention(
             extra["enable_gqa"] = True
         else:
             key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+    if attention_mask is None and _chunks_causal(query, key, dropout, is_causal):
+        return _causal_sdpa_in_chunks(query, key, value, scaling, extra)
     return F.scaled_dot_product_attention(
         query,
         key,

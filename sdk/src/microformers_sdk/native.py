@@ -38,7 +38,8 @@ import torch
 
 __all__ = [
     "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
-    "few_rows_linear", "native_isa", "native_ops_available", "native_report", "unavailable_reason",
+    "few_rows_linear", "many_rows_linear", "native_isa", "native_ops_available", "native_report", "unavailable_reason",
+    "wide_products_available",
 ]  # fmt: skip
 
 logger = logging.getLogger("microformers")
@@ -206,7 +207,7 @@ def _few_rows_available() -> bool:
             if os.environ.get("MICROFORMERS_NATIVE", "1") == "0":
                 _built["few_rows"] = False
             elif hasattr(torch.ops, "mfsdk") and all(
-                hasattr(torch.ops.mfsdk, op) for op in ("few_rows_linear", "float_decoder_step")
+                hasattr(torch.ops.mfsdk, op) for op in ("few_rows_linear", "many_rows_linear", "float_decoder_step")
             ):
                 _built["few_rows"] = True
             else:
@@ -238,4 +239,37 @@ def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         return None
     rows = x.numel() // weight.shape[1]
     out = torch.ops.mfsdk.few_rows_linear(x.reshape(rows, weight.shape[1]), weight, _EMPTY if bias is None else bias)
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def _wide_isa() -> bool:
+    return (
+        os.environ.get("MICROFORMERS_WIDE_PRODUCTS", "1") != "0"
+        and torch.backends.cpu.get_cpu_capability() == "AVX512"
+        and "avx512f" in cpu_flags()
+    )
+
+
+# Whether this CPU runs torch's AVX-512 kernels and has AVX-512F (read once; ``ATEN_CPU_CAPABILITY=avx2`` or
+# ``MICROFORMERS_WIDE_PRODUCTS=0`` turn the 16-lane products off).
+_WIDE_ISA = _wide_isa()
+
+
+def wide_products_available() -> bool:
+    """Whether :func:`many_rows_linear` runs here: the native ops build, and the CPU has AVX-512 where torch uses it."""
+    return _WIDE_ISA and native_ops_available()
+
+
+def many_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """``F.linear(x, weight, bias)`` for contiguous float32 CPU ``x`` of any number of rows (meant for more than
+    ``FEW_ROWS_MAX``: a prompt) and a contiguous float32 ``weight``, with 16-lane AVX-512 tiles; each output summed
+    in one order (16 lanes over the inner dimension, then the lanes), whatever the number of rows. None where
+    :func:`wide_products_available` is False.
+
+    Against MKL's ``sgemm`` (which runs its AVX2 code on AMD CPUs): SmolLM2's products at 512 rows 1.15x
+    faster on a Zen 4 core, and 3x closer to the float64 result (1.8e-5 against 5.1e-5 at 300 x 576 x 1536)."""
+    if not wide_products_available():
+        return None
+    rows = x.numel() // weight.shape[1]
+    out = torch.ops.mfsdk.many_rows_linear(x.reshape(rows, weight.shape[1]), weight, _EMPTY if bias is None else bias)
     return out.view(*x.shape[:-1], weight.shape[0])
