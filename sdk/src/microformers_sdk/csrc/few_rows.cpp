@@ -202,6 +202,11 @@ MF_AVX512 void weight_rows16(const float* x, int64_t M, int64_t K, const float* 
     const int64_t b_end = std::min(n1, b + block);
     for (int64_t m = 0; m < M; m += kTileRows) {
       const int64_t rows = std::min(kTileRows, M - m);
+      if (m + kTileRows < M) {  // the next group's rows into L2 while this one goes over the block
+        const char* ahead = reinterpret_cast<const char*>(x + (m + kTileRows) * K);
+        const int64_t bytes = std::min(kTileRows, M - m - kTileRows) * K * 4;
+        for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(ahead + at, _MM_HINT_T1);
+      }
       int64_t n = b;
       for (; n + kWideWeights <= b_end; n += kWideWeights) {
         const int64_t ahead = n + kAhead * kWideWeights;
