@@ -24,7 +24,7 @@ from microformers_sdk.layers import (
     get_activation,
     row_linear,
 )
-from microformers_sdk.native import FEW_ROWS_MAX
+from microformers_sdk.native import FEW_ROWS_MAX, WIDE_FROM_ROWS, many_rows_linear, wide_products_available
 from microformers_sdk.testing import assert_close, needs_native_ops
 
 # From test_layers_rest_mutants.py: ``microformers_sdk.layers``: the norms, MLP construction, activation lookup and
@@ -167,7 +167,8 @@ def test_a_gated_mlp_gives_each_row_nearly_the_same_alone_and_in_a_batch_with_to
 @pytest.mark.parametrize("shape", [(96, 40), (7, 13)])
 def test_each_row_is_computed_the_same_in_any_batch(shape: tuple[int, int], bias: bool) -> None:
     """With the native few-row product, batch-n decoding gives bit-identical rows for any two to FEW_ROWS_MAX
-    float32 rows, and a row alone the same up to rounding (summed in an order of its own)."""
+    float32 rows (where the 16-lane products run, for any two to WIDE_FROM_ROWS - 1 rows, and for any number from
+    WIDE_FROM_ROWS on, as in a prompt), and a row alone the same up to rounding (summed in an order of its own)."""
     torch.manual_seed(shape[0])
     weight = torch.randn(*shape)
     b = torch.randn(shape[0]) if bias else None
@@ -176,10 +177,13 @@ def test_each_row_is_computed_the_same_in_any_batch(shape: tuple[int, int], bias
         paired = torch.cat([row_linear(x[[i, (i + 1) % FEW_ROWS_MAX]], weight, b)[:1] for i in range(FEW_ROWS_MAX)])
         alone = torch.cat([row_linear(x[i : i + 1], weight, b) for i in range(FEW_ROWS_MAX)])
         assert_close(alone, paired, rtol=1e-5, atol=1e-4)
+        wide = many_rows_linear(x, weight, b) if wide_products_available() else None
         for rows in range(2, FEW_ROWS_MAX + 1):
             out = row_linear(x[:rows], weight, b)
-            # exact: few_rows.cpp sums each output in one fixed order in any batch of two or more rows
-            assert torch.equal(out, paired[:rows]), rows
+            # exact: few_rows.cpp sums each output in one fixed order in any batch of two or more rows (of
+            # WIDE_FROM_ROWS or more in the 16-lane order, where it runs)
+            same = wide if wide is not None and rows >= WIDE_FROM_ROWS else paired
+            assert torch.equal(out, same[:rows]), rows
             assert_close(out, F.linear(x[:rows], weight, b), rtol=1e-5, atol=1e-4)  # |out| ~ 6: another order
         batched = row_linear(x[:6].view(2, 3, shape[1]), weight, b)
         assert torch.equal(batched, paired[:6].view(2, 3, shape[0]))  # exact: as above

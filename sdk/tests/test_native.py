@@ -23,9 +23,11 @@ from microformers_sdk.testing import (
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("out_features,in_features", [(96, 40), (7, 13), (300, 576), (33, 35), (2100, 40)])
 def test_matches_f_linear_and_each_row_the_same_in_any_batch(out_features: int, in_features: int, threads: int) -> None:
-    """Every row count up to FEW_ROWS_MAX, inner sizes with and without a tail past the 8- and 32-wide chunks;
+    """Every row count up to FEW_ROWS_MAX, inner sizes with and without a tail past the 8-, 16- and 32-wide chunks;
     from two rows on, a row's output is bit for bit the same in any batch, in any position (one summation
-    order per output); a row alone is summed in the single-row order, equal up to rounding."""
+    order per output), except that on a CPU with the 16-lane products batches of WIDE_FROM_ROWS rows or more sum
+    in many_rows_linear's order, the same in each of them; a row alone is summed in the single-row order, equal up
+    to rounding."""
     torch.manual_seed(out_features)
     weight, bias = torch.randn(out_features, in_features), torch.randn(out_features)
     previous = torch.get_num_threads()
@@ -34,6 +36,7 @@ def test_matches_f_linear_and_each_row_the_same_in_any_batch(out_features: int, 
         count = native.FEW_ROWS_MAX
         x = torch.randn(count, in_features)
         paired = torch.cat([native.few_rows_linear(x[[i, (i + 1) % count]], weight, bias)[:1] for i in range(count)])
+        wide = native.many_rows_linear(x, weight, bias) if native.wide_products_available() else None
         for rows in range(1, count + 1):
             out = native.few_rows_linear(x[:rows], weight, bias)
             assert out is not None, "CI builds the op (g++ and ninja are installed)"
@@ -41,9 +44,11 @@ def test_matches_f_linear_and_each_row_the_same_in_any_batch(out_features: int, 
             assert_close(out, F.linear(x[:rows], weight, bias), rtol=1e-5, atol=1e-4)
             if rows == 1:  # four accumulators instead of one: another order of the same sum
                 assert_close(out, paired[:1], rtol=1e-5, atol=1e-4)
+            elif wide is not None and rows >= native.WIDE_FROM_ROWS:  # exact: the 16-lane order, as for a prompt
+                assert torch.equal(out, wide[:rows])
             else:  # exact: few_rows.cpp sums each output in one fixed order, whatever the rows, grouping and threads
                 assert torch.equal(out, paired[:rows])
-        assert torch.equal(native.few_rows_linear(x.flip(0), weight, bias), paired.flip(0))
+        assert torch.equal(native.few_rows_linear(x.flip(0), weight, bias), (paired if wide is None else wide).flip(0))
         unbiased = native.few_rows_linear(x[:3], weight, None)
         assert_close(unbiased, F.linear(x[:3], weight), rtol=1e-5, atol=1e-4)
         assert_close(paired[:3] - unbiased, bias.expand(3, -1))

@@ -39,7 +39,7 @@ import torch
 __all__ = [
     "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
     "few_rows_linear", "many_rows_linear", "native_isa", "native_ops_available", "native_report", "unavailable_reason",
-    "wide_products_available",
+    "WIDE_FROM_ROWS", "wide_products_available",
 ]  # fmt: skip
 
 logger = logging.getLogger("microformers")
@@ -48,6 +48,9 @@ logger = logging.getLogger("microformers")
 # GEMM (MKL), which wins once enough rows amortise its packing (prefill). SmolLM2's products, one thread
 # (Zen 4, 2026-11-28): 1.5x MKL at 16 rows, 1.4x at 32, 1.1x at 64, on par at 128-512.
 FEW_ROWS_MAX = 128
+# From this many rows on (few_rows.cpp's kWideFromRows), where wide_products_available(), few_rows_linear sums in the
+# 16-lane order of many_rows_linear.
+WIDE_FROM_ROWS = 48
 
 _lock = threading.Lock()
 _built: dict[str, bool] = {}
@@ -207,7 +210,8 @@ def _few_rows_available() -> bool:
             if os.environ.get("MICROFORMERS_NATIVE", "1") == "0":
                 _built["few_rows"] = False
             elif hasattr(torch.ops, "mfsdk") and all(
-                hasattr(torch.ops.mfsdk, op) for op in ("few_rows_linear", "many_rows_linear", "float_decoder_step")
+                hasattr(torch.ops.mfsdk, op)
+                for op in ("few_rows_linear", "many_rows_linear", "use_wide_products", "float_decoder_step")
             ):
                 _built["few_rows"] = True
             else:
@@ -215,6 +219,8 @@ def _few_rows_available() -> bool:
                 if error is not None:
                     logger.info("microformers-sdk: native few-row products unavailable (%s); using torch's", error)
                 _built["few_rows"] = error is None
+            if _built["few_rows"]:
+                torch.ops.mfsdk.use_wide_products(_WIDE_ISA)
         return _built["few_rows"]
 
 
@@ -233,8 +239,10 @@ def native_ops_available() -> bool:
 
 def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """``F.linear(x, weight, bias)`` for contiguous float32 CPU ``x`` of 1 to ``FEW_ROWS_MAX`` rows and a
-    contiguous float32 ``weight``, summed in one fixed order per output (the same in any batch of two or more
-    rows; a row alone in an order of its own, equal up to rounding); None where the native op is unavailable."""
+    contiguous float32 ``weight``, summed in one fixed order per output: the same in any batch of two or more
+    rows (8-lane accumulators), where :func:`wide_products_available` in any batch of :data:`WIDE_FROM_ROWS` rows or more too (the
+    16-lane order of :func:`many_rows_linear`, faster from about that many rows); a row alone in an order of its
+    own, equal up to rounding. None where the native op is unavailable."""
     if not native_ops_available():  # decided once: no lock on the decode path after the first call
         return None
     rows = x.numel() // weight.shape[1]

@@ -7,15 +7,19 @@
 // Order of the sums, which never depends on memory alignment or the thread count: from two rows on, each
 // (row, output) sum is one 8-lane accumulator over K (8 values at a time), then its lanes, then the tail in
 // order, whatever M is and however the rows are grouped, so a row's result is the same in every batch of
-// two or more rows. A single row keeps four accumulators over 32 values at a time (then the 8-value tail
-// into the first, the four added pairwise, the lanes, the tail): one accumulator makes its chain of
-// dependent adds the limit instead of memory (28 against 23 ms for SmolLM2's products, one thread).
+// two or more rows. Where the 16-lane tiles are on (a CPU with AVX-512, use_wide_products), batches of
+// kWideFromRows (48) rows or more sum each output in their order instead (one 16-lane accumulator, the tail
+// masked into the same lanes, then the lanes), the same in every such batch. A single row keeps four
+// accumulators over 32 values at a time (then the 8-value tail into the first, the four added pairwise, the
+// lanes, the tail): one accumulator makes its chain of dependent adds the limit instead of memory (28 against
+// 23 ms for SmolLM2's products, one thread).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "decoder_layers.h"  // hsum
@@ -162,6 +166,32 @@ void weight_rows(const float* x, int64_t M, int64_t K, const float* w, int64_t N
     }                                                                                           \
   }
 
+// sums[a] = the sum of accumulator a's 16 lanes for Count (up to 16) accumulators, added in pairs of lanes
+// (i, i + 8), then (i, i + 4), (i, i + 2), (i, i + 1) as _mm512_reduce_add_ps does, but in four rounds of shuffles
+// and adds for all of them at once (a reduction each took a tenth of the 16-lane product's time). A missing
+// partner in a round is the vector itself: its lanes end up unused.
+template <int Count>
+MF_AVX512 __attribute__((always_inline)) inline void sum_lanes16(const __m512* a, float* sums) {
+  constexpr int S = (Count + 1) / 2, T = (S + 1) / 2, U = (T + 1) / 2;
+  __m512 s[S], t[T], u[U];
+  _Pragma("GCC unroll 8") for (int i = 0; i < S; ++i) {  // s[i]: lanes 0-7 accumulator 2i's (i, i + 8) sums, 8-15 2i + 1's
+    const __m512 p = a[2 * i], q = 2 * i + 1 < Count ? a[2 * i + 1] : p;
+    s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
+  }
+  _Pragma("GCC unroll 4") for (int i = 0; i < T; ++i) {  // t[i]: 128-bit block k accumulator 4i + k's (i, i + 4) sums
+    const __m512 p = s[2 * i], q = 2 * i + 1 < S ? s[2 * i + 1] : p;
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x88), _mm512_shuffle_f32x4(p, q, 0xDD));
+  }
+  _Pragma("GCC unroll 2") for (int i = 0; i < U; ++i) {  // u[i]: block k accumulator 8i + k's, 8i + 4 + k's (i, i + 2) sums
+    const __m512 p = t[2 * i], q = 2 * i + 1 < T ? t[2 * i + 1] : p;
+    u[i] = _mm512_add_ps(_mm512_shuffle_ps(p, q, 0x44), _mm512_shuffle_ps(p, q, 0xEE));
+  }
+  const __m512 p = u[0], q = U > 1 ? u[U - 1] : p;
+  alignas(64) float lanes[16];  // lane 4k + j: accumulator 4j + k's sum
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_shuffle_ps(p, q, 0x88), _mm512_shuffle_ps(p, q, 0xDD)));
+  _Pragma("GCC unroll 16") for (int i = 0; i < Count; ++i) sums[i] = lanes[4 * (i % 4) + i / 4];
+}
+
 template <int R, int C>
 MF_AVX512 inline void tile16(const float* w, const float* x, int64_t K, float* out, int64_t N, const float* next) {
   __m512 acc[R][C];
@@ -175,7 +205,13 @@ MF_AVX512 inline void tile16(const float* w, const float* x, int64_t K, float* o
     const __mmask16 tail = static_cast<__mmask16>((1u << (K - k)) - 1);
     MF_SIXTEEN(k, tail)
   }
-  MF_UNROLL for (int r = 0; r < R; ++r) MF_UNROLL for (int c = 0; c < C; ++c) out[r * N + c] = _mm512_reduce_add_ps(acc[r][c]);
+  __m512 flat[R * C];  // (copied: taking acc's address kept it in memory throughout)
+  MF_UNROLL for (int r = 0; r < R; ++r) MF_UNROLL for (int c = 0; c < C; ++c) flat[r * C + c] = acc[r][c];
+  float sums[R * C];
+  sum_lanes16<(R * C < 16 ? R * C : 16)>(flat, sums);
+  if constexpr (R * C > 16) sum_lanes16<R * C - 16>(flat + 16, sums + 16);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[r * N + c] = sums[r * C + c];
 }
 #undef MF_SIXTEEN
 #undef MF_UNROLL
@@ -219,54 +255,15 @@ MF_AVX512 void weight_rows16(const float* x, int64_t M, int64_t K, const float* 
 }
 #endif
 
-// out = x @ weight.T (+ bias) for many rows (a prompt) on a CPU with AVX-512 (the caller checks): each output
-// in the 16-lane order of weight_rows16, the same whatever M is and however the rows are split.
-at::Tensor many_rows_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "many_rows_linear: x [M, K], weight [N, K]");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() &&
-                  weight.is_contiguous(),
-              "many_rows_linear: contiguous float32 inputs");
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  TORCH_CHECK(bias.numel() == 0 || (bias.numel() == N && bias.scalar_type() == at::kFloat && bias.is_contiguous()),
-              "many_rows_linear: bias must be empty or float32 [N]");
-#ifdef MF_AVX2
-  TORCH_CHECK(__builtin_cpu_supports("avx512f"), "many_rows_linear: this CPU has no AVX-512");
-  at::Tensor out = at::empty({M, N}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = weight.data_ptr<float>();
-  const float* bp = bias.numel() ? bias.data_ptr<float>() : nullptr;
-  float* op = out.data_ptr<float>();
-  const int64_t grain = std::max<int64_t>(kWideWeights, (int64_t{1} << 18) / std::max<int64_t>(1, K * M));
-  at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
-    weight_rows16(xp, M, K, wp, N, op, n0, n1);
-    if (bp != nullptr)
-      for (int64_t r = 0; r < M; ++r)
-        for (int64_t n = n0; n < n1; ++n) op[r * N + n] += bp[n];
-  });
-  return out;
-#else
-  TORCH_CHECK(false, "many_rows_linear: built without AVX2");
-#endif
-}
+// Whether products of kWideFromRows or more rows take the 16-lane tiles (use_wide_products: the SDK turns it on
+// where the CPU has AVX-512 and torch uses it). From about this many rows they are faster than the 8-lane ones
+// (SmolLM2's products at 64 rows 1.05x, at 128 1.1x on a Zen 4 core); below, the 8-lane tiles' prefetching wins.
+constexpr int64_t kWideFromRows = 48;
+std::atomic<bool> wide_products{false};
 
-at::Tensor few_rows_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "few_rows_linear: x [M, K], weight [N, K]");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() &&
-                  weight.is_contiguous(),
-              "few_rows_linear: contiguous float32 inputs");
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  TORCH_CHECK(bias.numel() == 0 || (bias.numel() == N && bias.scalar_type() == at::kFloat && bias.is_contiguous()),
-              "few_rows_linear: bias must be empty or float32 [N]");
-  at::Tensor out = at::empty({M, N}, x.options());
-  const mfsdk::FewRowsWeight w{weight.data_ptr<float>(), bias.numel() ? bias.data_ptr<float>() : nullptr, N,
-                               out.data_ptr<float>()};
-  mfsdk::few_rows_products(x.data_ptr<float>(), M, K, &w, 1);
-  return out;
-}
-
-}  // namespace
-
-void mfsdk::few_rows_products(const float* xp, int64_t M, int64_t K, const FewRowsWeight* ws, int64_t count) {
+// Every weight of ``ws`` times the M rows of x in one parallel region split over the weights' rows together,
+// with the 16-lane tiles (``wide``) or the 8-lane ones; then the biases.
+void products(const float* xp, int64_t M, int64_t K, const mfsdk::FewRowsWeight* ws, int64_t count, bool wide) {
   int64_t total = 0;
   for (int64_t i = 0; i < count; ++i) total += ws[i].N;
   // each task gets about 2^18 multiply-adds: small layers run on the calling thread
@@ -277,7 +274,12 @@ void mfsdk::few_rows_products(const float* xp, int64_t M, int64_t K, const FewRo
     for (int64_t row = begin; row < end; first += ws[i++].N) {
       const int64_t n0 = row - first, N = ws[i].N, n1 = std::min(N, end - first);
       float* op = ws[i].out;
-      weight_rows(xp, M, K, ws[i].w, N, op, n0, n1);
+#ifdef MF_AVX2
+      if (wide)
+        weight_rows16(xp, M, K, ws[i].w, N, op, n0, n1);
+      else
+#endif
+        weight_rows(xp, M, K, ws[i].w, N, op, n0, n1);
       if (ws[i].bias != nullptr)
         for (int64_t n = n0; n < n1; ++n)
           for (int64_t r = 0; r < M; ++r) op[r * N + n] += ws[i].bias[n];
@@ -286,10 +288,57 @@ void mfsdk::few_rows_products(const float* xp, int64_t M, int64_t K, const FewRo
   });
 }
 
+at::Tensor checked_product(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const char* op,
+                           bool wide) {
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), op, ": x [M, K], weight [N, K]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() &&
+                  weight.is_contiguous(),
+              op, ": contiguous float32 inputs");
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  TORCH_CHECK(bias.numel() == 0 || (bias.numel() == N && bias.scalar_type() == at::kFloat && bias.is_contiguous()),
+              op, ": bias must be empty or float32 [N]");
+  at::Tensor out = at::empty({M, N}, x.options());
+  const mfsdk::FewRowsWeight w{weight.data_ptr<float>(), bias.numel() ? bias.data_ptr<float>() : nullptr, N,
+                               out.data_ptr<float>()};
+  products(x.data_ptr<float>(), M, K, &w, 1, wide);
+  return out;
+}
+
+bool has_avx512() {
+#ifdef MF_AVX2
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+// out = x @ weight.T (+ bias) for many rows (a prompt) on a CPU with AVX-512: each output in the 16-lane order of
+// weight_rows16, the same whatever M is and however the rows are split.
+at::Tensor many_rows_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  TORCH_CHECK(has_avx512(), "many_rows_linear: this CPU has no AVX-512 (or the op was built without AVX2)");
+  return checked_product(x, weight, bias, "many_rows_linear", true);
+}
+
+at::Tensor few_rows_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const bool wide = x.dim() == 2 && x.size(0) >= kWideFromRows && wide_products.load();
+  return checked_product(x, weight, bias, "few_rows_linear", wide);
+}
+
+void use_wide_products(bool on) {
+  TORCH_CHECK(!on || has_avx512(), "use_wide_products: this CPU has no AVX-512 (or the op was built without AVX2)");
+  wide_products.store(on);
+}
+
+}  // namespace
+
+void mfsdk::few_rows_products(const float* xp, int64_t M, int64_t K, const FewRowsWeight* ws, int64_t count) {
+  products(xp, M, K, ws, count, M >= kWideFromRows && wide_products.load());
+}
 
 TORCH_LIBRARY_FRAGMENT(mfsdk, m) {
   m.def("few_rows_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");
   m.def("many_rows_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");
+  m.def("use_wide_products(bool on) -> ()", &use_wide_products);
 }
 
 TORCH_LIBRARY_IMPL(mfsdk, CPU, m) {
