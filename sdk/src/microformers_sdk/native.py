@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 
 __all__ = [
-    "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
+    "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "WIDE_FROM_ROWS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
     "few_rows_linear", "many_rows_linear", "native_isa", "native_ops_available", "native_report", "unavailable_reason",
-    "WIDE_FROM_ROWS", "wide_products_available",
+    "wide_products_available",
 ]  # fmt: skip
 
 logger = logging.getLogger("microformers")
