@@ -82,6 +82,31 @@ def test_rms_norm_normalises_each_last_axis_row_with_its_epsilon(dtype: torch.dt
         assert torch.equal(out, want)  # exact: the half-precision path is the formula's own ops on the same shapes
 
 
+@needs_native_ops()
+def test_rms_norm_takes_the_native_norm_only_on_the_cpu_without_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, ...]] = []
+    real = layers.rms_norm
+
+    def counted(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+        calls.append(tuple(x.shape))
+        return real(x, weight, eps)
+
+    monkeypatch.setattr(layers, "rms_norm", counted)
+    norm = RMSNorm(8, eps=1e-5)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        fast = norm(x)
+    assert calls == [(2, 3, 8)]
+    slow = norm(x)  # gradients: torch's differentiable norm
+    assert calls == [(2, 3, 8)] and slow.requires_grad
+    assert_close(fast, slow.detach(), rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        traced = torch.jit.trace(norm, x, check_trace=False)  # a trace records torch's ops, which replay on any size
+        assert calls == [(2, 3, 8)]
+        other = torch.randn(5, 8)
+        assert_close(traced(other), norm(other), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("weight_dtype", [torch.bfloat16, torch.float64])
 def test_rms_norm_of_a_float32_input_with_another_weight_dtype(weight_dtype: torch.dtype) -> None:
     """The product takes the usual type promotion, as the reference's ``LlamaRMSNorm`` (float64 stays float64)."""

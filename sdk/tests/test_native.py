@@ -197,11 +197,41 @@ def test_a_failed_build_is_logged_once_and_torch_is_used(
         for _ in range(2):
             assert native.few_rows_linear(torch.randn(2, 8), torch.randn(4, 8), None) is None
     csrc = Path(native.__file__).with_name("csrc")
-    assert built == [("microformers_sdk_ops", [csrc / "few_rows.cpp", csrc / "decoder_step.cpp"])]
+    assert built == [("microformers_sdk_ops", [csrc / "few_rows.cpp", csrc / "decoder_step.cpp", csrc / "layers.cpp"])]
     assert all(source.is_file() for source in built[0][1])
     assert [record.getMessage() for record in caplog.records] == [
         "microformers-sdk: native few-row products unavailable (no C++ compiler); using torch's"
     ]
+
+
+@needs_native_ops()
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(3, 5, 576), (300, 13), (1, 8), (2, 0, 40)])
+def test_rms_norm_is_the_formula_and_each_row_the_same_in_any_batch(shape: tuple[int, ...], threads: int) -> None:
+    """Rows of any width (with and without a tail past 8 values), any count, one or two threads: the RMSNorm formula
+    up to rounding, and a row's result bit for bit the same whatever rows come with it."""
+    torch.manual_seed(shape[-1])
+    x, weight = torch.randn(shape) * 3, torch.randn(shape[-1])
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = native.rms_norm(x, weight, 1e-5)
+        assert out is not None and out.shape == x.shape
+        xd = x.double()
+        want = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.double()
+        assert_close(out, want.float(), rtol=1e-5, atol=1e-6)
+        rows = x.reshape(-1, shape[-1])
+        if rows.shape[0]:
+            alone = torch.cat([native.rms_norm(rows[i : i + 1], weight, 1e-5) for i in range(rows.shape[0])])
+            assert torch.equal(out.reshape(-1, shape[-1]), alone)  # exact: each row is summed alone, in one order
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_native_ops()
+def test_rms_norm_names_a_weight_of_the_wrong_size() -> None:
+    with pytest.raises(RuntimeError, match="rms_norm: weight must have 8 values"):
+        native.rms_norm(torch.randn(2, 8), torch.randn(7), 1e-6)
 
 
 @needs_native_ops()

@@ -14,7 +14,7 @@ from torch import nn
 from microformers.errors import ConfigError
 
 from .masks import exporting_graph
-from .native import FEW_ROWS_MAX, few_rows_linear, many_rows_linear
+from .native import FEW_ROWS_MAX, few_rows_linear, many_rows_linear, rms_norm
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -59,6 +59,17 @@ def get_activation(name: str, setting: str = "hidden_act") -> Callable[[torch.Te
         ) from None
 
 
+def _plain_cpu_inference(x: torch.Tensor) -> bool:
+    """Whether a native op may compute on ``x``: a CPU tensor, no gradients, not traced, exported or compiled."""
+    return (
+        x.device.type == "cpu"
+        and not torch.is_grad_enabled()
+        and not torch.jit.is_tracing()
+        and not torch.compiler.is_compiling()
+        and not exporting_graph()
+    )
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square layer norm (no mean subtraction, no bias), computed in float32.
 
@@ -74,7 +85,12 @@ class RMSNorm(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
         if input_dtype == torch.float32 and self.weight.dtype == torch.float32:
-            # The same arithmetic as below in one fused kernel (no casts are needed in float32).
+            # The same arithmetic as below in one pass (no casts are needed in float32): without gradients on the
+            # CPU the SDK's native norm, else torch's fused one.
+            if _plain_cpu_inference(hidden_states):
+                normed = rms_norm(hidden_states.contiguous(), self.weight, self.variance_epsilon)
+                if normed is not None:
+                    return normed
             return F.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
         hidden_states = hidden_states.to(torch.float32)
         variance = hidden_states.pow(2).mean(-1, keepdim=True)

@@ -38,7 +38,7 @@ import torch
 
 __all__ = [
     "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "WIDE_FROM_ROWS", "NativeUnavailable", "build_ops", "cached_library", "cpu_flags", "extension_report",
-    "few_rows_linear", "many_rows_linear", "native_isa", "native_ops_available", "native_report", "unavailable_reason",
+    "few_rows_linear", "many_rows_linear", "native_isa", "native_ops_available", "native_report", "rms_norm", "unavailable_reason",
     "wide_products_available",
 ]  # fmt: skip
 
@@ -211,11 +211,13 @@ def _few_rows_available() -> bool:
                 _built["few_rows"] = False
             elif hasattr(torch.ops, "mfsdk") and all(
                 hasattr(torch.ops.mfsdk, op)
-                for op in ("few_rows_linear", "many_rows_linear", "use_wide_products", "float_decoder_step")
+                for op in ("few_rows_linear", "many_rows_linear", "use_wide_products", "float_decoder_step", "rms_norm")
             ):
                 _built["few_rows"] = True
             else:
-                error = build_ops("microformers_sdk_ops", [_CSRC / "few_rows.cpp", _CSRC / "decoder_step.cpp"])
+                error = build_ops(
+                    "microformers_sdk_ops", [_CSRC / "few_rows.cpp", _CSRC / "decoder_step.cpp", _CSRC / "layers.cpp"]
+                )
                 if error is not None:
                     logger.info("microformers-sdk: native few-row products unavailable (%s); using torch's", error)
                 _built["few_rows"] = error is None
@@ -281,3 +283,11 @@ def many_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     rows = x.numel() // weight.shape[1]
     out = torch.ops.mfsdk.many_rows_linear(x.reshape(rows, weight.shape[1]), weight, _EMPTY if bias is None else bias)
     return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """RMSNorm of contiguous float32 CPU ``x`` (rows along the last axis) with a float32 ``weight``, in one pass
+    per row (the native decoder step's norm; ATen takes six passes); None where the native ops are unavailable."""
+    if not native_ops_available():
+        return None
+    return torch.ops.mfsdk.rms_norm(x, weight.contiguous(), eps)
