@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from microformers import MicroformersError
 from microformers.plugins import Registry
-from microformers_sdk import attention
+from microformers_sdk import attention, native
 from microformers_sdk.attention import eager_attention, sdpa_attention
 
 # From test_attention_full_mutants.py: ``microformers_sdk.attention``: behaviour the full mutation run found
@@ -278,3 +278,69 @@ def test_causal_prompts_with_dropout_or_a_cache_attend_in_one_call(monkeypatch: 
     sdpa_attention(query, key, value, None, is_causal=True, dropout=0.1)
     sdpa_attention(query, key, value, None, is_causal=False)
     assert calls == [(256, 260), (256, 256), (256, 256)]
+
+
+needs_native_attention = pytest.mark.skipif(
+    not native.wide_products_available(),
+    reason="the native causal attention needs the native ops and a CPU with AVX-512 that torch uses (not this one)",
+)
+
+
+@needs_native_attention
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "q_len,heads,kv_heads,dim", [(1, 2, 2, 16), (17, 4, 2, 64), (64, 3, 1, 32), (65, 4, 4, 80), (300, 6, 2, 128)]
+)
+def test_native_causal_attention_is_causal_attention(q_len: int, heads: int, kv_heads: int, dim: int, threads: int) -> None:
+    """Prompts shorter and longer than a block of 64, on its edges, head sizes of one to eight vectors (80: a block of
+    values not a multiple of 64), grouped heads, queries laid out as a model's projections give them (tokens before
+    heads), one or two threads: causal attention, as a float64 reference computes it."""
+    query, key, value = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in _qkv(q_len, q_len, heads, kv_heads, dim))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = native.causal_attention(query, key, value, dim**-0.5)
+    finally:
+        torch.set_num_threads(previous)
+    assert out is not None and out.shape == (2, heads, q_len, dim)
+    causal = torch.ones(q_len, q_len, dtype=torch.bool).tril()
+    # tolerances: float32 sums of up to 300 terms and a polynomial exp against a float64 reference
+    torch.testing.assert_close(out, _reference(query, key, value, causal), rtol=1e-4, atol=1e-5)
+    scaled = native.causal_attention(query, key, value, 0.3)
+    assert scaled is not None
+    torch.testing.assert_close(scaled, _reference(query * (0.3 * dim**0.5), key, value, causal), rtol=1e-4, atol=1e-5)
+
+
+@needs_native_attention
+def test_native_causal_attention_declines_shapes_it_does_not_take_and_names_bad_ones() -> None:
+    query, key, value = _qkv(40, 40, dim=8)  # head size not a multiple of 16: torch's kernel
+    assert native.causal_attention(query, key, value, 0.3) is None
+    query, key, value = _qkv(40, 40, heads=3, kv_heads=2, dim=16)
+    assert native.causal_attention(query, key, value, 0.3) is None  # heads not a multiple of the key/value heads
+    query, key, value = _qkv(40, 41, dim=16)
+    with pytest.raises(RuntimeError, match="causal_attention: k and v must be"):
+        torch.ops.mfsdk.causal_attention(query, key, value, 0.3)
+
+
+@needs_native_attention
+def test_causal_prompts_without_gradients_take_the_native_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = native.causal_attention
+
+    def counted(q: torch.Tensor, *args: Any) -> torch.Tensor | None:
+        calls.append(q.shape[2])
+        return real(q, *args)
+
+    monkeypatch.setattr(native, "causal_attention", counted)
+    n = attention.NATIVE_CAUSAL_FROM
+    query, key, value = _qkv(n, n, dim=16)
+    with torch.no_grad():
+        out = sdpa_attention(query, key, value, None, is_causal=True)
+        sdpa_attention(query[:, :, 1:], key[:, :, 1:], value[:, :, 1:], None, is_causal=True)  # shorter: torch's
+        sdpa_attention(query[:, :, 1:], key, value, None, is_causal=True)  # a cache: torch's
+        sdpa_attention(query, key, value, None, is_causal=True, dropout=0.1)
+        sdpa_attention(query, key, value, None, is_causal=False)
+    sdpa_attention(query, key, value, None, is_causal=True)  # gradients: torch's
+    assert calls == [n]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    torch.testing.assert_close(out, _reference(query, key, value, causal), rtol=1e-4, atol=1e-5)

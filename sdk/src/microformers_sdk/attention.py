@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import native
+
 AttentionFunction = Callable[..., Any]
 
 DEFAULT_ATTENTION = "sdpa"
@@ -92,6 +94,22 @@ def _chunks_causal(query: torch.Tensor, key: torch.Tensor, dropout: float, is_ca
     )
 
 
+# From this many tokens a square causal prompt takes the SDK's native attention where it runs (a CPU with AVX-512):
+# SmolLM2's layers at 100 tokens 0.3 against 0.5 ms, at 512 5.0 against 7.5 (the chunks above), at 2,048 66
+# against 87 (torch's kernel) on one Zen 4 core. Below, a call costs more than it saves.
+NATIVE_CAUSAL_FROM = 32
+
+
+def _native_causal(query: torch.Tensor, key: torch.Tensor, dropout: float, is_causal: bool) -> bool:
+    return (
+        is_causal
+        and dropout == 0.0
+        and query.shape[2] >= NATIVE_CAUSAL_FROM
+        and key.shape[2] == query.shape[2]
+        and native.eager_cpu_inference(query)
+    )
+
+
 def _causal_sdpa_in_chunks(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None, extra: dict[str, Any]
 ) -> torch.Tensor:
@@ -137,6 +155,10 @@ def sdpa_attention(
             extra["enable_gqa"] = True
         else:
             key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)
+    if attention_mask is None and _native_causal(query, key, dropout, is_causal):
+        out = native.causal_attention(query, key, value, query.shape[-1] ** -0.5 if scaling is None else scaling)
+        if out is not None:
+            return out
     if attention_mask is None and _chunks_causal(query, key, dropout, is_causal):
         return _causal_sdpa_in_chunks(query, key, value, scaling, extra)
     return F.scaled_dot_product_attention(

@@ -14,7 +14,7 @@ from torch import nn
 from microformers.errors import ConfigError
 
 from .masks import exporting_graph
-from .native import FEW_ROWS_MAX, few_rows_linear, many_rows_linear, rms_norm
+from .native import FEW_ROWS_MAX, eager_cpu_inference, few_rows_linear, many_rows_linear, rms_norm
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -59,17 +59,6 @@ def get_activation(name: str, setting: str = "hidden_act") -> Callable[[torch.Te
         ) from None
 
 
-def _plain_cpu_inference(x: torch.Tensor) -> bool:
-    """Whether a native op may compute on ``x``: a CPU tensor, no gradients, not traced, exported or compiled."""
-    return (
-        x.device.type == "cpu"
-        and not torch.is_grad_enabled()
-        and not torch.jit.is_tracing()
-        and not torch.compiler.is_compiling()
-        and not exporting_graph()
-    )
-
-
 class RMSNorm(nn.Module):
     """Root-mean-square layer norm (no mean subtraction, no bias), computed in float32.
 
@@ -87,7 +76,7 @@ class RMSNorm(nn.Module):
         if input_dtype == torch.float32 and self.weight.dtype == torch.float32:
             # The same arithmetic as below in one pass (no casts are needed in float32): without gradients on the
             # CPU the SDK's native norm, else torch's fused one.
-            if _plain_cpu_inference(hidden_states):
+            if eager_cpu_inference(hidden_states):
                 normed = rms_norm(hidden_states.contiguous(), self.weight, self.variance_epsilon)
                 if normed is not None:
                     return normed
