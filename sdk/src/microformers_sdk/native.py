@@ -251,9 +251,10 @@ def native_ops_available() -> bool:
 def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """``F.linear(x, weight, bias)`` for contiguous float32 CPU ``x`` of 1 to ``FEW_ROWS_MAX`` rows and a
     contiguous float32 ``weight``, summed in one fixed order per output: the same in any batch of two or more
-    rows (8-lane accumulators), where :func:`wide_products_available` in any batch of :data:`WIDE_FROM_ROWS` rows or more too (the
-    16-lane order of :func:`many_rows_linear`, faster from about that many rows); a row alone in an order of its
-    own, equal up to rounding. None where the native op is unavailable."""
+    rows (8-lane accumulators), except that where :func:`wide_products_available` batches of
+    :data:`WIDE_FROM_ROWS` rows or more take the 16-lane order of :func:`many_rows_linear` (faster from about that
+    many rows), the same in each of them; a row alone in an order of its own, equal up to rounding. None where the
+    native op is unavailable."""
     if not native_ops_available():  # decided once: no lock on the decode path after the first call
         return None
     rows = x.numel() // weight.shape[1]
