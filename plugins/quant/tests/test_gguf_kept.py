@@ -22,7 +22,10 @@ GGUF_TESTS = Path(__file__).resolve().parents[2] / "gguf" / "tests" / "conftest.
 IDS = torch.tensor([[1, 5, 9, 33, 40, 7, 60, 11]])
 # the blocks through float activations: the de-quantised model's logits up to summation order
 FLOAT_ACTIVATIONS = GgufQuantConfig(activations="float32")
-INT16_DRIFT = 5e-3  # relative to the largest logit: int16 activations through this tiny model's two layers
+# relative to the largest logit: int16 activations through this tiny model's two layers. Q4_0's drift is rounding
+# luck at this level: 3.1e-3 with ATen's RMSNorm, 5.0e-3 (5.2e-3 under ATEN_CPU_CAPABILITY=avx2) with the SDK's
+# native one, whose output differs by 5e-7; the de-quantised model's logits move 4e-5 with it, these 3e-2.
+INT16_DRIFT = 8e-3
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +86,7 @@ def test_default_int16_activations_track_the_dequantised_model(writer: ModuleTyp
     assert any(m.rows % 8 for m in layers)
     expected = logits(dequantised)
     drift = float((logits(kept) - expected).abs().max())
-    # measured 3e-3 / 7e-4 / 2e-4 of the largest logit (Q4_0 / Q4_1 / Q8_0); plain int16 rows: 2e-3 / 3e-3 / 3e-4
+    # measured 5e-3 / 6e-4 / 2e-4 of the largest logit (Q4_0 / Q4_1 / Q8_0); plain int16 rows: 2e-3 / 3e-3 / 3e-4
     assert drift < INT16_DRIFT * float(expected.abs().max())
     # interleaved layers quantize all 8 rows; without the kernels only one-row inputs are (none here)
     assert drift > 0 or not kernels.native_available()
