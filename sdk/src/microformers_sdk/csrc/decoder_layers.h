@@ -35,21 +35,29 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// exp of eight floats: x = n ln2 + r, a degree-6 polynomial for exp(r); within a few ulp of std::exp
-// on [-87, 88], 0 below -87 (-inf included).
+// exp(x) = 2^n exp(r) with x = n ln2 + r (ln2 in two parts, so n ln2 is exact), exp(r) a degree-6 polynomial:
+// within a few ulp of std::exp on [kLowest, kHighest], 0 below kLowest (-inf included). exp8 here and the 16-lane
+// exp of layers.cpp compute it with these numbers.
+namespace exp_poly {
+constexpr float kLowest = -87.0f, kHighest = 88.0f, kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+// exp(r) = 1 + r + r^2 (c[5] + r (c[4] + r (c[3] + r (c[2] + r (c[1] + r c[0])))))
+constexpr float kC[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                         4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace exp_poly
+
+// exp of eight floats (exp_poly)
 inline __m256 exp8(__m256 x) {
-  const __m256 lowest = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
-  const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+  using namespace exp_poly;
+  const __m256 lowest = _mm256_set1_ps(kLowest);
   const __m256 underflow = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lowest), _mm256_set1_ps(88.0f));
-  const __m256 nf = _mm256_round_ps(_mm256_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(nf, ln2_hi));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(nf, ln2_lo));
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lowest), _mm256_set1_ps(kHighest));
+  const __m256 nf =
+      _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(nf, _mm256_set1_ps(kLn2Hi)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(nf, _mm256_set1_ps(kLn2Lo)));
+  __m256 p = _mm256_set1_ps(kC[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC[i]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nf), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));

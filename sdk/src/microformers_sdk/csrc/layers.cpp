@@ -49,20 +49,18 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 constexpr int64_t kBlock = 64;  // queries and keys per block
 
-// exp of sixteen floats, decoder_layers.h's exp8 in 16 lanes (the same polynomial; 2^n applied by scalef): 0 below -87
+// exp of sixteen floats (decoder_layers.h's exp_poly, as exp8; 2^n applied by scalef)
 MF_AVX512 inline __m512 exp16(__m512 x) {
-  const __m512 lowest = _mm512_set1_ps(-87.0f);
+  using namespace mfsdk::step::exp_poly;
+  const __m512 lowest = _mm512_set1_ps(kLowest);
   const __mmask16 normal = _mm512_cmp_ps_mask(x, lowest, _CMP_GE_OQ);
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lowest), _mm512_set1_ps(88.0f));
-  const __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(0.693359375f)));
-  r = _mm512_sub_ps(r, _mm512_mul_ps(nf, _mm512_set1_ps(-2.12194440e-4f)));
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lowest), _mm512_set1_ps(kHighest));
+  const __m512 nf =
+      _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Hi)));
+  r = _mm512_sub_ps(r, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Lo)));
+  __m512 p = _mm512_set1_ps(kC[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[i]));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
   return _mm512_maskz_scalef_ps(normal, p, nf);
 }
