@@ -102,12 +102,65 @@ def test_row_linear_takes_the_16_lane_product_for_more_than_few_rows(monkeypatch
         return real(x, weight, bias)
 
     monkeypatch.setattr(layers, "many_rows_linear", counted)
+    monkeypatch.setattr(native, "_NATIVE_PROMPT_PRODUCTS", True)  # as on an AMD CPU
     weight = torch.randn(40, 24)
     with torch.no_grad():
         prompt = torch.randn(2, native.FEW_ROWS_MAX, 24)
         assert_close(layers.row_linear(prompt, weight), F.linear(prompt, weight), rtol=1e-5, atol=1e-5)
         layers.row_linear(torch.randn(native.FEW_ROWS_MAX, 24), weight)  # few rows: the 8-lane product
     assert calls == [(2, native.FEW_ROWS_MAX, 24)]
+
+
+@needs_wide_products
+def test_row_linear_leaves_prompts_to_torch_where_its_blas_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where MKL runs its AVX-512 code (Intel's CPUs), more than FEW_ROWS_MAX rows go to F.linear; fewer still take
+    the native product (48 and more rows in the 16-lane order)."""
+    monkeypatch.setattr(native, "_NATIVE_PROMPT_PRODUCTS", False)
+    monkeypatch.setattr(layers, "many_rows_linear", lambda *_: pytest.fail("a prompt took the 16-lane product"))
+    weight = torch.randn(40, 24)
+    with torch.no_grad():
+        prompt = torch.randn(native.FEW_ROWS_MAX + 1, 24)
+        # exact: row_linear hands the prompt to F.linear itself (same kernel, same shapes)
+        assert torch.equal(layers.row_linear(prompt, weight), F.linear(prompt, weight))
+        rows = prompt[: native.FEW_ROWS_MAX]
+        # exact: few_rows_linear sums 48 rows or more in many_rows_linear's order (few_rows.cpp's kWideFromRows)
+        assert torch.equal(layers.row_linear(rows, weight), native.many_rows_linear(rows, weight, None))
+
+
+@pytest.mark.parametrize(
+    "vendor,mkl,setting,expected",
+    [
+        ("AuthenticAMD", True, None, True),
+        ("GenuineIntel", True, None, False),
+        ("GenuineIntel", False, None, True),
+        ("GenuineIntel", True, "native", True),
+        ("AuthenticAMD", True, "torch", False),
+    ],
+)
+def test_prompt_products_follow_the_cpu_vendor_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, mkl: bool, setting: str | None, expected: bool
+) -> None:
+    monkeypatch.setattr(native, "_cpuinfo_field", lambda name: vendor if name == "vendor_id" else "")
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+    if setting is None:
+        monkeypatch.delenv("MICROFORMERS_PROMPT_PRODUCTS", raising=False)
+    else:
+        monkeypatch.setenv("MICROFORMERS_PROMPT_PRODUCTS", setting)
+    assert native._native_prompt_products() is expected
+
+
+def test_a_wrong_prompt_products_setting_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MICROFORMERS_PROMPT_PRODUCTS", "fast")
+    with pytest.raises(ValueError, match="MICROFORMERS_PROMPT_PRODUCTS='fast'.*'auto'"):
+        native._native_prompt_products()
+
+
+def test_cpuinfo_fields_are_read_by_name() -> None:
+    flags = native.cpu_flags()
+    vendor = native._cpuinfo_field("vendor_id")
+    if Path("/proc/cpuinfo").exists() and "x86" in native.platform.machine().lower():
+        assert vendor in ("GenuineIntel", "AuthenticAMD", "HygonGenuine") and "sse2" in flags
+    assert native._cpuinfo_field("no such field") == ""
 
 
 def test_the_16_lane_product_is_off_by_the_environment_or_without_avx512(monkeypatch: pytest.MonkeyPatch) -> None:

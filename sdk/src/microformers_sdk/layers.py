@@ -14,7 +14,14 @@ from torch import nn
 from microformers.errors import ConfigError
 
 from .masks import exporting_graph
-from .native import FEW_ROWS_MAX, eager_cpu_inference, few_rows_linear, many_rows_linear, rms_norm
+from .native import (
+    FEW_ROWS_MAX,
+    eager_cpu_inference,
+    few_rows_linear,
+    many_rows_linear,
+    native_prompt_products,
+    rms_norm,
+)
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -227,7 +234,8 @@ def _few_rows(x: torch.Tensor, weight: torch.Tensor) -> int:
 
 
 def _native_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """The SDK's native product of ``x`` and ``weight``: few rows, or many on an AVX-512 CPU; None where neither runs."""
+    """The SDK's native product of ``x`` and ``weight``: few rows, or many where :func:`native_prompt_products` (an
+    AVX-512 CPU whose BLAS runs slower code: AMD's); None where neither runs."""
     in_features = weight.shape[1]
     if x.shape[-1] != in_features or in_features == 0 or x.numel() == 0:
         return None
@@ -237,7 +245,7 @@ def _native_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         return None
     if x.numel() // in_features <= FEW_ROWS_MAX:
         return few_rows_linear(x.contiguous(), weight, bias)
-    return many_rows_linear(x.contiguous(), weight, bias)
+    return many_rows_linear(x.contiguous(), weight, bias) if native_prompt_products() else None
 
 
 def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -245,9 +253,9 @@ def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     SDK's native few-row product (:mod:`microformers_sdk.native`), which streams the weight from memory
     once for all rows, 1.4-3x faster than MKL at decoding shapes, and sums each output in the same
     order in any batch of two or more rows (a row alone in an order of its own). Without it, a single row is a
-    batched product over weight slices. More rows (a prompt) on a CPU with AVX-512: the SDK's 16-lane product
-    (:func:`~microformers_sdk.native.many_rows_linear`), faster and closer to the exact result than MKL's on AMD
-    CPUs; elsewhere ``F.linear``.
+    batched product over weight slices. More rows (a prompt) on an AMD CPU with AVX-512: the SDK's 16-lane product
+    (:func:`~microformers_sdk.native.many_rows_linear`), faster and closer to the exact result than MKL's there;
+    elsewhere (Intel's CPUs, where MKL runs its AVX-512 code) ``F.linear``.
 
     The result equals ``F.linear``'s up to float rounding (the sums run in a different order).
     Inside ``torch.compile`` a single row becomes a multiply-and-sum over the weight, which compiles to

@@ -41,8 +41,8 @@ from .masks import exporting_graph
 __all__ = [
     "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "WIDE_FROM_ROWS", "NativeUnavailable", "build_ops",
     "cached_library", "causal_attention", "cpu_flags", "eager_cpu_inference", "extension_report", "few_rows_linear",
-    "many_rows_linear", "native_isa", "native_ops_available", "native_report", "rms_norm", "unavailable_reason",
-    "wide_products_available",
+    "many_rows_linear", "native_isa", "native_ops_available", "native_prompt_products", "native_report", "rms_norm",
+    "unavailable_reason", "wide_products_available",
 ]  # fmt: skip
 
 logger = logging.getLogger("microformers")
@@ -80,16 +80,22 @@ class NativeUnavailable(RuntimeError):
     """The native ops cannot run on this machine; the message says why."""
 
 
-def cpu_flags() -> frozenset[str]:
-    """The instruction-set flags of this CPU as Linux reports them (empty elsewhere)."""
+def _cpuinfo_field(name: str) -> str:
+    """The first ``name`` line's value in Linux's /proc/cpuinfo ("" elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return ""
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction-set flags of this CPU as Linux reports them (empty elsewhere)."""
+    return frozenset(_cpuinfo_field("flags").split())
 
 
 def native_isa() -> tuple[str | None, str]:
@@ -280,6 +286,32 @@ def wide_products_available() -> bool:
     return _WIDE_ISA and native_ops_available()
 
 
+def _native_prompt_products() -> bool:
+    setting = os.environ.get("MICROFORMERS_PROMPT_PRODUCTS", "auto")
+    if setting not in ("auto", "native", "torch"):
+        raise ValueError(
+            f"microformers: MICROFORMERS_PROMPT_PRODUCTS={setting!r}; use 'auto' (the default), 'native' or 'torch'"
+        )
+    if setting != "auto":
+        return setting == "native"
+    # MKL runs its AVX-512 sgemm on Intel CPUs (140-160 GFLOP/s on one Emerald Rapids core at 512 rows, near the
+    # core's peak: the 16-lane tiles reach 86-140 there) but its AVX2 code on AMD ones (~80 on a Zen 4 core,
+    # where the 16-lane tiles reach 93-97).
+    return _cpuinfo_field("vendor_id") != "GenuineIntel" or not torch.backends.mkl.is_available()
+
+
+# Whether products of more than FEW_ROWS_MAX rows (a prompt) take many_rows_linear here rather than torch's
+# (read once; MICROFORMERS_PROMPT_PRODUCTS=native or torch decides it instead of the CPU's vendor).
+_NATIVE_PROMPT_PRODUCTS = _native_prompt_products()
+
+
+def native_prompt_products() -> bool:
+    """Whether a product of more than :data:`FEW_ROWS_MAX` rows (a prompt) takes :func:`many_rows_linear` here:
+    where it runs (:func:`wide_products_available`) and is faster than torch's ``sgemm``, which on Intel CPUs is
+    MKL's AVX-512 code and at those sizes the faster of the two."""
+    return _NATIVE_PROMPT_PRODUCTS and wide_products_available()
+
+
 def many_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """``F.linear(x, weight, bias)`` for contiguous float32 CPU ``x`` of any number of rows (meant for more than
     ``FEW_ROWS_MAX``: a prompt) and a contiguous float32 ``weight``, with 16-lane AVX-512 tiles; each output summed
@@ -287,7 +319,8 @@ def many_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     :func:`wide_products_available` is False.
 
     Against MKL's ``sgemm`` (which runs its AVX2 code on AMD CPUs): SmolLM2's products at 512 rows 1.15x
-    faster on a Zen 4 core, and 3x closer to the float64 result (1.8e-5 against 5.1e-5 at 300 x 576 x 1536)."""
+    faster on a Zen 4 core, and 3x closer to the float64 result (1.8e-5 against 5.1e-5 at 300 x 576 x 1536). On
+    Intel CPUs MKL runs its AVX-512 code, as fast at 512 rows and faster at 2,048 (:func:`native_prompt_products`)."""
     if not wide_products_available():
         return None
     rows = x.numel() // weight.shape[1]
