@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,15 +17,43 @@ from . import save_sharded
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 
+# Bytes of a cache line on the CPUs the kernels target.
+CACHE_LINE = 64
+# safetensors' floating-point dtypes read into fresh memory where the file puts a tensor off a cache line
+_READ_ALIGNED = ("F64", "F32", "F16", "BF16")
+
+
+def _data_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """Tensor name -> (its first byte's offset in the file, its dtype's safetensors name), from the header of a file
+    safe_open has already checked (its header size and offsets are sane)."""
+    with open(path, "rb") as file:
+        length = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(length))
+    start = 8 + length
+    return {
+        name: (start + int(entry["data_offsets"][0]), entry["dtype"])
+        for name, entry in header.items()
+        if name != "__metadata__"
+    }
+
 
 class LazySafetensors(Mapping[str, Any]):
-    """Tensor name -> tensor, read from the memory-mapped files only when asked for."""
+    """Tensor name -> tensor, read from the memory-mapped files only when asked for.
+
+    A floating-point tensor the file puts off a cache line is read into fresh memory instead of used in place:
+    safetensors places tensors at any 8-byte offset after its header (every weight of SmolLM2's file at byte 40 of
+    a line), and a view of the mapped file starting there makes every 16-float vector load of its rows straddle two
+    lines; the SDK's products over a prompt took 98 GFLOP/s on such weights and 131 on line-aligned ones (one
+    Emerald Rapids core). Reading them costs one pass over the file at load and keeps them in the process's own
+    memory rather than the shared page cache.
+    """
 
     def __init__(self, files: list[Path]) -> None:
         from safetensors import safe_open
 
         self._handles: dict[Path, Any] = {}
         self._where: dict[str, Path] = {}
+        self._offsets: dict[Path, dict[str, tuple[int, int]]] = {}
         for path in files:
             try:
                 handle = safe_open(str(path), framework="pt")
@@ -43,7 +73,16 @@ class LazySafetensors(Mapping[str, Any]):
     def __getitem__(self, name: str) -> Any:
         path = self._where[name]
         try:
-            return self._handles[path].get_tensor(name)
+            tensor = self._handles[path].get_tensor(name)
+            if tensor.device.type != "cpu" or tensor.data_ptr() % CACHE_LINE == 0 or sys.byteorder != "little":
+                return tensor
+            offsets = self._offsets.get(path)
+            if offsets is None:
+                offsets = self._offsets[path] = _data_offsets(path)
+            offset, dtype = offsets[name]
+            return tensor if dtype not in _READ_ALIGNED else _read_into_fresh_memory(path, offset, tensor)
+        except CheckpointError:
+            raise
         except Exception as exc:
             raise CheckpointError(f"cannot read tensor '{name}' from {path}: {exc}") from exc
 
@@ -59,6 +98,23 @@ class LazySafetensors(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._where)
+
+
+def _read_into_fresh_memory(path: Path, offset: int, mapped: Any) -> Any:
+    """A line-aligned copy of ``mapped`` (a view of ``path``'s mapping) read from the file at ``offset``, so that
+    the mapped pages are never touched (a copy from the mapping would hold both until the load ends)."""
+    import torch
+
+    fresh = torch.empty(mapped.shape, dtype=mapped.dtype)  # torch's CPU allocator aligns to 64 bytes or more
+    size = fresh.numel() * fresh.element_size()
+    if size == 0:
+        return fresh
+    with open(path, "rb") as file:
+        file.seek(offset)
+        read = file.readinto(fresh.view(-1).view(torch.uint8).numpy())
+    if read != size:
+        raise CheckpointError(f"{path} ends inside a tensor ({read} of {size} bytes); re-download or re-save it")
+    return fresh
 
 
 def variant_name(name: str, variant: str | None) -> str:
