@@ -19,8 +19,9 @@ INDEX_NAME = "model.safetensors.index.json"
 
 # Bytes of a cache line on the CPUs the kernels target.
 CACHE_LINE = 64
-# safetensors' floating-point dtypes read into fresh memory where the file puts a tensor off a cache line
-_READ_ALIGNED = ("F64", "F32", "F16", "BF16")
+# The dtypes (safetensors' names) read into fresh memory where the file puts a tensor off a cache line: float32, the
+# dtype of the SDK's own products (torch's half-precision products pack their operands first)
+_READ_ALIGNED = ("F32",)
 
 
 def _data_offsets(path: Path) -> dict[str, tuple[int, int]]:
@@ -40,7 +41,7 @@ def _data_offsets(path: Path) -> dict[str, tuple[int, int]]:
 class LazySafetensors(Mapping[str, Any]):
     """Tensor name -> tensor, read from the memory-mapped files only when asked for.
 
-    A floating-point tensor the file puts off a cache line is read into fresh memory instead of used in place:
+    A float32 tensor the file puts off a cache line is read into fresh memory instead of used in place:
     safetensors places tensors at any 8-byte offset after its header (every weight of SmolLM2's file at byte 40 of
     a line), and a view of the mapped file starting there makes every 16-float vector load of its rows straddle two
     lines; the SDK's products over a prompt took 98 GFLOP/s on such weights and 131 on line-aligned ones (one
