@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from microformers.errors import ConfigError
 from microformers_sdk import layers, native
 from microformers_sdk.testing import (
     assert_close,
@@ -151,7 +152,7 @@ def test_prompt_products_follow_the_cpu_vendor_or_the_environment(
 
 def test_a_wrong_prompt_products_setting_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MICROFORMERS_PROMPT_PRODUCTS", "fast")
-    with pytest.raises(ValueError, match="MICROFORMERS_PROMPT_PRODUCTS='fast'.*'auto'"):
+    with pytest.raises(ConfigError, match="MICROFORMERS_PROMPT_PRODUCTS='fast'.*'auto'"):
         native._native_prompt_products()
 
 
@@ -159,7 +160,7 @@ def test_cpuinfo_fields_are_read_by_name() -> None:
     flags = native.cpu_flags()
     vendor = native._cpuinfo_field("vendor_id")
     if Path("/proc/cpuinfo").exists() and "x86" in native.platform.machine().lower():
-        assert vendor in ("GenuineIntel", "AuthenticAMD", "HygonGenuine") and "sse2" in flags
+        assert vendor and "sse2" in flags  # an x86-64 Linux names its vendor and has SSE2
     assert native._cpuinfo_field("no such field") == ""
 
 

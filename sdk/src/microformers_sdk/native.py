@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from microformers.errors import ConfigError
+
 from .masks import exporting_graph
 
 __all__ = [
@@ -289,13 +291,13 @@ def wide_products_available() -> bool:
 def _native_prompt_products() -> bool:
     setting = os.environ.get("MICROFORMERS_PROMPT_PRODUCTS", "auto")
     if setting not in ("auto", "native", "torch"):
-        raise ValueError(
+        raise ConfigError(
             f"microformers: MICROFORMERS_PROMPT_PRODUCTS={setting!r}; use 'auto' (the default), 'native' or 'torch'"
         )
     if setting != "auto":
         return setting == "native"
-    # MKL runs its AVX-512 sgemm on Intel CPUs (140-160 GFLOP/s on one Emerald Rapids core at 512 rows, near the
-    # core's peak: the 16-lane tiles reach 86-140 there) but its AVX2 code on AMD ones (~80 on a Zen 4 core,
+    # MKL runs its AVX-512 sgemm on Intel CPUs (SmolLM2's products at 512 rows 140-160 GFLOP/s on one Emerald Rapids
+    # core, near its peak; the 16-lane tiles 112-143 there) but its AVX2 code on AMD ones (~80 on a Zen 4 core,
     # where the 16-lane tiles reach 93-97).
     return _cpuinfo_field("vendor_id") != "GenuineIntel" or not torch.backends.mkl.is_available()
 

@@ -24,7 +24,7 @@ CACHE_LINE = 64
 _READ_ALIGNED = ("F32",)
 
 
-def _data_offsets(path: Path) -> dict[str, tuple[int, int]]:
+def _data_offsets(path: Path) -> dict[str, tuple[int, str]]:
     """Tensor name -> (its first byte's offset in the file, its dtype's safetensors name), from the header of a file
     safe_open has already checked (its header size and offsets are sane)."""
     with open(path, "rb") as file:
@@ -54,7 +54,7 @@ class LazySafetensors(Mapping[str, Any]):
 
         self._handles: dict[Path, Any] = {}
         self._where: dict[str, Path] = {}
-        self._offsets: dict[Path, dict[str, tuple[int, int]]] = {}
+        self._offsets: dict[Path, dict[str, tuple[int, str]]] = {}
         for path in files:
             try:
                 handle = safe_open(str(path), framework="pt")
