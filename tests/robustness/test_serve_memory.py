@@ -111,9 +111,11 @@ def test_one_long_request_peaks_at_its_own_cache_and_gives_it_back(path: str, re
     # as the cache), and for the native step its slab, a second copy of the cache; a cache for each of the 16
     # batch rows would be 16x. Measured on a Zen 4: batched 2.3x with MKL's products, 2.4-2.6x with the SDK's
     # 16-lane ones (the same allocations by torch's profiler; the first long request after start-up peaks
-    # highest), native 2.7x
+    # highest), native 2.7x. On an Intel Xeon (Emerald Rapids), where the prompt's products take MKL's AVX-512
+    # sgemm: batched 2.9-3.2x (MKL's own memory manager keeps buffers: 2.7-3.0x with MKL_DISABLE_FAST_MM=1),
+    # 2.6x with the SDK's products; native 2.6x
     grew = peak - idle
-    assert grew <= (3.0 if path == "batched" else 3.5) * own_cache, f"the peak RSS grew by {grew / MIB:.0f} MiB"
+    assert grew <= 3.5 * own_cache, f"the peak RSS grew by {grew / MIB:.0f} MiB"
     assert grew >= 0.5 * own_cache  # the measure sees the cache at all
     time.sleep(0.5)
     kept = _status(pid, "VmRSS") - idle
