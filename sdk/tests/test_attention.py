@@ -289,10 +289,11 @@ needs_native_attention = pytest.mark.skipif(
 @needs_native_attention
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
-    "q_len,heads,kv_heads,dim", [(1, 2, 2, 16), (17, 4, 2, 64), (64, 3, 1, 32), (65, 4, 4, 80), (300, 6, 2, 128)]
+    "q_len,heads,kv_heads,dim",
+    [(1, 2, 2, 16), (17, 4, 2, 64), (33, 2, 1, 48), (64, 3, 1, 32), (65, 4, 4, 80), (300, 6, 2, 128)],
 )
 def test_native_causal_attention_is_causal_attention(q_len: int, heads: int, kv_heads: int, dim: int, threads: int) -> None:
-    """Prompts shorter and longer than a block of 64, on its edges, head sizes of one to eight vectors (80: a block of
+    """Prompts shorter and longer than a block of 32 queries and of 64 keys, on their edges, head sizes of one to eight vectors (80: a block of
     values not a multiple of 64), grouped heads, queries laid out as a model's projections give them (tokens before
     heads), one or two threads: causal attention, as a float64 reference computes it."""
     query, key, value = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in _qkv(q_len, q_len, heads, kv_heads, dim))
@@ -309,6 +310,19 @@ def test_native_causal_attention_is_causal_attention(q_len: int, heads: int, kv_
     scaled = native.causal_attention(query, key, value, 0.3)
     assert scaled is not None
     torch.testing.assert_close(scaled, _reference(query * (0.3 * dim**0.5), key, value, causal), rtol=1e-4, atol=1e-5)
+
+
+@needs_native_attention
+@pytest.mark.parametrize("growth", [-3.0, 3.0])
+def test_native_causal_attention_follows_a_running_max_that_grows_or_stays(growth: float) -> None:
+    """Keys scaled up along the prompt (each block of keys passes the running max of the scores, so the sums so far
+    are rescaled) or down (the first keys keep the max): causal attention, as a float64 reference computes it."""
+    query, key, value = _qkv(200, 200, 4, 2, 64, seed=1)
+    key = key * torch.linspace(1.0, 1.0 + growth, 200).clamp(min=0.1).view(1, 1, 200, 1)
+    out = native.causal_attention(query, key, value, 64**-0.5)
+    assert out is not None
+    causal = torch.ones(200, 200, dtype=torch.bool).tril()
+    torch.testing.assert_close(out, _reference(query, key, value, causal), rtol=1e-4, atol=1e-5)
 
 
 @needs_native_attention
