@@ -294,8 +294,9 @@ needs_native_attention = pytest.mark.skipif(
 )
 def test_native_causal_attention_is_causal_attention(q_len: int, heads: int, kv_heads: int, dim: int, threads: int) -> None:
     """Prompts shorter and longer than a block of 32 queries and of 64 keys, on their edges, head sizes of one to
-    eight vectors (80: a block of values not a multiple of 64), grouped heads, queries laid out as a model's projections give them (tokens before
-    heads), one or two threads: causal attention, as a float64 reference computes it."""
+    eight vectors (80: a block of values not a multiple of 64), grouped heads, queries laid out as a model's
+    projections give them (tokens before heads), one or two threads: causal attention, as a float64 reference
+    computes it."""
     query, key, value = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in _qkv(q_len, q_len, heads, kv_heads, dim))
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
