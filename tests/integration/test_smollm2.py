@@ -87,9 +87,9 @@ def test_logits_match_reference(ours, reference):
     # any AVX-512 CPU the attention and norms are the SDK's: they round differently, here by up to 1.5e-4 (logits
     # of about 15), as far apart as each float32 forward is from the float64 one. Then the float64 forward decides:
     # ours must be as accurate as the reference's. The largest of 10M errors moves by a tenth with any change of
-    # summation order (on an Emerald Rapids core ours 1.13e-4 and 1.26e-4 with two attention kernels, the
-    # reference's 1.24e-4); their root mean square moves by a few percent (1.55e-5, 1.60e-5; 1.62e-5), and with
-    # the SDK's 16-lane products it is half the reference's (8.3e-6).
+    # summation order (on an Emerald Rapids core ours 1.13e-4, 1.26e-4 and 1.17e-4 with three versions of the
+    # attention kernel, the reference's 1.24e-4); their root mean square moves by a few percent (1.55e-5, 1.60e-5,
+    # 1.52e-5; 1.62e-5), and with the SDK's 16-lane products it is half the reference's (8.3e-6).
     exact_model = microformers.AutoModelForCausalLM.from_pretrained("smollm2-135m-instruct", dtype=torch.float64)
     with torch.no_grad():
         exact = exact_model(ids).logits

@@ -52,26 +52,41 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 constexpr int64_t kBlock = 64;  // keys per block
 constexpr int64_t kQueries = 32;  // queries per block
 
-// exp of sixteen floats (decoder_layers.h's exp_poly, as exp8; 2^n applied by scalef)
-MF_AVX512 inline __m512 exp16(__m512 x) {
-  using namespace mfsdk::step::exp_poly;
-  const __m512 lowest = _mm512_set1_ps(kLowest);
-  const __mmask16 normal = _mm512_cmp_ps_mask(x, lowest, _CMP_GE_OQ);
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lowest), _mm512_set1_ps(kHighest));
-  const __m512 nf =
-      _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Hi)));
-  r = _mm512_sub_ps(r, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Lo)));
-  __m512 p = _mm512_set1_ps(kC[0]);
-  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[i]));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_maskz_scalef_ps(normal, p, nf);
+// 2^t of sixteen floats t <= 0 (a score's distance below its row's max, in bits), 0 in the lanes not in ``keep``
+// and where t < -126 (past float32's normal range). 2^t = 2^n 2^f, n = t rounded, f in [-1/2, 1/2]: 2^f by a
+// degree-6 polynomial (a Chebyshev fit: 1e-7 from 2^f at worst in float32), 2^n applied by scalef.
+constexpr float kPow2[7] = {1.0f, 0.69314718246f, 0.24022650719f, 0.05550327152f, 0.00961802527f, 0.00134004327f,
+                            0.00015469732f};
+MF_AVX512 inline __m512 exp2_kept(__m512 t, __mmask16 keep) {
+  keep &= _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.f), _CMP_GE_OQ);
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(kPow2[6]);
+  for (int i = 5; i >= 0; --i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kPow2[i]));
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 struct Rows {  // one head's rows: row t at data + t * stride, D values each
   const float* data;
   int64_t stride;
 };
+
+// out[g][c] = q[g] . key c (c < 16 C, keys [D, kBlock] transposed; out rows kBlock apart), four queries at a time
+template <int C>
+MF_AVX512 inline void score_keys(const float* const q[4], const float* keys, int64_t D, float* out) {
+  __m512 sums[4][C];
+  MF_UNROLL for (int g = 0; g < 4; ++g) MF_UNROLL for (int c = 0; c < C; ++c) sums[g][c] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    __m512 kv[C];
+    MF_UNROLL for (int c = 0; c < C; ++c) kv[c] = _mm512_loadu_ps(keys + d * kBlock + 16 * c);
+    MF_UNROLL for (int g = 0; g < 4; ++g) {
+      const __m512 qv = _mm512_set1_ps(q[g][d]);
+      MF_UNROLL for (int c = 0; c < C; ++c) sums[g][c] = _mm512_fmadd_ps(qv, kv[c], sums[g][c]);
+    }
+  }
+  MF_UNROLL for (int g = 0; g < 4; ++g) MF_UNROLL for (int c = 0; c < C; ++c)
+    _mm512_storeu_ps(out + g * kBlock + 16 * c, sums[g][c]);
+}
 
 // o[g] (rows g < g_rows of o, D apart) += sum over c < keys of p[g * kBlock + c] * v row c (16 * V values, rows
 // v_stride apart), for four queries at a time
@@ -104,26 +119,24 @@ MF_AVX512 void attend_block(Rows q, const float* kt, Rows v, float* out, int64_t
   std::fill(acc, acc + kQueries * D, 0.f);
   const int64_t last = i0 + rows - 1;
   for (int64_t j0 = 0; j0 <= last; j0 += kBlock) {
-    // scores[r][c] = q_{i0 + r} . k_{j0 + c}, four queries x 64 keys at a time
+    // scores[r][c] = q_{i0 + r} . k_{j0 + c}, four queries x up to 64 keys at a time (the keys up to the group's
+    // last query: the softmax hides the others)
     const float* keys = kt + j0 * D;  // the block's keys, [D, kBlock] (16 KB for D = 64: stays in L1)
     for (int64_t r = 0; r < rows; r += 4) {
       const float* qr[4];
       for (int g = 0; g < 4; ++g) qr[g] = q.data + std::min(i0 + r + g, last) * q.stride;  // past the end: unused
-      __m512 s[4][4];
-      MF_UNROLL for (int g = 0; g < 4; ++g) MF_UNROLL for (int c = 0; c < 4; ++c) s[g][c] = _mm512_setzero_ps();
-      for (int64_t d = 0; d < D; ++d) {
-        __m512 kv[4];
-        MF_UNROLL for (int c = 0; c < 4; ++c) kv[c] = _mm512_loadu_ps(keys + d * kBlock + 16 * c);
-        MF_UNROLL for (int g = 0; g < 4; ++g) {
-          const __m512 qv = _mm512_set1_ps(qr[g][d]);
-          MF_UNROLL for (int c = 0; c < 4; ++c) s[g][c] = _mm512_fmadd_ps(qv, kv[c], s[g][c]);
-        }
+      float* out_rows = scores + r * kBlock;
+      switch (std::min<int64_t>(4, (std::min(i0 + r + 3, last) - j0) / 16 + 1)) {
+        case 4: score_keys<4>(qr, keys, D, out_rows); break;
+        case 3: score_keys<3>(qr, keys, D, out_rows); break;
+        case 2: score_keys<2>(qr, keys, D, out_rows); break;
+        default: score_keys<1>(qr, keys, D, out_rows);
       }
-      MF_UNROLL for (int g = 0; g < 4; ++g) MF_UNROLL for (int c = 0; c < 4; ++c)
-        _mm512_storeu_ps(scores + (r + g) * kBlock + 16 * c, s[g][c]);
     }
-    // the running softmax: scale, hide the keys after each query, exponentiate against the new max
-    const __m512 scale_v = _mm512_set1_ps(scale), hidden = _mm512_set1_ps(-INFINITY);
+    // the running softmax, in bits: t = (score - the row's max) * scale * log2(e), one rounding (an FMA against
+    // the max times the same factor), 2^t for the keys up to each query and 0 after it
+    const float bits = scale * mfsdk::step::exp_poly::kLog2e;
+    const __m512 bits_v = _mm512_set1_ps(bits), lowest = _mm512_set1_ps(-INFINITY);
     int64_t widest = 0;  // keys the block's last query sees
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t seen = std::min(kBlock, i0 + r - j0 + 1);  // keys j0 .. i0 + r
@@ -133,25 +146,26 @@ MF_AVX512 void attend_block(Rows q, const float* kt, Rows v, float* out, int64_t
         continue;
       }
       widest = std::max(widest, seen);
-      __m512 x[4], top = hidden;
+      __m512 x[4], top = lowest;
+      __mmask16 lanes[4];
       MF_UNROLL for (int c = 0; c < 4; ++c) {
         const int64_t inside = std::clamp<int64_t>(seen - 16 * c, 0, 16);
-        const __mmask16 lanes = static_cast<__mmask16>((1u << inside) - 1);
-        x[c] = _mm512_mask_mov_ps(hidden, lanes, _mm512_mul_ps(_mm512_loadu_ps(row + 16 * c), scale_v));
-        top = _mm512_max_ps(top, x[c]);
+        lanes[c] = static_cast<__mmask16>((1u << inside) - 1);
+        x[c] = _mm512_loadu_ps(row + 16 * c);
+        top = _mm512_mask_max_ps(top, lanes[c], top, x[c]);
       }
-      // the max and the rescaling only where a score passes the running max (mostly the first blocks); else the
-      // max stays and the factor would be exp(0) = 1
+      // the max (of the raw scores: the scale is positive) and the rescaling only where a score passes the running
+      // max (mostly in the first blocks); else the max stays and the factor would be 2^0 = 1
       float shrink = 1.f;
       if (_mm512_cmp_ps_mask(top, _mm512_set1_ps(best[r]), _CMP_GT_OQ)) {
         const float new_best = _mm512_reduce_max_ps(top);
-        shrink = std::exp(best[r] - new_best);  // 0 for the first block (best was -inf)
+        shrink = std::exp2((best[r] - new_best) * bits);  // 0 for the first block (best was -inf)
         best[r] = new_best;
       }
-      const __m512 base = _mm512_set1_ps(best[r]);
+      const __m512 base = _mm512_set1_ps(best[r] * bits);
       __m512 sum = _mm512_setzero_ps();
       MF_UNROLL for (int c = 0; c < 4; ++c) {
-        const __m512 p = exp16(_mm512_sub_ps(x[c], base));
+        const __m512 p = exp2_kept(_mm512_fmsub_ps(x[c], bits_v, base), lanes[c]);
         _mm512_storeu_ps(row + 16 * c, p);
         sum = _mm512_add_ps(sum, p);
       }
