@@ -327,6 +327,20 @@ def test_native_causal_attention_follows_a_running_max_that_grows_or_stays(growt
 
 
 @needs_native_attention
+def test_native_causal_attention_gives_nan_to_the_queries_that_see_a_nan_key() -> None:
+    """A NaN in one key (an overflowed activation) makes the outputs of every query that sees it NaN, as torch's
+    attention does, and leaves the queries before it alone."""
+    query, key, value = _qkv(100, 100, 2, 1, 64, seed=2)
+    key[:, :, 70, 5] = math.nan
+    out = native.causal_attention(query, key, value, 0.125)
+    assert out is not None
+    assert out[:, :, 70:].isnan().any(-1).all()
+    assert not out[:, :, :70].isnan().any()
+    causal = torch.ones(100, 100, dtype=torch.bool).tril()
+    torch.testing.assert_close(out[:, :, :70], _reference(query, key, value, causal)[:, :, :70], rtol=1e-4, atol=1e-5)
+
+
+@needs_native_attention
 def test_native_causal_attention_declines_shapes_it_does_not_take_and_names_bad_ones() -> None:
     query, key, value = _qkv(40, 40, dim=8)  # head size not a multiple of 16: torch's kernel
     assert native.causal_attention(query, key, value, 0.3) is None

@@ -54,12 +54,12 @@ constexpr int64_t kBlock = 64;  // keys per block
 constexpr int64_t kQueries = 32;  // queries per block
 
 // 2^t of sixteen floats t <= 0 (a score's distance below its row's max, in bits), 0 in the lanes not in ``keep``
-// and where t < -126 (past float32's normal range). 2^t = 2^n 2^f, n = t rounded, f in [-1/2, 1/2]: 2^f by a
+// and where t < -126 (past float32's normal range); a NaN stays NaN. 2^t = 2^n 2^f, n = t rounded, f in [-1/2, 1/2]: 2^f by a
 // degree-6 polynomial (a Chebyshev fit: 1e-7 from 2^f at worst in float32), 2^n applied by scalef.
 constexpr float kPow2[7] = {1.0f, 0.69314718246f, 0.24022650719f, 0.05550327152f, 0.00961802527f, 0.00134004327f,
                             0.00015469732f};
 MF_AVX512 inline __m512 exp2_kept(__m512 t, __mmask16 keep) {
-  keep &= _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.f), _CMP_GE_OQ);
+  keep &= _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.f), _CMP_NLT_UQ);
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
   __m512 p = _mm512_set1_ps(kPow2[6]);
