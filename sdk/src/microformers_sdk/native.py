@@ -352,12 +352,13 @@ def eager_cpu_inference(x: torch.Tensor) -> bool:
 def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor | None:
     """Causal attention of a prompt over itself: ``query`` [batch, heads, tokens, head_dim] and ``key``/``value``
     [batch, kv_heads, tokens, head_dim] (heads a multiple of kv_heads, a query head reading key/value head
-    ``h // (heads // kv_heads)``), float32 on the CPU with ``head_dim`` a multiple of 16 and contiguous, in 64 x 64
-    blocks up to the diagonal with a running softmax (AVX-512); the result laid out as torch's SDPA lays it out.
-    None where :func:`wide_products_available` is False or the shapes do not fit.
+    ``h // (heads // kv_heads)``), float32 on the CPU with ``head_dim`` a multiple of 16 and contiguous, in blocks of
+    32 queries x 64 keys up to the diagonal with a running softmax (AVX-512); the result laid out as torch's SDPA
+    lays it out. None where :func:`wide_products_available` is False or the shapes do not fit.
 
     torch's CPU flash kernel computes the scores above the diagonal of its 512-key blocks before masking them:
-    SmolLM2's attention at 2,048 tokens 1.3x, at 512 1.5x faster on a Zen 4 core; the same result up to rounding."""
+    SmolLM2's attention at 2,048 tokens 1.3x, at 512 1.5x faster on a Zen 4 core (before 2026-11-29's rework),
+    1.4x and 2x on an Emerald Rapids core; the same result up to rounding, and a NaN score gives NaN as there."""
     if not (
         wide_products_available()
         and query.dtype == key.dtype == value.dtype == torch.float32
