@@ -288,6 +288,47 @@ def test_rms_norm_names_a_weight_of_the_wrong_size() -> None:
         native.rms_norm(torch.randn(2, 8), torch.randn(7), 1e-6)
 
 
+def _rotate_by_formula(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+@needs_native_ops()
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("batch,heads,tokens,head_dim,tables", [(1, 9, 70, 64, 1), (2, 3, 5, 10, 2), (2, 4, 1, 128, 1)])
+def test_rotary_in_one_pass_is_the_formula_to_the_bit(
+    batch: int, heads: int, tokens: int, head_dim: int, tables: int, threads: int
+) -> None:
+    """Queries laid out as a model's projections give them (tokens before heads) and contiguous ones, tables shared
+    by the batch or one per row, head sizes with and without a tail past a vector, one or two threads: the values
+    of ``x * cos + rotate_half(x) * sin``, in x's layout."""
+    torch.manual_seed(head_dim)
+    x = torch.randn(batch, tokens, heads, head_dim).transpose(1, 2)  # [B, H, T, D] over [B, T, H, D] memory
+    angles = torch.randn(tables, 1, tokens, head_dim) * 3
+    cos, sin = angles.cos(), angles.sin()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for layout in (x, x.contiguous()):
+            out = native.rotate_half_split(layout, cos, sin)
+            assert out is not None and out.stride() == layout.stride()
+            # exact: the same IEEE products and sums in the same order as the formula (no fused multiply-add)
+            assert torch.equal(out, _rotate_by_formula(layout, cos, sin))
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_native_ops()
+def test_rotary_in_one_pass_declines_tables_it_does_not_take() -> None:
+    x = torch.randn(1, 2, 3, 8)
+    cos = torch.randn(1, 1, 3, 8)
+    assert native.rotate_half_split(x, cos.double(), cos.double()) is None  # float64 tables
+    assert native.rotate_half_split(x, cos.expand(1, 2, 3, 8), cos.expand(1, 2, 3, 8)) is None  # one per head
+    assert native.rotate_half_split(x[..., :6], cos[..., :6], cos[..., :6]) is not None  # (a partial rotary's slice)
+    with pytest.raises(RuntimeError, match="rotate_half_split: cos and sin must be contiguous float32"):
+        torch.ops.mfsdk.rotate_half_split(x, cos.reshape(1, 3, 8)[:, :2], cos.reshape(1, 3, 8)[:, :2])
+
+
 @needs_native_ops()
 def test_a_row_narrower_than_one_vector_is_the_plain_float32_sum() -> None:
     """Below 8 inputs every output is x0*w0 + x1*w1 + ... in float32, each product rounded on its own (no fused

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from microformers import ConfigError
+from microformers_sdk import native
 from microformers_sdk.rope_settings import RopeSettings, rope_settings_from_config
 from microformers_sdk.rotary import RotaryEmbedding, apply_rotary_pos_emb, compute_inv_freq, rotate_half
+from microformers_sdk.testing import needs_native_ops
 
 # From test_rotary_full_mutants.py: ``microformers_sdk.rotary``: behaviour the fourth (full) mutation run found
 # unasserted (docs/reliability.md, "Fourth pass"). Frequencies and attention factors are checked against the
@@ -217,3 +219,27 @@ def test_query_and_key_are_both_rotated(head_dim: int) -> None:
         expected = part * cos[:, None] + rotate_half(part) * sin[:, None]
         torch.testing.assert_close(rotated[..., :8], expected)
         torch.testing.assert_close(rotated[..., 8:], original[..., 8:])
+
+
+@needs_native_ops()
+def test_rotation_without_gradients_takes_the_native_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inference rotates queries and keys through the SDK's one-pass op, training through the formula (autograd
+    records it); both give the same values."""
+    calls = []
+    real = native.rotate_half_split
+
+    def counted(*args: torch.Tensor) -> torch.Tensor | None:
+        calls.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(native, "rotate_half_split", counted)
+    torch.manual_seed(0)
+    cos, sin = RotaryEmbedding(_settings())(torch.arange(6).expand(2, 6))
+    query, key = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8)
+    with torch.no_grad():
+        inferred = apply_rotary_pos_emb(query, key, cos, sin)
+    assert calls == [query.shape, key.shape]
+    trained = apply_rotary_pos_emb(query.requires_grad_(), key, cos, sin)
+    assert len(calls) == 2 and trained[0].requires_grad
+    for a, b in zip(inferred, trained):
+        assert torch.equal(a, b.detach())  # exact: the same IEEE products and sums in the same order

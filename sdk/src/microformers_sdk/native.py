@@ -44,7 +44,7 @@ __all__ = [
     "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "WIDE_FROM_ROWS", "NativeUnavailable", "build_ops",
     "cached_library", "causal_attention", "cpu_flags", "eager_cpu_inference", "extension_report", "few_rows_linear",
     "many_rows_linear", "native_isa", "native_ops_available", "native_prompt_products", "native_report", "rms_norm",
-    "unavailable_reason", "wide_products_available",
+    "rotate_half_split", "unavailable_reason", "wide_products_available",
 ]  # fmt: skip
 
 logger = logging.getLogger("microformers")
@@ -64,6 +64,7 @@ _OPS = (
     "use_wide_products",
     "float_decoder_step",
     "rms_norm",
+    "rotate_half_split",
     "causal_attention",
 )
 _lock = threading.Lock()
@@ -336,6 +337,26 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     if not native_ops_available():
         return None
     return torch.ops.mfsdk.rms_norm(x, weight.contiguous(), eps)
+
+
+def rotate_half_split(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
+    """``x * cos + rotate_half(x) * sin`` in one pass, the same values to the bit: ``x`` float32 [batch, heads,
+    tokens, head_dim] on the CPU with contiguous rows, ``cos``/``sin`` [batch or 1, 1, tokens, head_dim] (a
+    model's rotary tables unsqueezed for the heads). None where the native ops are unavailable or the shapes differ.
+    """
+    if not (
+        x.dtype == cos.dtype == sin.dtype == torch.float32
+        and x.dim() == cos.dim() == 4
+        and cos.shape == sin.shape
+        and cos.shape[1] == 1
+        and cos.shape[0] in (1, x.shape[0])
+        and cos.shape[2:] == x.shape[2:]
+        and x.shape[-1] % 2 == 0
+        and x.stride(-1) == 1
+        and native_ops_available()
+    ):
+        return None
+    return torch.ops.mfsdk.rotate_half_split(x, cos.squeeze(1).contiguous(), sin.squeeze(1).contiguous())
 
 
 def eager_cpu_inference(x: torch.Tensor) -> bool:

@@ -15,6 +15,7 @@ from torch import nn
 
 from microformers.errors import ConfigError
 
+from . import native
 from .rope_settings import (
     SUPPORTED_ROPE_TYPES,
     RopeSettings,
@@ -193,11 +194,17 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     """``x * cos + rotate_half(x) * sin`` for ``x`` ``(..., dim)`` and ``cos``/``sin`` broadcastable to it.
 
     Without gradients it is the same arithmetic with fewer, smaller temporaries (the formula makes a
-    negation, a concatenation, two products and a sum): one product, then each half's product added in place.
+    negation, a concatenation, two products and a sum): on the CPU in float32 the SDK's one-pass op
+    (:func:`~microformers_sdk.native.rotate_half_split`, where the native ops are built), elsewhere one product,
+    then each half's product added in place.
     """
     differentiable = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)
     if differentiable or torch.jit.is_tracing():  # (a trace records one graph, with or without gradients)
         return x * cos + rotate_half(x) * sin
+    if native.eager_cpu_inference(x):
+        rotated = native.rotate_half_split(x, cos, sin)
+        if rotated is not None:
+            return rotated
     half = x.shape[-1] // 2
     out = x * cos
     # Products first, then one rounding per sum, so the result is the formula's to the bit (no fused multiply-add).
