@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from microformers import CheckpointError, ConfigError, FileMissingError
 from microformers.formats import parse_size, plan_shards, save_sharded, shard_file_names
 from microformers.formats.bin_format import PYTORCH_BIN, PytorchBinFormat
-from microformers.formats.safetensors_format import SAFETENSORS, SafetensorsFormat, variant_name
+from microformers.formats.safetensors_format import SAFETENSORS, SafetensorsFormat, tensor_entries, variant_name
 from microformers.weights import FormatRefused
 
 # From test_formats_full_mutants.py: ``microformers.formats`` (sharding, safetensors, legacy ``.bin``): behaviour
@@ -216,3 +216,20 @@ def test_float32_tensors_off_a_cache_line_are_read_into_aligned_memory(tmp_path:
             assert loaded.data_ptr() % 64 == 0, name
         elif name in in_place:
             assert loaded.data_ptr() % 64 == in_place[name], name  # a view of the mapping, as it lies
+
+
+def test_header_entries_give_each_tensor_its_offset_dtype_and_shape(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.zeros(3, dtype=torch.float16), "b": torch.arange(6, dtype=torch.float32).view(2, 3)}, str(path))
+    entries = tensor_entries(path)
+    assert {name: entry[1:] for name, entry in entries.items()} == {"a": ("F16", (3,)), "b": ("F32", (2, 3))}
+    with open(path, "rb") as file:
+        file.seek(entries["b"][0])
+        assert torch.equal(torch.frombuffer(bytearray(file.read(24)), dtype=torch.float32), torch.arange(6.0))
+
+
+def test_a_header_longer_than_its_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    path.write_bytes((2**62).to_bytes(8, "little") + b"{}")  # a hostile size: reading it would allocate 4 EiB
+    with pytest.raises(CheckpointError, match=r"model.safetensors has no readable safetensors header .*re-save"):
+        tensor_entries(path)

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ import attrs
 from .devices import AUTOMATIC_DEVICE_MAPS, check_device
 from .devices import available_memory as system_available_memory
 from .errors import CheckpointError, ConfigError, DeviceError
+from .formats.safetensors_format import read_bytes_into, tensor_entries
 
 if TYPE_CHECKING:
     import torch
@@ -515,9 +515,7 @@ class OffloadedTensor:
         count = math.prod(self.shape)
         data = torch.empty(count * stored.itemsize, dtype=torch.uint8)
         if count:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                read = handle.readinto(memoryview(data.numpy()))
+            read = read_bytes_into(self.path, self.offset, data)
             if read != data.numel():
                 raise CheckpointError(
                     f"{self.path} ended after {read} of {data.numel()} bytes of an offloaded tensor; the file was "
@@ -566,20 +564,11 @@ def _safetensors_headers(files: list[Path]) -> dict[str, tuple[Path, int, str, t
         return None
     found: dict[str, tuple[Path, int, str, tuple[int, ...]]] = {}
     for path in files:
-        try:
-            with open(path, "rb") as handle:
-                (length,) = struct.unpack("<Q", handle.read(8))
-                header = json.loads(handle.read(length))
-        except (OSError, ValueError, struct.error) as exc:
-            raise CheckpointError(f"{path} has no readable safetensors header ({exc}); re-save the checkpoint") from exc
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            dtype = _SAFETENSORS_DTYPES.get(info.get("dtype"))
+        for name, (offset, stored, shape) in tensor_entries(Path(path)).items():
+            dtype = _SAFETENSORS_DTYPES.get(stored)
             if dtype is None:
                 return None  # a dtype this reader does not know: the format's own reader handles the file
-            begin, _ = info["data_offsets"]
-            found[name] = (Path(path), 8 + length + begin, dtype, tuple(info["shape"]))
+            found[name] = (Path(path), offset, dtype, shape)
     return found
 
 

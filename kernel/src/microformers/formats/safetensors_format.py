@@ -24,18 +24,33 @@ CACHE_LINE = 64
 _READ_ALIGNED = ("F32",)
 
 
-def _data_offsets(path: Path) -> dict[str, tuple[int, str]]:
-    """Tensor name -> (its first byte's offset in the file, its dtype's safetensors name), from the header of a file
-    safe_open has already checked (its header size and offsets are sane)."""
+def tensor_entries(path: Path) -> dict[str, tuple[int, str, tuple[int, ...]]]:
+    """Tensor name -> (its first byte's offset in the file, its dtype's safetensors name, its shape), from the header
+    of safetensors file ``path``; a CheckpointError where the header cannot be read."""
+    try:
+        with open(path, "rb") as file:
+            length = int.from_bytes(file.read(8), "little")
+            if length > os.path.getsize(path) - 8:
+                raise ValueError(f"a header of {length} bytes in a file of {os.path.getsize(path)}")
+            header = json.loads(file.read(length))
+        start = 8 + length
+        return {
+            name: (start + int(entry["data_offsets"][0]), entry["dtype"], tuple(entry["shape"]))
+            for name, entry in header.items()
+            if name != "__metadata__"
+        }
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CheckpointError(f"{path} has no readable safetensors header ({exc}); re-save the checkpoint") from exc
+
+
+def read_bytes_into(path: Path, offset: int, buffer: Any) -> int:
+    """Fill ``buffer`` (a contiguous CPU tensor) with its size in bytes of ``path`` from ``offset``; returns the bytes
+    read (fewer where the file ends first)."""
+    import torch
+
     with open(path, "rb") as file:
-        length = int.from_bytes(file.read(8), "little")
-        header = json.loads(file.read(length))
-    start = 8 + length
-    return {
-        name: (start + int(entry["data_offsets"][0]), entry["dtype"])
-        for name, entry in header.items()
-        if name != "__metadata__"
-    }
+        file.seek(offset)
+        return file.readinto(buffer.view(-1).view(torch.uint8).numpy())
 
 
 class LazySafetensors(Mapping[str, Any]):
@@ -54,7 +69,7 @@ class LazySafetensors(Mapping[str, Any]):
 
         self._handles: dict[Path, Any] = {}
         self._where: dict[str, Path] = {}
-        self._offsets: dict[Path, dict[str, tuple[int, str]]] = {}
+        self._entries: dict[Path, dict[str, tuple[int, str, tuple[int, ...]]]] = {}
         for path in files:
             try:
                 handle = safe_open(str(path), framework="pt")
@@ -77,10 +92,10 @@ class LazySafetensors(Mapping[str, Any]):
             tensor = self._handles[path].get_tensor(name)
             if tensor.device.type != "cpu" or tensor.data_ptr() % CACHE_LINE == 0 or sys.byteorder != "little":
                 return tensor
-            offsets = self._offsets.get(path)
-            if offsets is None:
-                offsets = self._offsets[path] = _data_offsets(path)
-            offset, dtype = offsets[name]
+            entries = self._entries.get(path)
+            if entries is None:
+                entries = self._entries[path] = tensor_entries(path)
+            offset, dtype, _ = entries[name]
             return tensor if dtype not in _READ_ALIGNED else _read_into_fresh_memory(path, offset, tensor)
         except CheckpointError:
             raise
@@ -110,9 +125,7 @@ def _read_into_fresh_memory(path: Path, offset: int, mapped: Any) -> Any:
     size = fresh.numel() * fresh.element_size()
     if size == 0:
         return fresh
-    with open(path, "rb") as file:
-        file.seek(offset)
-        read = file.readinto(fresh.view(-1).view(torch.uint8).numpy())
+    read = read_bytes_into(path, offset, fresh)
     if read != size:
         raise CheckpointError(f"{path} ends inside a tensor ({read} of {size} bytes); re-download or re-save it")
     return fresh
