@@ -115,7 +115,7 @@ def test_row_linear_takes_the_16_lane_product_for_more_than_few_rows(monkeypatch
 @needs_wide_products
 def test_row_linear_leaves_prompts_to_torch_where_its_blas_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where MKL runs its AVX-512 code (Intel's CPUs), more than FEW_ROWS_MAX rows go to F.linear; fewer still take
-    the native product (48 and more rows in the 16-lane order)."""
+    the native product (WIDE_FROM_ROWS and more rows in the 16-lane order)."""
     monkeypatch.setattr(native, "_NATIVE_PROMPT_PRODUCTS", False)
     monkeypatch.setattr(layers, "many_rows_linear", lambda *_: pytest.fail("a prompt took the 16-lane product"))
     weight = torch.randn(40, 24)
@@ -124,7 +124,7 @@ def test_row_linear_leaves_prompts_to_torch_where_its_blas_is_faster(monkeypatch
         # exact: row_linear hands the prompt to F.linear itself (same kernel, same shapes)
         assert torch.equal(layers.row_linear(prompt, weight), F.linear(prompt, weight))
         rows = prompt[: native.FEW_ROWS_MAX]
-        # exact: few_rows_linear sums 48 rows or more in many_rows_linear's order (few_rows.cpp's kWideFromRows)
+        # exact: few_rows_linear sums WIDE_FROM_ROWS rows or more in many_rows_linear's order
         assert torch.equal(layers.row_linear(rows, weight), native.many_rows_linear(rows, weight, None))
 
 
@@ -148,6 +148,21 @@ def test_prompt_products_follow_the_cpu_vendor_or_the_environment(
     else:
         monkeypatch.setenv("MICROFORMERS_PROMPT_PRODUCTS", setting)
     assert native._native_prompt_products() is expected
+
+
+@pytest.mark.parametrize("vendor,rows", [("GenuineIntel", 16), ("AuthenticAMD", 48)])
+def test_the_16_lane_products_start_at_the_row_count_measured_for_the_cpu_vendor(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, rows: int
+) -> None:
+    monkeypatch.setattr(native, "_cpuinfo_field", lambda name: vendor if name == "vendor_id" else "")
+    assert native._wide_from_rows() == rows
+
+
+@needs_wide_products
+def test_a_negative_wide_products_row_count_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="from_rows must be >= 0"):
+        torch.ops.mfsdk.use_wide_products(-1)
+    assert native.few_rows_linear(torch.ones(2, 3), torch.ones(4, 3), None) is not None  # the setting is unchanged
 
 
 def test_a_wrong_prompt_products_setting_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

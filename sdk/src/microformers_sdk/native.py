@@ -53,9 +53,6 @@ logger = logging.getLogger("microformers")
 # GEMM (MKL), which wins once enough rows amortise its packing (prefill). SmolLM2's products, one thread
 # (Zen 4, 2026-11-28): 1.5x MKL at 16 rows, 1.4x at 32, 1.1x at 64, on par at 128-512.
 FEW_ROWS_MAX = 128
-# From this many rows on (few_rows.cpp's kWideFromRows), where wide_products_available(), few_rows_linear sums in the
-# 16-lane order of many_rows_linear.
-WIDE_FROM_ROWS = 48
 
 # What microformers_sdk_ops registers (a process that loaded an older build lacks some: it builds again)
 _OPS = (
@@ -240,7 +237,7 @@ def _few_rows_available() -> bool:
                     logger.info("microformers-sdk: native few-row products unavailable (%s); using torch's", error)
                 _built["few_rows"] = error is None
             if _built["few_rows"]:
-                torch.ops.mfsdk.use_wide_products(_WIDE_ISA)
+                torch.ops.mfsdk.use_wide_products(WIDE_FROM_ROWS if _WIDE_ISA else 0)
         return _built["few_rows"]
 
 
@@ -282,6 +279,18 @@ def _wide_isa() -> bool:
 # Whether this CPU runs torch's AVX-512 kernels and has AVX-512F (read once; ``ATEN_CPU_CAPABILITY=avx2`` or
 # ``MICROFORMERS_WIDE_PRODUCTS=0`` turn the 16-lane products off).
 _WIDE_ISA = _wide_isa()
+
+
+# From this many rows on, where wide_products_available(), few_rows_linear and the native step sum in the 16-lane order
+# of many_rows_linear: from there its tiles are the faster. SmolLM2's products, one thread, weights streamed from
+# memory: on an Emerald Rapids core 16 rows 55 against 60 ms, 32 rows 74 against 110, 8 rows level, 2-4 rows the
+# 8-lane tiles faster (2026-11-29); on a Zen 4 core, measured before the 16-lane tiles pulled their next block in
+# through every tile, from about 48 rows (64 rows 1.05x, 128 rows 1.1x).
+def _wide_from_rows() -> int:
+    return 16 if _cpuinfo_field("vendor_id") == "GenuineIntel" else 48
+
+
+WIDE_FROM_ROWS = _wide_from_rows()
 
 
 def wide_products_available() -> bool:

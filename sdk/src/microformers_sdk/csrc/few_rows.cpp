@@ -8,7 +8,8 @@
 // (row, output) sum is one 8-lane accumulator over K (8 values at a time), then its lanes, then the tail in
 // order, whatever M is and however the rows are grouped, so a row's result is the same in every batch of
 // two or more rows. Where the 16-lane tiles are on (a CPU with AVX-512, use_wide_products), batches of
-// kWideFromRows (48) rows or more sum each output in their order instead (one 16-lane accumulator, the tail
+// wide_from_rows rows or more (the SDK's WIDE_FROM_ROWS: 16 on Intel CPUs, 48 elsewhere) sum each output in their
+// order instead (one 16-lane accumulator, the tail
 // masked into the same lanes, then the lanes), the same in every such batch. A single row keeps four
 // accumulators over 32 values at a time (then the 8-value tail into the first, the four added pairwise, the
 // lanes, the tail): one accumulator makes its chain of dependent adds the limit instead of memory (28 against
@@ -192,13 +193,13 @@ MF_AVX512 __attribute__((always_inline)) inline void sum_lanes16(const __m512* a
   _Pragma("GCC unroll 16") for (int i = 0; i < Count; ++i) sums[i] = lanes[4 * (i % 4) + i / 4];
 }
 
+// ``ahead``: ``lines`` cache lines (64 bytes each) from there into L2, requested before the tile computes.
 template <int R, int C>
-MF_AVX512 inline void tile16(const float* w, const float* x, int64_t K, float* out, int64_t N, const float* next) {
+MF_AVX512 inline void tile16(const float* w, const float* x, int64_t K, float* out, int64_t N, const char* ahead,
+                             int64_t lines) {
   __m512 acc[R][C];
   MF_UNROLL for (int r = 0; r < R; ++r) MF_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  if (next != nullptr)  // the tile that comes kAhead later, into L2
-    for (int64_t at = 0; at < K; at += 16)
-      MF_UNROLL for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(next + c * K + at), _MM_HINT_T1);
+  for (int64_t line = 0; line < lines; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) MF_SIXTEEN(k, 0xFFFF)
   if (k < K) {
@@ -218,12 +219,12 @@ MF_AVX512 inline void tile16(const float* w, const float* x, int64_t K, float* o
 
 template <int C>
 MF_AVX512 inline void rows_tile16(int64_t rows, const float* w, const float* x, int64_t K, float* out, int64_t N,
-                                  const float* next) {
+                                  const char* ahead, int64_t lines) {
   switch (rows) {
-    case 4: tile16<4, C>(w, x, K, out, N, next); break;
-    case 3: tile16<3, C>(w, x, K, out, N, next); break;
-    case 2: tile16<2, C>(w, x, K, out, N, next); break;
-    default: tile16<1, C>(w, x, K, out, N, next); break;
+    case 4: tile16<4, C>(w, x, K, out, N, ahead, lines); break;
+    case 3: tile16<3, C>(w, x, K, out, N, ahead, lines); break;
+    case 2: tile16<2, C>(w, x, K, out, N, ahead, lines); break;
+    default: tile16<1, C>(w, x, K, out, N, ahead, lines); break;
   }
 }
 
@@ -231,14 +232,26 @@ constexpr int64_t kWideWeights = 6;
 
 // weight_rows for many rows with the 16-lane tiles: a block of weight rows (256 KB, a quarter of the smallest L2 of
 // the CPUs with AVX-512 in use) sits in L2 while every group of four input rows goes over it, six weight rows at a
-// time; the first group pulls the next tiles into L2. Each block reads every input row once more: 128 KB blocks
-// (42 rows of 768, 21 of 1,536) made that the limit at 2,048 rows and at an inner size of 1,536 (SmolLM2's products
-// at 512 rows, one Emerald Rapids core: down projection 86 -> 112-116 GFLOP/s, 2,048 rows 113-121 -> 116-134).
+// time. Each block reads every input row once more: 128 KB blocks (42 rows of 768, 21 of 1,536) made that the limit
+// at 2,048 rows and at an inner size of 1,536 (SmolLM2's products at 512 rows, one Emerald Rapids core: down
+// projection 86 -> 112-116 GFLOP/s, 2,048 rows 113-121 -> 116-134).
+// The next block streams into L2 while this one computes, its cache lines shared out evenly over every tile of every
+// group, so memory and multiply-adds overlap; when only the first group pulled the block in (a few tiles ahead),
+// that group waited on memory while the others computed from L2, and the weights' stream added to the time instead
+// (SmolLM2's forward of 64 tokens, one Emerald Rapids core: a 56 ms part that did not depend on the token count).
+// The first block of a call comes in through the first group's tiles, the same way, kAhead tiles ahead.
 MF_AVX512 void weight_rows16(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* out, int64_t n0,
                              int64_t n1) {
   const int64_t block = std::max<int64_t>(kWideWeights, (int64_t{1} << 18) / (4 * K) / kWideWeights * kWideWeights);
+  const int64_t groups = (M + kTileRows - 1) / kTileRows;
   for (int64_t b = n0; b < n1; b += block) {
     const int64_t b_end = std::min(n1, b + block);
+    // the lines of the next block (contiguous: weight rows b_end onwards), a share per tile of this block's passes
+    const char* next_block = reinterpret_cast<const char*>(w + b_end * K);
+    const int64_t next_lines = (std::min(n1, b_end + block) - b_end) * K * 4 / 64;
+    const int64_t tiles = groups * ((b_end - b + kWideWeights - 1) / kWideWeights);
+    const int64_t share = (next_lines + tiles - 1) / tiles;
+    int64_t requested = 0;
     for (int64_t m = 0; m < M; m += kTileRows) {
       const int64_t rows = std::min(kTileRows, M - m);
       if (m + kTileRows < M) {  // the next group's rows into L2 while this one goes over the block
@@ -248,21 +261,34 @@ MF_AVX512 void weight_rows16(const float* x, int64_t M, int64_t K, const float* 
       }
       int64_t n = b;
       for (; n + kWideWeights <= b_end; n += kWideWeights) {
-        const int64_t ahead = n + kAhead * kWideWeights;
-        const float* next = m == 0 && ahead + kWideWeights <= n1 ? w + ahead * K : nullptr;
-        rows_tile16<kWideWeights>(rows, w + n * K, x + m * K, K, out + m * N + n, N, next);
+        const int64_t lines = std::min(share, next_lines - requested);
+        if (b == n0 && m == 0 && n + (kAhead + 1) * kWideWeights <= b_end) {  // the first block, kAhead tiles ahead
+          const float* first = w + (n + kAhead * kWideWeights) * K;
+          for (int c = 0; c < kWideWeights; ++c)
+            for (int64_t at = 0; at < K; at += 16) _mm_prefetch(reinterpret_cast<const char*>(first + c * K + at), _MM_HINT_T1);
+        }
+        rows_tile16<kWideWeights>(rows, w + n * K, x + m * K, K, out + m * N + n, N, next_block + 64 * requested,
+                                  lines);
+        requested += lines;
       }
-      for (; n < b_end; ++n) rows_tile16<1>(rows, w + n * K, x + m * K, K, out + m * N + n, N, nullptr);
+      for (; n < b_end; ++n) {
+        const int64_t lines = std::min(share, next_lines - requested);
+        rows_tile16<1>(rows, w + n * K, x + m * K, K, out + m * N + n, N, next_block + 64 * requested, lines);
+        requested += lines;
+      }
     }
   }
 }
 #endif
 
-// Whether products of kWideFromRows or more rows take the 16-lane tiles (use_wide_products: the SDK turns it on
-// where the CPU has AVX-512 and torch uses it). From about this many rows they are faster than the 8-lane ones
-// (SmolLM2's products at 64 rows 1.05x, at 128 1.1x on a Zen 4 core); below, the 8-lane tiles' prefetching wins.
-constexpr int64_t kWideFromRows = 48;
-std::atomic<bool> wide_products{false};
+// From how many rows products take the 16-lane tiles (0: never). use_wide_products sets it where the CPU has
+// AVX-512 and torch uses it, to the SDK's WIDE_FROM_ROWS, the row count from which they are the faster.
+std::atomic<int64_t> wide_from_rows{0};
+
+bool wide_for(int64_t rows) {
+  const int64_t from = wide_from_rows.load();
+  return from > 0 && rows >= from;
+}
 
 // Every weight of ``ws`` times the M rows of x in one parallel region split over the weights' rows together,
 // with the 16-lane tiles (``wide``) or the 8-lane ones; then the biases.
@@ -323,25 +349,26 @@ at::Tensor many_rows_linear(const at::Tensor& x, const at::Tensor& weight, const
 }
 
 at::Tensor few_rows_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  const bool wide = x.dim() == 2 && x.size(0) >= kWideFromRows && wide_products.load();
-  return checked_product(x, weight, bias, "few_rows_linear", wide);
+  return checked_product(x, weight, bias, "few_rows_linear", x.dim() == 2 && wide_for(x.size(0)));
 }
 
-void use_wide_products(bool on) {
-  TORCH_CHECK(!on || has_avx512(), "use_wide_products: this CPU has no AVX-512 (or the op was built without AVX2)");
-  wide_products.store(on);
+void use_wide_products(int64_t from_rows) {
+  TORCH_CHECK(from_rows >= 0, "use_wide_products: from_rows must be >= 0 (0: never), got ", from_rows);
+  TORCH_CHECK(from_rows == 0 || has_avx512(),
+              "use_wide_products: this CPU has no AVX-512 (or the op was built without AVX2)");
+  wide_from_rows.store(from_rows);
 }
 
 }  // namespace
 
 void mfsdk::few_rows_products(const float* xp, int64_t M, int64_t K, const FewRowsWeight* ws, int64_t count) {
-  products(xp, M, K, ws, count, M >= kWideFromRows && wide_products.load());
+  products(xp, M, K, ws, count, wide_for(M));
 }
 
 TORCH_LIBRARY_FRAGMENT(mfsdk, m) {
   m.def("few_rows_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");
   m.def("many_rows_linear(Tensor x, Tensor weight, Tensor bias) -> Tensor");
-  m.def("use_wide_products(bool on) -> ()", &use_wide_products);
+  m.def("use_wide_products(int from_rows) -> ()", &use_wide_products);
 }
 
 TORCH_LIBRARY_IMPL(mfsdk, CPU, m) {
