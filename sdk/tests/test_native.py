@@ -150,7 +150,7 @@ def test_prompt_products_follow_the_cpu_vendor_or_the_environment(
     assert native._native_prompt_products() is expected
 
 
-@pytest.mark.parametrize("vendor,rows", [("GenuineIntel", 16), ("AuthenticAMD", 48)])
+@pytest.mark.parametrize("vendor,rows", [("GenuineIntel", 8), ("AuthenticAMD", 48)])
 def test_the_16_lane_products_start_at_the_row_count_measured_for_the_cpu_vendor(
     monkeypatch: pytest.MonkeyPatch, vendor: str, rows: int
 ) -> None:

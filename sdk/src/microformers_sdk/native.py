@@ -283,11 +283,11 @@ _WIDE_ISA = _wide_isa()
 
 # From this many rows on, where wide_products_available(), few_rows_linear and the native step sum in the 16-lane order
 # of many_rows_linear: from there its tiles are the faster. SmolLM2's products, one thread, weights streamed from
-# memory: on an Emerald Rapids core 16 rows 55 against 60 ms, 32 rows 74 against 110, 8 rows level, 2-4 rows the
-# 8-lane tiles faster (2026-11-29); on a Zen 4 core, measured before the 16-lane tiles pulled their next block in
-# through every tile, from about 48 rows (64 rows 1.05x, 128 rows 1.1x).
+# memory: on an Emerald Rapids core 8 rows 43 against 49 ms, 16 rows 48 against 60, 32 rows 68 against 110, 4 rows
+# the 8-lane tiles faster (36 against 40; 2026-11-29); on a Zen 4 core, measured before the 16-lane tiles pulled
+# their next block in through every tile, from about 48 rows (64 rows 1.05x, 128 rows 1.1x).
 def _wide_from_rows() -> int:
-    return 16 if _cpuinfo_field("vendor_id") == "GenuineIntel" else 48
+    return 8 if _cpuinfo_field("vendor_id") == "GenuineIntel" else 48
 
 
 WIDE_FROM_ROWS = _wide_from_rows()
