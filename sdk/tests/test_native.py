@@ -162,7 +162,9 @@ def test_the_16_lane_products_start_at_the_row_count_measured_for_the_cpu_vendor
 def test_a_negative_wide_products_row_count_is_refused() -> None:
     with pytest.raises(RuntimeError, match="from_rows must be >= 0"):
         torch.ops.mfsdk.use_wide_products(-1)
-    assert native.few_rows_linear(torch.ones(2, 3), torch.ones(4, 3), None) is not None  # the setting is unchanged
+    x, weight = torch.randn(native.WIDE_FROM_ROWS, 40), torch.randn(24, 40)
+    # exact: the threshold is unchanged, so these rows still sum in many_rows_linear's order
+    assert torch.equal(native.few_rows_linear(x, weight, None), native.many_rows_linear(x, weight, None))
 
 
 def test_a_wrong_prompt_products_setting_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
