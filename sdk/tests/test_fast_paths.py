@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from microformers_sdk import layers
+from microformers_sdk import layers, native
 from microformers_sdk.cache import DynamicCache, StaticCache
 from microformers_sdk.layers import ACTIVATIONS, FusedGatedMLP, GatedMLP, RMSNorm, apply_linear, gated, row_linear
 from microformers_sdk.rotary import apply_rotary_pos_emb, rotate, rotate_half
@@ -156,14 +156,17 @@ def test_rotary_without_gradients_equals_the_formula_to_the_bit(partial: bool) -
 
 
 @pytest.mark.parametrize("act", ["silu", "gelu_pytorch_tanh", "relu"])
-def test_gated_product_without_gradients_equals_the_formula_to_the_bit(act: str) -> None:
+def test_gated_product_without_gradients_is_the_formula_written_in_place(act: str) -> None:
     torch.manual_seed(0)
     gate, up = torch.randn(3, 5, 24), torch.randn(3, 5, 24)
     fn = ACTIVATIONS[act]
     expected = fn(gate) * up
     with torch.no_grad():
         out = gated(fn, gate.clone(), up)
-    assert torch.equal(out, expected)  # exact: the same two element-wise ops, only written in place
+    if act == "silu" and native.native_ops_available():
+        assert_close(out, expected, rtol=2e-6, atol=1e-6)  # the native step's SiLU: its own exp (test_native.py)
+    else:
+        assert torch.equal(out, expected)  # exact: the same two element-wise ops, only written in place
     leaf = gate.clone().requires_grad_(True)
     with_grad = gated(fn, leaf, up)
     with_grad.sum().backward()  # nothing written in place where autograd needs the inputs

@@ -305,6 +305,54 @@ def test_rms_norm_names_a_weight_of_the_wrong_size() -> None:
         native.rms_norm(torch.randn(2, 8), torch.randn(7), 1e-6)
 
 
+@needs_native_ops()
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(3, 5, 1536), (70, 13), (1, 8), (2, 0, 40)])
+def test_silu_product_in_one_pass_is_the_formula_and_each_row_the_same_in_any_batch(
+    shape: tuple[int, ...], threads: int
+) -> None:
+    """``silu(gate) * up`` written into ``gate``: rows of any width (with and without a tail past 8 and 16 values),
+    any count, one or two threads; within float32 rounding of the formula in float64, and a row's values bit for
+    bit the same whatever rows come with it."""
+    torch.manual_seed(shape[-1])
+    gate, up = torch.randn(shape) * 6, torch.randn(shape)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        written = gate.clone()
+        out = native.silu_mul_(written, up)
+        assert out is not None and out.data_ptr() == written.data_ptr()  # in place
+        want = F.silu(gate.double()) * up.double()
+        assert_close(out, want.float(), rtol=2e-6, atol=1e-6)
+        rows, ups = gate.reshape(-1, shape[-1]), up.reshape(-1, shape[-1])
+        if rows.shape[0]:
+            alone = torch.cat([native.silu_mul_(rows[i : i + 1].clone(), ups[i : i + 1]) for i in range(rows.shape[0])])
+            assert torch.equal(out.reshape(-1, shape[-1]), alone)  # exact: the same operations on each row's values
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_native_ops()
+def test_silu_product_takes_the_same_values_in_16_and_8_lanes() -> None:
+    """Rows of 16 values go through the 16-lane loop where the CPU has AVX-512, rows of 8 through the decoder step's
+    own 8-lane one: the same operations per value, so the same bits (extremes and a NaN included)."""
+    torch.manual_seed(0)
+    gate, up = torch.randn(64, 16) * 30, torch.randn(64, 16)
+    gate[0, :6] = torch.tensor([float("nan"), 100.0, -100.0, 88.5, -88.5, 0.0])
+    wide = native.silu_mul_(gate.clone(), up)
+    narrow = native.silu_mul_(gate.clone().reshape(-1, 8), up.reshape(-1, 8))
+    assert wide is not None and narrow is not None
+    assert torch.equal(wide.nan_to_num(7.0), narrow.reshape(64, 16).nan_to_num(7.0))  # exact: the same operations
+    assert wide[0, 0].isnan() and wide[0, 5] == 0
+
+
+@needs_native_ops()
+def test_silu_product_refuses_gate_and_up_of_different_shapes() -> None:
+    assert native.silu_mul_(torch.randn(2, 8), torch.randn(2, 9)) is None
+    with pytest.raises(RuntimeError, match="silu_mul_: contiguous float32 gate and up of one shape"):
+        torch.ops.mfsdk.silu_mul_(torch.randn(2, 8), torch.randn(2, 9))
+
+
 def _rotate_by_formula(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin

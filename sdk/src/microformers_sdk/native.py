@@ -44,7 +44,7 @@ __all__ = [
     "FEW_ROWS_MAX", "INCLUDE_DIR", "ISA_TARGETS", "WIDE_FROM_ROWS", "NativeUnavailable", "build_ops",
     "cached_library", "causal_attention", "cpu_flags", "eager_cpu_inference", "extension_report", "few_rows_linear",
     "many_rows_linear", "native_isa", "native_ops_available", "native_prompt_products", "native_report", "rms_norm",
-    "rotate_half_split", "unavailable_reason", "wide_products_available",
+    "rotate_half_split", "silu_mul_", "unavailable_reason", "wide_products_available",
 ]  # fmt: skip
 
 logger = logging.getLogger("microformers")
@@ -63,6 +63,7 @@ _OPS = (
     "rms_norm",
     "rotate_half_split",
     "causal_attention",
+    "silu_mul_",
 )
 _lock = threading.Lock()
 _built: dict[str, bool] = {}
@@ -346,6 +347,23 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     if not native_ops_available():
         return None
     return torch.ops.mfsdk.rms_norm(x, weight.contiguous(), eps)
+
+
+def silu_mul_(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor | None:
+    """``gate = silu(gate) * up`` in place, in one pass per row, for contiguous float32 CPU tensors of one shape,
+    with the native decoder step's SiLU (its exp within a few ulp of the exact one, where torch's takes its own); the
+    values of a row do not depend on the other rows. None where the native ops are unavailable or the tensors do
+    not fit."""
+    if not (
+        gate.dtype == up.dtype == torch.float32
+        and gate.shape == up.shape
+        and gate.dim() >= 1
+        and gate.is_contiguous()
+        and up.is_contiguous()
+        and native_ops_available()
+    ):
+        return None
+    return torch.ops.mfsdk.silu_mul_(gate, up)
 
 
 def rotate_half_split(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:

@@ -241,6 +241,62 @@ MF_AVX512 void attend_block(Rows q, const float* kt, Rows v, float* out, int64_t
 #undef MF_UNROLL
 #endif
 
+// gate = silu(gate) * up in place, each row of the last axis in one pass with the decoder step's SiLU: 16 lanes at
+// a time where the CPU has AVX-512, the same operations as its 8-lane exp8 and silu_mul (so the same values; the
+// last values of a row that fill no vector go through the step's own loop). ATen takes two passes (SiLU in
+// place, then the product) and its own exp: 2.5% of SmolLM2's 2,048-token prefill on one core.
+#ifdef MF_STEP_AVX2
+MF_AVX512 void silu_mul_row16(float* gate, const float* up, int64_t n) {
+  using namespace mfsdk::step::exp_poly;
+  const __m512 lowest = _mm512_set1_ps(kLowest), highest = _mm512_set1_ps(kHighest), one = _mm512_set1_ps(1.f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), g);  // exp(-g) as exp8 computes it
+    const __mmask16 kept = _mm512_cmp_ps_mask(x, lowest, _CMP_NLT_UQ);
+    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lowest), highest);
+    const __m512 nf =
+        _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Hi)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Lo)));
+    __m512 p = _mm512_set1_ps(kC[0]);
+    for (int c = 1; c < 6; ++c) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[c]));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, one));
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nf), _mm512_set1_epi32(127)), 23);
+    const __m512 e = _mm512_maskz_mul_ps(kept, p, _mm512_castsi512_ps(bits));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+  }
+  mfsdk::step::silu_mul(gate + i, up + i, n - i);
+}
+#endif
+
+at::Tensor silu_mul_(at::Tensor gate, const at::Tensor& up) {
+  TORCH_CHECK(gate.scalar_type() == at::kFloat && up.scalar_type() == at::kFloat && gate.is_contiguous() &&
+                  up.is_contiguous() && gate.sizes() == up.sizes() && gate.dim() >= 1,
+              "silu_mul_: contiguous float32 gate and up of one shape");
+  if (gate.numel() == 0) return gate;
+  const int64_t I = gate.size(-1), M = gate.numel() / I;
+  float* gp = gate.data_ptr<float>();
+  const float* up_p = up.data_ptr<float>();
+#ifdef MF_STEP_AVX2
+  const bool wide = __builtin_cpu_supports("avx512f");
+#else
+  const bool wide = false;
+#endif
+  at::parallel_for(0, M, std::max<int64_t>(1, (int64_t{1} << 14) / I), [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+#ifdef MF_STEP_AVX2
+      if (wide) {
+        silu_mul_row16(gp + m * I, up_p + m * I, I);
+        continue;
+      }
+#endif
+      mfsdk::step::silu_mul(gp + m * I, up_p + m * I, I);
+    }
+  });
+  return gate;
+}
+
 bool attention_inputs_ok(const at::Tensor& t) {
   return t.dim() == 4 && t.scalar_type() == at::kFloat && t.stride(3) == 1;
 }
@@ -299,10 +355,12 @@ TORCH_LIBRARY_FRAGMENT(mfsdk, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("rotate_half_split(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("causal_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
+  m.def("silu_mul_(Tensor(a!) gate, Tensor up) -> Tensor(a!)");
 }
 
 TORCH_LIBRARY_IMPL(mfsdk, CPU, m) {
   m.impl("rms_norm", &rms_norm);
   m.impl("rotate_half_split", &rotate_half_split);
   m.impl("causal_attention", &causal_attention);
+  m.impl("silu_mul_", &silu_mul_);
 }
