@@ -246,24 +246,30 @@ MF_AVX512 void attend_block(Rows q, const float* kt, Rows v, float* out, int64_t
 // last values of a row that fill no vector go through the step's own loop). ATen takes two passes (SiLU in
 // place, then the product) and its own exp: 2.5% of SmolLM2's 2,048-token prefill on one core.
 #ifdef MF_STEP_AVX2
-MF_AVX512 void silu_mul_row16(float* gate, const float* up, int64_t n) {
+// exp of sixteen floats: exp8's operations (decoder_layers.h, exp_poly) in 16 lanes, so the same values
+MF_AVX512 inline __m512 exp16(__m512 x) {
   using namespace mfsdk::step::exp_poly;
-  const __m512 lowest = _mm512_set1_ps(kLowest), highest = _mm512_set1_ps(kHighest), one = _mm512_set1_ps(1.f);
+  const __m512 lowest = _mm512_set1_ps(kLowest);
+  const __mmask16 kept = _mm512_cmp_ps_mask(x, lowest, _CMP_NLT_UQ);  // exp8's underflow lanes are the others
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lowest), _mm512_set1_ps(kHighest));
+  const __m512 nf =
+      _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Hi)));
+  r = _mm512_sub_ps(r, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Lo)));
+  __m512 p = _mm512_set1_ps(kC[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[i]));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nf), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(kept, p, _mm512_castsi512_ps(bits));
+}
+
+// silu_mul of decoder_layers.h over one row of n values, 16 at a time (the rest through it)
+MF_AVX512 void silu_mul_row16(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 g = _mm512_loadu_ps(gate + i);
-    const __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), g);  // exp(-g) as exp8 computes it
-    const __mmask16 kept = _mm512_cmp_ps_mask(x, lowest, _CMP_NLT_UQ);
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lowest), highest);
-    const __m512 nf =
-        _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Hi)));
-    r = _mm512_sub_ps(r, _mm512_mul_ps(nf, _mm512_set1_ps(kLn2Lo)));
-    __m512 p = _mm512_set1_ps(kC[0]);
-    for (int c = 1; c < 6; ++c) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kC[c]));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, one));
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(nf), _mm512_set1_epi32(127)), 23);
-    const __m512 e = _mm512_maskz_mul_ps(kept, p, _mm512_castsi512_ps(bits));
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
     _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
   }
   mfsdk::step::silu_mul(gate + i, up + i, n - i);
