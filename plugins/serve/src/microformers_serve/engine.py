@@ -41,8 +41,6 @@ import atexit
 import collections
 import ctypes
 import logging
-import math
-import mmap
 import threading
 import time
 import weakref
@@ -158,7 +156,7 @@ class _RowBuffers:
         for layer_idx in range(len(self.keys)):  # one layer at a time: the transient copy is one layer's
             for store in (self.keys, self.values):
                 old = store[layer_idx]
-                new = _cache_buffer(old, old.shape[0], old.shape[1], grown, old.shape[3])
+                new = old.new_empty(old.shape[0], old.shape[1], grown, old.shape[3])
                 new[:, :, : self.length].copy_(old[:, :, : self.length])
                 store[layer_idx] = new
 
@@ -222,7 +220,7 @@ class RaggedCache(Cache):
         capacity = min(length + ROW_GROWTH, row.limit)
         for keys, values in layers:
             for source, store in ((keys, row.keys), (values, row.values)):
-                buffer = _cache_buffer(source, 1, source.shape[1], capacity, source.shape[3])
+                buffer = source.new_empty(1, source.shape[1], capacity, source.shape[3])
                 buffer[:, :, :length].copy_(source[:1])
                 store.append(buffer)
         self._rows.append(row)
@@ -250,7 +248,7 @@ class RaggedCache(Cache):
         row.length, row.limit = length, max(row.limit, length + 1)
         capacity = min(length + ROW_GROWTH, row.limit)
         for source, store in ((key, row.keys), (value, row.values)):
-            buffer = _cache_buffer(source, 1, source.shape[1], capacity, source.shape[3])
+            buffer = source.new_empty(1, source.shape[1], capacity, source.shape[3])
             buffer[:, :, :length].copy_(source)
             store.append(buffer)
         return key, value
@@ -299,7 +297,7 @@ class RaggedCache(Cache):
             if len(row.keys) == layer_idx:  # a new prompt: this layer's buffers are made now
                 capacity = min(max(row.limit, start + count), max(row.planned, start + count) + ROW_GROWTH)
                 for store, source in ((row.keys, key), (row.values, value)):
-                    store.append(_cache_buffer(source, 1, source.shape[1], max(capacity, row.capacity), source.shape[3]))
+                    store.append(source.new_empty(1, source.shape[1], max(capacity, row.capacity), source.shape[3]))
             elif len(row.keys) < layer_idx:
                 raise RuntimeError("a serving prefill writes each layer once, in order")
             row.keys[layer_idx][0, :, start : start + count] = key[0, :, offset : offset + count]
@@ -705,9 +703,6 @@ class Engine:
         self._stopped = False
         self._closed = False
         self.steps = 0
-        # freed heap memory (the forwards' activations) kept between bursts of requests, up to an eighth of the
-        # model's weights; past that the idle engine gives it all back (_return_freed_memory)
-        self._heap_kept = sum(p.numel() * p.element_size() for p in model.parameters()) // 8
         _bound_heap_retention()
         self._thread = threading.Thread(target=self._loop, name="microformers-serve-engine", daemon=True)
         self._thread.start()
@@ -867,7 +862,7 @@ class Engine:
                 if self._running:
                     self._step()
                     if not self._running:
-                        _return_freed_memory(self._heap_kept)
+                        _return_freed_memory()
 
     def _guarded(self, request: GenerationRequest, fn: Callable[[GenerationRequest], None]) -> None:
         try:
@@ -1166,8 +1161,8 @@ class Engine:
         template = buffers[0].keys[0]
         layers = len(buffers[0].keys)
         shape = (len(buffers), template.shape[1], capacity, template.shape[3])
-        keys = [_cache_buffer(template, *shape) for _ in range(layers)]
-        values = [_cache_buffer(template, *shape) for _ in range(layers)]
+        keys = [template.new_zeros(shape) for _ in range(layers)]
+        values = [template.new_zeros(shape) for _ in range(layers)]
         slab = _Slab(buffers, keys, values, cursor)
         for index, row in enumerate(buffers):
             target = slab.columns(index, row.length)
@@ -1315,31 +1310,6 @@ def _unusable_rows(logits: torch.Tensor) -> torch.Tensor:
     return torch.isnan(logits).any(dim=-1) | torch.isposinf(logits).any(dim=-1) | torch.isneginf(logits).all(dim=-1)
 
 
-# Cache buffers of at least this many bytes get a memory mapping of their own on the CPU (_cache_buffer)
-MAPPED_CACHE_BYTES = 64 * 2**10
-
-
-def _cache_buffer(like: torch.Tensor, *shape: int) -> torch.Tensor:
-    """Zeros of ``shape`` for a cache buffer (a row's keys or values of one layer, or the native step's slab), with
-    ``like``'s dtype and device. On the CPU one of at least :data:`MAPPED_CACHE_BYTES` is an anonymous mapping of its
-    own rather than a block of the allocator's heap: the system hands its pages out already zeroed as they are first
-    written (the slab's columns past the cursor cost nothing until a step writes them) and takes them back when the
-    tensor is freed, so a finished row's cache goes back at once and leaves no hole in the heap. The heap then holds
-    the forwards' activations, which :func:`_return_freed_memory` can keep warm between bursts of requests (16
-    clients of SmolLM2-135M, burst after burst in one process: 68,000 page faults a burst, 23,000 of them before the
-    median first token, when caches and activations shared the heap and all of it went back at idle; 44,000-49,000
-    and 7,000 now). A mapping that cannot be made (the system's limit on their number) falls back to the heap."""
-    count = math.prod(shape)
-    nbytes = count * like.element_size()
-    if like.device.type != "cpu" or nbytes < MAPPED_CACHE_BYTES:
-        return like.new_zeros(shape)
-    try:
-        mapping = mmap.mmap(-1, nbytes)
-    except (OSError, ValueError):
-        return like.new_zeros(shape)
-    return torch.frombuffer(mapping, dtype=like.dtype, count=count).view(shape)
-
-
 def _glibc() -> Any:
     """The C library when it is glibc (``malloc_trim`` and ``mallopt``), else None."""
     global _GLIBC
@@ -1352,36 +1322,11 @@ def _glibc() -> Any:
     return _GLIBC or None
 
 
-class _HeapInfo(ctypes.Structure):
-    """glibc's ``struct mallinfo2``: the allocator's totals over every arena, in bytes."""
-
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                     "keepcost")
-    ]  # fmt: skip
-
-
-def _heap_free_bytes(glibc: Any) -> int | None:
-    """Bytes the allocator's heaps hold free (``mallinfo2().fordblks``); None where glibc is older than 2.33."""
-    info = getattr(glibc, "mallinfo2", None)
-    if info is None:
-        return None
-    info.restype = _HeapInfo
-    return int(info().fordblks)
-
-
-def _return_freed_memory(kept: int = 0) -> None:
-    """Hand the heap pages freed since the last call back to the system when the heaps hold more than ``kept``
-    bytes free (or their size is unknown): glibc's allocator keeps them otherwise. The rows' caches are mappings of
-    their own (:func:`_cache_buffer`), given back when freed; what stays on the heap are the forwards' activations,
-    and up to ``kept`` bytes of them stay for the next burst, whose forwards would otherwise fault every page of
-    them in again (``malloc_trim`` gives back every free page, it cannot keep some). A no-op without glibc."""
+def _return_freed_memory() -> None:
+    """Hand the heap pages freed by finished rows back to the system: glibc's allocator keeps them otherwise,
+    so an idle server would go on holding its busiest moment's cache. A no-op without glibc."""
     glibc = _glibc()
-    if glibc is None:
-        return
-    free = _heap_free_bytes(glibc)
-    if free is None or free > kept:
+    if glibc is not None:
         glibc.malloc_trim(0)
 
 
